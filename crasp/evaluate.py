@@ -1,0 +1,440 @@
+"""The fast evaluator: a program on a batch of strings at once, with numpy.
+
+Strings are int arrays `tokens_BxT` of symbol ids in the program's alphabet, right-padded with -1
+(every operation is causal, so padding after a string never changes its values).
+
+A node's value is an array of shape (B, T, V, ..., V), one trailing axis of size V (the alphabet
+size) per free index variable of the node, named in `Value.axes`; any axis may have size 1 and
+broadcast. Values are memoized per node over the DAG, and the batch is evaluated in chunks whose
+size is chosen from the memory the first chunk actually used.
+
+Three rewrites keep families over large alphabets cheap, each exact:
+- `any t: Q(t) and X[t]` binds t to the symbol at position i (only it can satisfy Q(t)) instead
+  of materializing X for every t. Any conjunct that is "one-hot" in t (a Q(t), possibly seen c
+  positions ago through a local count) binds t this way.
+- a count whose body uses a bound index, `#[j <= i] (prev[t](j) and R(j))` with t bound to the
+  symbol at i, is a keyed prefix sum: sum R(j) over the j <= i whose key (here w_{j-1}) equals
+  t(i). It is computed by sorting (batch, key, position) once, never as a (T, V, V) tensor.
+- `all u: A >= B[u]` is `A >= max_u B[u]` (and the other monotone cases), so a majority over V
+  symbols costs V, not V * V.
+Anything else falls back to dense evaluation. `crasp.reference` is the independent slow evaluator
+the tests compare this one against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from crasp import expr as E
+from crasp.program import Program
+
+COUNT_DTYPE = np.int32
+DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of intermediate values per chunk
+
+
+@dataclass(frozen=True)
+class Value:
+    array: np.ndarray  # (B or 1, T or 1, *[V or 1] * len(axes))
+    axes: tuple[str, ...]  # index variable of each trailing axis, sorted
+
+
+def _align(value: Value, axes: tuple[str, ...]) -> np.ndarray:
+    """The value's array with trailing axes in the order `axes` (missing ones of size 1)."""
+    array = value.array
+    order = [value.axes.index(a) for a in axes if a in value.axes]
+    if order != sorted(order):
+        array = np.transpose(array, (0, 1, *(2 + k for k in order)))
+    shape = list(array.shape[:2])
+    present = iter(array.shape[2:])
+    for a in axes:
+        shape.append(next(present) if a in value.axes else 1)
+    return array.reshape(shape)
+
+
+def _joint(*values: Value) -> tuple[tuple[str, ...], list[np.ndarray]]:
+    axes = tuple(sorted(set().union(*(v.axes for v in values))))
+    return axes, [_align(v, axes) for v in values]
+
+
+def _shift_right(array: np.ndarray, offset: int, fill) -> np.ndarray:
+    """Along the position axis: out[:, i] = array[:, i - offset], `fill` where i - offset < 0."""
+    if offset == 0:
+        return array
+    out = np.full_like(array, fill)
+    if offset < array.shape[1]:
+        out[:, offset:] = array[:, :-offset]
+    return out
+
+
+def _shift_left(array: np.ndarray, offset: int, fill) -> np.ndarray:
+    """out[:, j] = array[:, j + offset]: the key of the position `offset` later."""
+    if offset == 0:
+        return array
+    out = np.full_like(array, fill)
+    if offset < array.shape[1]:
+        out[:, :-offset] = array[:, offset:]
+    return out
+
+
+def keyed_prefix_sum(keys_BxT: np.ndarray, values: np.ndarray, queries_BxT: np.ndarray) -> np.ndarray:
+    """out[b, i] = sum of values[b, j] over j <= i with keys[b, j] == queries[b, i] (keys < 0 never match).
+
+    values has shape (B, T, ...); the result has the same shape."""
+    B, T = keys_BxT.shape
+    rest = values.shape[2:]
+    n_keys = int(max(keys_BxT.max(initial=-1), queries_BxT.max(initial=-1))) + 1
+    positions = np.arange(T, dtype=np.int64)
+    batch = np.arange(B, dtype=np.int64)[:, None]
+    valid = keys_BxT >= 0
+    event_keys = ((batch * n_keys + keys_BxT) * T + positions)[valid]
+    order = np.argsort(event_keys, kind="stable")
+    event_keys = event_keys[order]
+    summed = values.reshape(B * T, -1)[valid.ravel()][order].astype(np.int64)
+    summed = np.cumsum(summed, axis=0)
+    group = event_keys // T
+    first_of_group = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    group_start = np.repeat(first_of_group, np.diff(np.r_[first_of_group, len(group)]))
+    before_group = np.where((group_start > 0)[:, None], summed[np.maximum(group_start - 1, 0)], 0)
+    within_group = summed - before_group
+    query_keys = ((batch * n_keys + queries_BxT) * T + positions).ravel()
+    out = np.zeros((B * T, summed.shape[1]), np.int64)
+    if len(event_keys):
+        found = np.searchsorted(event_keys, query_keys, side="right") - 1
+        found_group = group[np.maximum(found, 0)]
+        hit = (found >= 0) & (queries_BxT.ravel() >= 0) & (found_group == query_keys // T)
+        out[hit] = within_group[found[hit]]
+    return out.reshape((B, T) + rest).astype(COUNT_DTYPE)
+
+
+def _conjuncts(node: E.Expr) -> list[E.Expr]:
+    if isinstance(node, E.And):
+        return _conjuncts(node.left) + _conjuncts(node.right)
+    return [node]
+
+
+def _and_all(nodes: list[E.Expr]) -> E.Expr:
+    result = nodes[0]
+    for node in nodes[1:]:
+        result = E.And(result, node)
+    return result
+
+
+_MEANS_ONE = {(">=", 1), (">", 0), ("!=", 0), ("=", 1)}  # for a 0/1-valued local count
+
+
+class BatchEvaluator:
+    """Evaluates nodes on one chunk of strings; `env` binds index variables to per-position symbols."""
+
+    def __init__(self, tokens_BxT: np.ndarray, symbol_ids: dict[str, int]):
+        self.tokens = tokens_BxT
+        self.B, self.T = tokens_BxT.shape
+        self.symbol_ids = symbol_ids
+        self.V = len(symbol_ids)
+        self.memo: dict[tuple, Value] = {}
+        self.keep_alive: list[np.ndarray] = []  # key arrays whose id() is part of a memo key
+
+    # ------------------------------------------------------------ entry
+    def value(self, node: E.Expr, env: dict[str, np.ndarray]) -> Value:
+        used = tuple(sorted((name, id(env[name])) for name in node.free if name in env))
+        key = (id(node), used)
+        found = self.memo.get(key)
+        if found is None:
+            found = self._compute(node, {name: env[name] for name in node.free if name in env})
+            self.memo[key] = found
+        return found
+
+    def full(self, node: E.Expr, env: dict[str, np.ndarray] | None = None) -> Value:
+        value = self.value(node, env or {})
+        shape = (self.B, self.T) + tuple(self.V for _ in value.axes)
+        return Value(np.broadcast_to(value.array, shape), value.axes)
+
+    def bind(self, key_BxT: np.ndarray) -> np.ndarray:
+        self.keep_alive.append(key_BxT)
+        return key_BxT
+
+    # ------------------------------------------------------------ dispatch
+    def _compute(self, node: E.Expr, env: dict[str, np.ndarray]) -> Value:
+        return _RULES[type(node)](self, node, env)
+
+    def _token(self, node: E.Token, env) -> Value:
+        symbol = node.symbol
+        if isinstance(symbol, str):
+            return Value(self.tokens == self.symbol_id(symbol), ())
+        if symbol.name in env:
+            key = env[symbol.name]
+            return Value((self.tokens == key) & (key >= 0), ())
+        return Value(self.tokens[:, :, None] == np.arange(self.V), (symbol.name,))
+
+    def symbol_id(self, symbol: str) -> int:
+        return self.symbol_ids[symbol]
+
+    def _symbol_is(self, node: E.SymbolIs, env) -> Value:
+        target = self.symbol_id(node.symbol)
+        if node.index.name in env:
+            return Value(env[node.index.name] == target, ())
+        return Value((np.arange(self.V) == target).reshape(1, 1, self.V), (node.index.name,))
+
+    def _const(self, node: E.BoolConst, env) -> Value:
+        return Value(np.full((1, 1), node.value), ())
+
+    def _number(self, node: E.Number, env) -> Value:
+        return Value(np.full((1, 1), node.value, COUNT_DTYPE), ())
+
+    def _periodic(self, node: E.Periodic, env) -> Value:
+        positions = np.arange(1, self.T + 1)  # BOS is position 1
+        return Value((positions % node.modulus == node.residue)[None, :], ())
+
+    def _not(self, node: E.Not, env) -> Value:
+        inner = self.value(node.operand, env)
+        return Value(~inner.array, inner.axes)
+
+    def _binary(self, node, env) -> Value:
+        axes, (left, right) = _joint(self.value(node.left, env), self.value(node.right, env))
+        return Value(_BINARY_OPS[node.op if hasattr(node, "op") else node.word](left, right), axes)
+
+    def _conditional(self, node: E.Conditional, env) -> Value:
+        axes, (c, a, b) = _joint(*(self.value(n, env) for n in (node.condition, node.if_true, node.if_false)))
+        return Value(np.where(c, a, b), axes)
+
+    def _named(self, node: E.Named, env) -> Value:
+        inner_env: dict[str, np.ndarray] = {}
+        renames: dict[str, str] = {}
+        for param, arg in zip(node.params, node.args):
+            if isinstance(arg, str):
+                inner_env[param] = self.bind(np.full((self.B, self.T), self.symbol_id(arg)))
+            elif arg.name in env:
+                inner_env[param] = env[arg.name]
+            else:
+                renames[param] = arg.name
+        inner = self.value(node.body, inner_env)
+        return _rename(inner, renames)
+
+    def _quantified(self, node: E.Quantified, env) -> Value:
+        name = node.index.name
+        if node.kind == "any":
+            bound = self._bind_by_conjunct(node.body, name, env)
+            if bound is not None:
+                return bound
+        reduced = self._monotone_reduction(node, env)
+        if reduced is not None:
+            return reduced
+        body = self.value(node.body, env)
+        if name not in body.axes:
+            return body
+        axis = 2 + body.axes.index(name)
+        reduce = np.any if node.kind == "any" else np.all
+        array = body.array
+        if array.shape[axis] == 1:
+            array = np.broadcast_to(array, array.shape[:axis] + (self.V,) + array.shape[axis + 1:])
+        return Value(reduce(array, axis=axis), tuple(a for a in body.axes if a != name))
+
+    def _bind_by_conjunct(self, body: E.Expr, name: str, env) -> Value | None:
+        """`any t: K[t] and rest` where K is one-hot in t: evaluate rest with t bound to K's key."""
+        parts = _conjuncts(body)
+        for k, part in enumerate(parts):
+            key = self.onehot_key(part, name, env)
+            if key is None:
+                continue
+            found = key >= 0
+            rest = parts[:k] + parts[k + 1:]
+            if not rest:
+                return Value(found, ())
+            inner = self.value(_and_all(rest), {**env, name: self.bind(key)})
+            axes, (r,) = _joint(inner)
+            return Value(r & found.reshape(found.shape + (1,) * len(axes)), axes)
+        return None
+
+    def _monotone_reduction(self, node: E.Quantified, env) -> Value | None:
+        """`all u: A >= B[u]` = `A >= max_u B[u]`, and the other one-sided order comparisons."""
+        body, name = node.body, node.index.name
+        if not isinstance(body, E.Compare) or body.op not in ("<", "<=", ">", ">="):
+            return None
+        op, left, right = body.op, body.left, body.right
+        if name in left.free and name not in right.free:
+            op, left, right = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op], right, left
+        if name in left.free or name not in right.free:
+            return None
+        # `left op right[u]` for all u holds iff it holds for the extreme right[u] in op's direction.
+        wants_large = op in (">", ">=")
+        use_max = wants_large if node.kind == "all" else not wants_large
+        values = self.value(right, env)
+        axis = 2 + values.axes.index(name)
+        array = values.array
+        if array.shape[axis] == 1:
+            extreme = np.squeeze(array, axis=axis)
+        else:
+            extreme = array.max(axis=axis) if use_max else array.min(axis=axis)
+        reduced = Value(extreme, tuple(a for a in values.axes if a != name))
+        axes, (a, b) = _joint(self.value(left, env), reduced)
+        return Value(E.COMPARISONS[op](a, b), axes)
+
+    def _count(self, node: E.CountOf, env) -> Value:
+        depends = sorted(name for name in node.body.free if name in env)
+        if node.offset is not None:
+            # The body is read at j = i - c with the indices bound at i: shift the keys, then the value.
+            shifted_env = {n: self.bind(_shift_left(env[n], node.offset, -1)) for n in depends}
+            body = self.value(node.body, shifted_env)
+            array = np.broadcast_to(body.array, (body.array.shape[0], self.T) + body.array.shape[2:])
+            return Value(_shift_right(array.astype(COUNT_DTYPE), node.offset, 0), body.axes)
+        if not depends:
+            body = self.value(node.body, env)
+            array = np.broadcast_to(body.array, (body.array.shape[0], self.T) + body.array.shape[2:])
+            return Value(np.cumsum(array, axis=1, dtype=COUNT_DTYPE), body.axes)
+        keyed = self._keyed_count(node.body, depends, env)
+        return keyed if keyed is not None else self._dense_count_then_select(node.body, depends, env)
+
+    def _keyed_count(self, body: E.Expr, depends: list[str], env) -> Value | None:
+        parts = _conjuncts(body)
+        by_index: dict[str, list[E.Expr]] = {name: [] for name in depends}
+        rest: list[E.Expr] = []
+        for part in parts:
+            uses = [name for name in depends if name in part.free]
+            if len(uses) > 1:
+                return None
+            (by_index[uses[0]] if uses else rest).append(part)
+        keys, queries = [], []
+        for name in depends:
+            key = self.onehot_key(_and_all(by_index[name]), name, {})
+            if key is None:
+                return None
+            keys.append(key)
+            queries.append(env[name])
+        code = np.zeros((self.B, self.T), np.int64)
+        query = np.zeros((self.B, self.T), np.int64)
+        for key, q in zip(keys, queries):
+            code = np.where((code >= 0) & (key >= 0), code * self.V + key, -1)
+            query = np.where((query >= 0) & (q >= 0), query * self.V + q, -1)
+        weights = self.value(_and_all(rest), {}) if rest else Value(np.ones((1, 1), bool), ())
+        axes, (w,) = _joint(weights)
+        w = np.broadcast_to(w, (self.B, self.T) + w.shape[2:])
+        return Value(keyed_prefix_sum(code, w, query), axes)
+
+    def _dense_count_then_select(self, body: E.Expr, depends: list[str], env) -> Value:
+        free_env = {n: k for n, k in env.items() if n not in depends}
+        dense = self.value(body, free_env)
+        array = np.broadcast_to(dense.array, (self.B, self.T) + dense.array.shape[2:])
+        counts = np.cumsum(array, axis=1, dtype=COUNT_DTYPE)
+        axes = dense.axes
+        for name in depends:
+            if name not in axes:
+                continue
+            axis = 2 + axes.index(name)
+            counts = np.broadcast_to(counts, counts.shape[:axis] + (self.V,) + counts.shape[axis + 1:])
+            key = env[name]
+            index = np.maximum(key, 0).reshape(key.shape + (1,) * (counts.ndim - 2))
+            picked = np.take_along_axis(counts, index, axis=axis)
+            picked = np.squeeze(picked, axis=axis)
+            valid = (key >= 0).reshape(key.shape + (1,) * (picked.ndim - 2))
+            counts = np.where(valid, picked, 0)
+            axes = tuple(a for a in axes if a != name)
+        return Value(counts, axes)
+
+    # ------------------------------------------------------------ one-hot keys
+    def onehot_key(self, node: E.Expr, name: str, env) -> np.ndarray | None:
+        """If node, as a family over `name`, is [key(i) == name] (key -1: false for every symbol),
+        return key as a (B, T) array; else None. Other indices of node must be bound in env."""
+        if not (node.free - {name}) <= set(env) or name not in node.free:
+            return None
+        if isinstance(node, E.Token) and node.symbol == E.Var(name):
+            return self.tokens
+        if isinstance(node, E.SymbolIs):
+            return np.full((self.B, self.T), self.symbol_id(node.symbol))
+        if isinstance(node, E.Compare) and isinstance(node.right, E.Number) \
+                and isinstance(node.left, E.CountOf) and node.left.offset is not None \
+                and (node.op, node.right.value) in _MEANS_ONE:
+            offset = node.left.offset
+            shifted_env = {n: self.bind(_shift_left(k, offset, -1)) for n, k in env.items()}
+            inner = self.onehot_key(node.left.body, name, shifted_env)
+            return None if inner is None else _shift_right(inner, offset, -1)
+        if isinstance(node, E.And):
+            left = self.onehot_key(node.left, name, env) if name in node.left.free else None
+            right = self.onehot_key(node.right, name, env) if name in node.right.free else None
+            if left is not None and right is not None:
+                return np.where(left == right, left, -1)
+            key, other = (left, node.right) if left is not None else (right, node.left)
+            if key is None or name in other.free or (other.free - set(env)):
+                return None
+            mask = np.broadcast_to(self.value(other, env).array, key.shape)
+            return np.where(mask, key, -1)
+        if isinstance(node, E.Named):
+            carriers = [p for p, a in zip(node.params, node.args) if a == E.Var(name)]
+            if len(carriers) != 1:
+                return None
+            inner_env = {}
+            for param, arg in zip(node.params, node.args):
+                if isinstance(arg, str):
+                    inner_env[param] = self.bind(np.full((self.B, self.T), self.symbol_id(arg)))
+                elif arg.name != name:
+                    inner_env[param] = env[arg.name]
+            return self.onehot_key(node.body, carriers[0], inner_env)
+        return None
+
+
+def _rename(value: Value, renames: dict[str, str]) -> Value:
+    """Rename parameter axes to the caller's index names (merging two onto one takes the diagonal)."""
+    if not renames:
+        return value
+    array, axes = value.array, [renames.get(a, a) for a in value.axes]
+    while len(set(axes)) < len(axes):
+        name = next(a for a in axes if axes.count(a) > 1)
+        first, second = [k for k, a in enumerate(axes) if a == name][:2]
+        array = np.diagonal(array, axis1=2 + first, axis2=2 + second)
+        array = np.moveaxis(array, -1, 2 + first)
+        del axes[second]
+    order = sorted(range(len(axes)), key=lambda k: axes[k])
+    array = np.transpose(array, (0, 1, *(2 + k for k in order)))
+    return Value(array, tuple(axes[k] for k in order))
+
+
+_BINARY_OPS = {
+    "and": np.logical_and, "or": np.logical_or,
+    "+": np.add, "-": np.subtract, "min": np.minimum, "max": np.maximum,
+    **{op: fn for op, fn in E.COMPARISONS.items()},
+}
+
+_RULES = {
+    E.BoolConst: BatchEvaluator._const, E.Token: BatchEvaluator._token, E.SymbolIs: BatchEvaluator._symbol_is,
+    E.Not: BatchEvaluator._not, E.And: BatchEvaluator._binary, E.Or: BatchEvaluator._binary,
+    E.Compare: BatchEvaluator._binary, E.Periodic: BatchEvaluator._periodic,
+    E.Quantified: BatchEvaluator._quantified, E.CountOf: BatchEvaluator._count,
+    E.Number: BatchEvaluator._number, E.Arith: BatchEvaluator._binary,
+    E.Conditional: BatchEvaluator._conditional, E.NamedBool: BatchEvaluator._named,
+    E.NamedCount: BatchEvaluator._named,
+}
+
+
+def _peak_bytes_per_string(evaluator: BatchEvaluator) -> float:
+    total = sum(v.array.nbytes for v in evaluator.memo.values() if v.array.shape[0] == evaluator.B)
+    return total / max(evaluator.B, 1)
+
+
+def evaluate(program: Program, tokens_BxT: np.ndarray, names: list[str] | None = None,
+             memory_budget: int = DEFAULT_MEMORY_BUDGET) -> dict[str, Value]:
+    """Values of the named definitions (all, or `names`) on every string, with free parameters as axes.
+
+    A family `f[p]` is returned with its parameter axes named by the parameters."""
+    tokens_BxT = np.asarray(tokens_BxT)
+    if tokens_BxT.ndim != 2:
+        raise ValueError(f"tokens must be a (batch, positions) array of symbol ids, got shape {tokens_BxT.shape}")
+    V = len(program.alphabet)
+    if tokens_BxT.size and (tokens_BxT.max() >= V or tokens_BxT.min() < -1):
+        raise ValueError(f"token ids must lie in 0..{V - 1} (the alphabet) or be -1 (padding)")
+    chosen = [program.definition(n) for n in (names or program.names)]
+    results: dict[str, list[np.ndarray]] = {d.name: [] for d in chosen}
+    axes: dict[str, tuple[str, ...]] = {}
+    start, chunk = 0, min(8, max(1, len(tokens_BxT)))
+    ids = program.symbol_ids()
+    while start < len(tokens_BxT):
+        evaluator = BatchEvaluator(tokens_BxT[start:start + chunk], ids)
+        for d in chosen:
+            value = evaluator.full(d.use(*(E.Var(p) for p in d.params)))
+            results[d.name].append(np.ascontiguousarray(value.array))
+            axes[d.name] = value.axes
+        start += chunk
+        # Size the next chunks from what this one really held: several times the memoized values.
+        per_string = 4 * _peak_bytes_per_string(evaluator) + 1
+        chunk = int(max(1, min(memory_budget // per_string, 4096)))
+    return {name: Value(np.concatenate(parts) if parts else np.zeros((0,)), axes.get(name, ()))
+            for name, parts in results.items()}

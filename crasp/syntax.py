@@ -1,0 +1,509 @@
+"""The text syntax of C-RASP programs, close to the papers' notation.
+
+    // comments run from // to the end of the line
+    alphabet: <bos> <sep> <eos> a b        // symbols separated by spaces
+    output: O                              // or `accept: NAME` for a language program
+    prev[t] := #[j <= i, j = i - 1] Q(t) >= 1
+    after_sep := #[j <= i] Q("<sep>") >= 1
+    O[s] := after_sep and any t: Q(t) and prev[s]
+
+Literal symbols are quoted ("a"); bare names are index variables (bound by `any t:`, `all t:` or
+a definition's parameters) or definitions. A definition may continue on indented lines.
+Definitions may appear in any order as long as they form no cycle.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from crasp import expr as E
+from crasp.expr import CraspError
+from crasp.program import CraspProgramError, Definition, Program
+
+KEYWORDS = {"and", "or", "not", "true", "false", "any", "all", "min", "max", "Q", "MOD", "alphabet",
+            "output", "accept"}
+_COMPARE_OPS = ("<=", ">=", "!=", "==", "=", "<", ">")
+_TOKEN = re.compile(r"""
+    (?P<space>[ \t]+) | (?P<comment>//[^\n]*) | (?P<newline>\n)
+  | (?P<number>\d+) | (?P<name>[A-Za-z_][A-Za-z_0-9]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
+  | (?P<op>:=|<=|>=|!=|==|[=<>+\-()\[\],:?\#])
+""", re.VERBOSE)
+
+
+class CraspSyntaxError(CraspError, ValueError):
+    """A program text that cannot be read, with the place (file:line:column) and a caret."""
+
+    def __init__(self, message: str, source: str, line: int, column: int, line_text: str):
+        self.message, self.source, self.line, self.column = message, source, line, column
+        caret = " " * (column - 1) + "^"
+        super().__init__(f"{source}:{line}:{column}: {message}\n  {line_text}\n  {caret}")
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str  # number, name, string, op, end
+    text: str
+    line: int
+    column: int
+
+
+class _Source:
+    def __init__(self, text: str, name: str):
+        self.text, self.name = text, name
+        self.lines = text.split("\n")
+
+    def error(self, message: str, line: int, column: int) -> CraspSyntaxError:
+        line_text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return CraspSyntaxError(message, self.name, line, column, line_text)
+
+    def tokens(self, line: int, column: int, text: str) -> list[_Tok]:
+        """Tokens of `text`, which starts at (line, column) of the source."""
+        out: list[_Tok] = []
+        pos = 0
+        while pos < len(text):
+            match = _TOKEN.match(text, pos)
+            if not match:
+                raise self.error(f"unexpected character {text[pos]!r}", line, column)
+            kind, value = match.lastgroup, match.group()
+            if kind == "newline":
+                line, column = line + 1, 1
+            else:
+                if kind not in ("space", "comment"):
+                    out.append(_Tok(kind, value, line, column))
+                column += len(value)
+            pos = match.end()
+        out.append(_Tok("end", "", line, column))
+        return out
+
+
+@dataclass
+class _Statement:
+    head: _Tok  # the name being defined
+    params: tuple[str, ...]
+    body: list[_Tok]
+
+
+def _unquote(token: _Tok) -> str:
+    return re.sub(r"\\(.)", r"\1", token.text[1:-1])
+
+
+def parse(text: str, source: str = "<program>") -> Program:
+    """Read a program; every error names source:line:column and shows the place."""
+    src = _Source(text, source)
+    alphabet: tuple[str, ...] | None = None
+    target: tuple[str, _Tok] | None = None
+    statements: dict[str, _Statement] = {}
+    title_lines: list[str] = []
+    for first_line, chunk in _logical_lines(src.lines):
+        code = "\n".join(line.split("//", 1)[0] for line in chunk.split("\n")).strip()
+        if not code:
+            if not statements and alphabet is None and chunk.strip().startswith("//"):
+                title_lines.append(chunk.strip()[2:].strip())
+            continue
+        keyword, colon, rest = code.partition(":")
+        keyword = keyword.strip()
+        if keyword == "alphabet" and colon:
+            if alphabet is not None:
+                raise src.error("the alphabet is declared twice", first_line, 1)
+            alphabet = tuple(rest.split())
+            continue
+        if keyword in ("output", "accept") and colon and not rest.startswith("="):
+            tokens = src.tokens(first_line, 1, chunk)
+            if len(tokens) != 4 or tokens[1].text != ":" or tokens[2].kind != "name":
+                raise src.error(f"expected `{keyword}: NAME`", first_line, 1)
+            if target is not None:
+                raise src.error(f"the program already names `{target[0]}: {target[1].text}`", first_line, 1)
+            target = (keyword, tokens[2])
+            continue
+        statement = _definition_header(src, src.tokens(first_line, 1, chunk))
+        if statement.head.text in statements:
+            earlier = statements[statement.head.text].head
+            raise src.error(f"`{statement.head.text}` is already defined at line {earlier.line}",
+                            statement.head.line, statement.head.column)
+        statements[statement.head.text] = statement
+    if alphabet is None:
+        raise src.error("missing `alphabet: ...` (the symbols the program reads, separated by spaces)", 1, 1)
+    if target is None:
+        raise src.error("missing `output: NAME` (a next-token family O[s]) or `accept: NAME`", 1, 1)
+    resolver = _Resolver(src, statements, set(alphabet))
+    definitions = [resolver.resolve(name) for name in statements]
+    order = resolver.order
+    by_name = {d.name: d for d in definitions}
+    if target[1].text not in by_name:
+        raise src.error(f"`{target[1].text}` is not defined", target[1].line, target[1].column)
+    try:
+        return Program(alphabet, tuple(by_name[n] for n in order),
+                       output=target[1].text if target[0] == "output" else None,
+                       accept=target[1].text if target[0] == "accept" else None,
+                       title="\n".join(title_lines))
+    except CraspProgramError as error:
+        raise src.error(str(error), target[1].line, target[1].column) from None
+
+
+def _logical_lines(lines: list[str]):
+    """Group each line that starts at column 1 with its indented continuation lines."""
+    start, chunk = 0, None
+    for number, line in enumerate(lines, start=1):
+        continues = line[:1] in (" ", "\t") and chunk is not None and line.strip()
+        if continues:
+            chunk += "\n" + line
+            continue
+        if chunk is not None:
+            yield start, chunk
+        start, chunk = number, line
+    if chunk is not None:
+        yield start, chunk
+
+
+def _definition_header(src: _Source, tokens: list[_Tok]) -> _Statement:
+    head = tokens[0]
+    if head.kind != "name":
+        raise src.error("expected a definition `name := expression` (or `alphabet:`, `output:`, `accept:`)",
+                        head.line, head.column)
+    if head.text in KEYWORDS:
+        raise src.error(f"`{head.text}` is a keyword and cannot name a definition", head.line, head.column)
+    pos, params = 1, []
+    if tokens[pos].text == "[":
+        pos += 1
+        while True:
+            tok = tokens[pos]
+            if tok.kind != "name" or tok.text in KEYWORDS:
+                raise src.error("expected a parameter name", tok.line, tok.column)
+            if tok.text in params:
+                raise src.error(f"parameter `{tok.text}` is listed twice", tok.line, tok.column)
+            params.append(tok.text)
+            pos += 1
+            if tokens[pos].text == "]":
+                pos += 1
+                break
+            if tokens[pos].text != ",":
+                raise src.error("expected `,` or `]` after a parameter", tokens[pos].line, tokens[pos].column)
+            pos += 1
+    if tokens[pos].text != ":=":
+        raise src.error(f"expected `:=` after `{head.text}`", tokens[pos].line, tokens[pos].column)
+    return _Statement(head, tuple(params), tokens[pos + 1:])
+
+
+class _Resolver:
+    """Parses definition bodies on demand, so definitions may come in any order; finds cycles."""
+
+    def __init__(self, src: _Source, statements: dict[str, _Statement], alphabet: set[str]):
+        self.src, self.statements, self.alphabet = src, statements, alphabet
+        self.done: dict[str, Definition] = {}
+        self.in_progress: list[str] = []
+        self.order: list[str] = []
+
+    def resolve(self, name: str, at: _Tok | None = None) -> Definition:
+        if name in self.done:
+            return self.done[name]
+        statement = self.statements[name]
+        if name in self.in_progress:
+            cycle = self.in_progress[self.in_progress.index(name):] + [name]
+            raise self.src.error(f"definitions form a cycle: {' -> '.join(cycle)}", at.line, at.column)
+        clash = [p for p in statement.params if p in self.statements]
+        if clash:
+            raise self.src.error(f"parameter `{clash[0]}` has the name of a definition; rename one of them",
+                                 statement.head.line, statement.head.column)
+        self.in_progress.append(name)
+        body = _ExpressionParser(self, statement.body, set(statement.params)).parse_all()
+        self.in_progress.pop()
+        try:
+            Definition(name, statement.params, body).use(*(E.Var(p) for p in statement.params))
+        except CraspError as error:
+            raise self.src.error(str(error), statement.head.line, statement.head.column) from None
+        self.done[name] = Definition(name, statement.params, body)
+        self.order.append(name)
+        return self.done[name]
+
+
+class _ExpressionParser:
+    def __init__(self, resolver: _Resolver, tokens: list[_Tok], scope: set[str]):
+        self.resolver, self.src, self.tokens = resolver, resolver.src, tokens
+        self.pos = 0
+        self.scope = scope
+
+    # -- token helpers
+    @property
+    def tok(self) -> _Tok:
+        return self.tokens[self.pos]
+
+    def error(self, message: str, tok: _Tok | None = None) -> CraspSyntaxError:
+        tok = tok or self.tok
+        return self.src.error(message, tok.line, tok.column)
+
+    def accept(self, text: str) -> _Tok | None:
+        if self.tok.text == text and self.tok.kind in ("op", "name"):
+            self.pos += 1
+            return self.tokens[self.pos - 1]
+        return None
+
+    def expect(self, text: str, what: str) -> _Tok:
+        found = self.accept(text)
+        if found is None:
+            got = f"`{self.tok.text}`" if self.tok.kind != "end" else "the end of the definition"
+            raise self.error(f"expected `{text}` {what}, found {got}")
+        return found
+
+    def build(self, at: _Tok, make, *args):
+        try:
+            return make(*args)
+        except CraspError as error:
+            raise self.error(str(error), at) from None
+
+    # -- grammar, loosest first
+    def parse_all(self) -> E.Expr:
+        node = self.expression()
+        if self.tok.kind != "end":
+            raise self.error(f"unexpected `{self.tok.text}` after a complete expression")
+        return node
+
+    def expression(self) -> E.Expr:
+        if self.tok.text in ("any", "all") and self.tok.kind == "name":
+            return self.quantifier()
+        start = self.tok
+        node = self.disjunction()
+        question = self.accept("?")
+        if question is None:
+            return node
+        if_true = self.disjunction()
+        self.expect(":", "between the two values of `P ? C1 : C2`")
+        if_false = self.expression()
+        return self.build(question, E.Conditional, self._typed(node, start, E.BOOL),
+                          self._typed(if_true, start, E.COUNT), self._typed(if_false, start, E.COUNT))
+
+    def _typed(self, node: E.Expr, at: _Tok, wanted: str) -> E.Expr:
+        if node.type != wanted:
+            raise self.error(f"`{E.show(node)}` is a {node.type}, but a {wanted} is needed here", at)
+        return node
+
+    def quantifier(self) -> E.Expr:
+        kind_tok = self.tok
+        self.pos += 1
+        index = self.tok
+        if index.kind != "name" or index.text in KEYWORDS:
+            raise self.error(f"expected an index name after `{kind_tok.text}`")
+        if index.text in self.scope:
+            raise self.error(f"index `{index.text}` is already bound here; choose another name", index)
+        if index.text in self.resolver.statements:
+            raise self.error(f"index `{index.text}` has the name of a definition; choose another name", index)
+        self.pos += 1
+        self.expect(":", f"after `{kind_tok.text} {index.text}`")
+        self.scope.add(index.text)
+        body = self.expression()
+        self.scope.discard(index.text)
+        return self.build(kind_tok, E.Quantified, kind_tok.text, E.Var(index.text), body)
+
+    def _binary_chain(self, word: str, operand, make):
+        start = self.tok
+        node = operand()
+        while True:
+            at = self.accept(word)
+            if at is None:
+                return node
+            right = self.quantifier() if self.tok.text in ("any", "all") else operand()
+            node = self.build(at, make, node, right) if node.type == right.type == E.BOOL else self._type_error(
+                at, word, node, right, start)
+
+    def _type_error(self, at, word, left, right, start):
+        culprit = left if left.type != E.BOOL else right
+        raise self.error(f"`{word}` needs two Booleans, but `{E.show(culprit)}` is a {culprit.type}", at)
+
+    def disjunction(self) -> E.Expr:
+        return self._binary_chain("or", self.conjunction, E.Or)
+
+    def conjunction(self) -> E.Expr:
+        return self._binary_chain("and", self.negation, E.And)
+
+    def negation(self) -> E.Expr:
+        at = self.accept("not")
+        if at is None:
+            return self.comparison()
+        operand = self.quantifier() if self.tok.text in ("any", "all") else self.negation()
+        return self.build(at, E.Not, operand)
+
+    def comparison(self) -> E.Expr:
+        start = self.tok
+        if (start.kind == "name" and start.text in self.scope
+                and self.tokens[self.pos + 1].text in ("=", "==", "!=")):
+            return self.symbol_test()
+        left = self.sum()
+        if self.tok.text in _COMPARE_OPS and self.tok.kind == "op":
+            op_tok = self.tok
+            self.pos += 1
+            right = self.sum()
+            op = "=" if op_tok.text == "==" else op_tok.text
+            return self.build(op_tok, E.Compare, op, left, right)
+        return left
+
+    def symbol_test(self) -> E.Expr:
+        index = self.tok
+        self.pos += 1
+        op = self.tok
+        self.pos += 1
+        if self.tok.kind != "string":
+            raise self.error(f'an index can only be compared with a quoted symbol, like `{index.text} = "a"`')
+        symbol = self._symbol(self.tok)
+        self.pos += 1
+        test = E.SymbolIs(E.Var(index.text), symbol)
+        return test if op.text != "!=" else E.Not(test)
+
+    def sum(self) -> E.Expr:
+        node = self.term()
+        while self.tok.text in ("+", "-") and self.tok.kind == "op":
+            op_tok = self.tok
+            self.pos += 1
+            node = self.build(op_tok, E.Arith, op_tok.text, node, self.term())
+        return node
+
+    def term(self) -> E.Expr:
+        minus = self.accept("-")
+        if minus is not None:
+            if self.tok.kind != "number":
+                raise self.error("expected a number after `-` (negative constants are written -3)")
+            value = -int(self.tok.text)
+            self.pos += 1
+            return E.Number(value)
+        return self.atom()
+
+    def atom(self) -> E.Expr:
+        tok = self.tok
+        if tok.kind == "number":
+            self.pos += 1
+            return E.Number(int(tok.text))
+        if tok.text == "(" and tok.kind == "op":
+            self.pos += 1
+            node = self.expression()
+            self.expect(")", "to close `(`")
+            return node
+        if tok.text == "#" and tok.kind == "op":
+            return self.count()
+        if tok.kind == "name":
+            if tok.text in ("true", "false"):
+                self.pos += 1
+                return E.BoolConst(tok.text == "true")
+            if tok.text == "Q":
+                self.pos += 1
+                self.expect("(", "after Q")
+                symbol = self.symbol_argument()
+                self.expect(")", "to close Q(")
+                return E.Token(symbol)
+            if tok.text == "MOD":
+                return self.periodic()
+            if tok.text in ("min", "max"):
+                self.pos += 1
+                self.expect("(", f"after {tok.text}")
+                left = self.expression()
+                self.expect(",", f"between the two counts of {tok.text}(...)")
+                right = self.expression()
+                self.expect(")", f"to close {tok.text}(")
+                return self.build(tok, E.Arith, tok.text, left, right)
+            if tok.text == "not":
+                return self.negation()
+            if tok.text in ("any", "all"):
+                return self.quantifier()
+            if tok.text in KEYWORDS:
+                raise self.error(f"`{tok.text}` cannot start an expression here")
+            return self.reference()
+        if tok.kind == "string":
+            raise self.error(f"a quoted symbol is not an expression; did you mean Q({tok.text})?")
+        found = "the end of the definition" if tok.kind == "end" else f"`{tok.text}`"
+        raise self.error(f"expected an expression (a count, Q(...), #[j <= i] ..., a name, ...), found {found}")
+
+    def periodic(self) -> E.Expr:
+        at = self.tok
+        self.pos += 1
+        self.expect("(", "after MOD")
+        numbers = []
+        for what in ("the modulus m", "the residue r"):
+            if self.tok.kind != "number":
+                raise self.error(f"expected {what} of MOD(m, r), an integer")
+            numbers.append(int(self.tok.text))
+            self.pos += 1
+            if what.startswith("the modulus"):
+                self.expect(",", "between m and r in MOD(m, r)")
+        self.expect(")", "to close MOD(")
+        return self.build(at, E.Periodic, *numbers)
+
+    def count(self) -> E.Expr:
+        at = self.tok
+        self.pos += 1
+        self.expect("[", "after # (a count is written #[j <= i] P)")
+        inner, outer = self._name("the counted position, as in #[j <= i]"), None
+        self.expect("<=", f"after `{inner}` (a count ranges over {inner} <= i)")
+        outer = self._name("the current position, as in #[j <= i]")
+        offset = None
+        if self.accept(","):
+            if self._name(f"`{inner}` in the local relation {inner} = {outer} - c") != inner:
+                raise self.error(f"the local relation must constrain `{inner}`", self.tokens[self.pos - 1])
+            self.expect("=", f"in the local relation {inner} = {outer} - c")
+            if self._name(f"`{outer}` in the local relation") != outer:
+                raise self.error(f"the local relation must be relative to `{outer}`", self.tokens[self.pos - 1])
+            offset = 0
+            if self.accept("-"):
+                if self.tok.kind != "number":
+                    raise self.error("expected a constant distance c in j = i - c")
+                offset = int(self.tok.text)
+                self.pos += 1
+        self.expect("]", "to close the count's range")
+        body = self.negation() if self.tok.text == "not" else self.atom()
+        return self.build(at, E.CountOf, body, offset)
+
+    def _name(self, what: str) -> str:
+        if self.tok.kind != "name":
+            raise self.error(f"expected {what}")
+        self.pos += 1
+        return self.tokens[self.pos - 1].text
+
+    def _symbol(self, tok: _Tok) -> str:
+        symbol = _unquote(tok)
+        if symbol not in self.resolver.alphabet:
+            raise self.error(f"symbol \"{symbol}\" is not in the alphabet "
+                             f"({' '.join(sorted(self.resolver.alphabet))})", tok)
+        return symbol
+
+    def symbol_argument(self) -> E.SymbolArg:
+        tok = self.tok
+        if tok.kind == "string":
+            self.pos += 1
+            return self._symbol(tok)
+        if tok.kind == "name" and tok.text not in KEYWORDS:
+            if tok.text not in self.scope:
+                raise self.error(f"index `{tok.text}` is not bound here (bind it with `any {tok.text}:` or a "
+                                 f"parameter); a literal symbol is quoted: \"{tok.text}\"")
+            self.pos += 1
+            return E.Var(tok.text)
+        raise self.error('expected an index name or a quoted symbol like "a"')
+
+    def reference(self) -> E.Expr:
+        tok = self.tok
+        if tok.text not in self.resolver.statements:
+            if tok.text in self.scope:
+                raise self.error(f"index `{tok.text}` can only appear in Q({tok.text}), as a family argument, "
+                                 f'or in a test like {tok.text} = "a"')
+            known = ", ".join(self.resolver.statements) or "none"
+            raise self.error(f"unknown name `{tok.text}` (defined: {known})")
+        self.pos += 1
+        definition = self.resolver.resolve(tok.text, tok)
+        args: list[E.SymbolArg] = []
+        if self.accept("["):
+            while True:
+                args.append(self.symbol_argument())
+                if self.accept("]"):
+                    break
+                self.expect(",", "or `]` between family arguments")
+        if len(args) != len(definition.params):
+            raise self.error(f"`{tok.text}` takes {len(definition.params)} index argument(s) "
+                             f"[{', '.join(definition.params)}], got {len(args)}", tok)
+        return self.build(tok, definition.use, *args)
+
+
+def parse_file(path) -> Program:
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise CraspProgramError(f"cannot read program file {path}: {error.strerror}") from None
+    return parse(text, str(path))

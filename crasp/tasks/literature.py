@@ -1,0 +1,131 @@
+"""What the literature says about each task's expressibility, stored as data.
+
+Two fragments are recorded per task: "pos" = C-RASP[pos] = C-RASP[periodic, local] (the APE
+prediction) and "none" = C-RASP[] (the NoPE prediction). The interpreter decides positive verdicts
+by verifying a witness program; these claims are what the papers (and the spec's table in
+spec/tasks.md) assert, so that experiments can set a prediction beside an outcome.
+
+A claim is "not expressible" only where an impossibility argument exists; where the spec's table
+says "no" but no argument is recorded, the verdict is "no program known".
+"""
+
+import enum
+from dataclasses import dataclass
+
+FRAGMENTS = ("pos", "none")
+FRAGMENT_NAMES = {"pos": "C-RASP[pos]", "none": "C-RASP[]"}
+
+HUANG = ("Huang et al. 2025, A Formal Framework for Understanding Length Generalization in "
+         "Transformers (ICLR 2025, arXiv 2410.02140)")
+VEITSMAN = ("Veitsman, Jobanputra et al. 2025, Born a Transformer -- Always a Transformer? "
+            "(arXiv 2505.21785)")
+SPEC_SKETCH = "witness sketch in spec/crasp.md"
+
+
+class Verdict(enum.Enum):
+    EXPRESSIBLE = "expressible"
+    NOT_EXPRESSIBLE = "not expressible"
+    NO_PROGRAM_KNOWN = "no program known"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One literature claim about one task in one fragment.
+
+    argument: for EXPRESSIBLE the idea of a program; for NOT_EXPRESSIBLE the impossibility
+    argument in one sentence; for NO_PROGRAM_KNOWN what is (not) known.
+    table_says_expressible: the spec's table (spec/tasks.md) as written, kept even where the
+    verdict is weaker than the table because no argument for the table's "no" is recorded.
+    """
+
+    verdict: Verdict
+    table_says_expressible: bool
+    argument: str
+    source: str
+
+    def __post_init__(self):
+        if not self.argument or not self.source:
+            raise ValueError("a literature claim needs an argument and a source")
+        if (self.verdict is Verdict.EXPRESSIBLE) != self.table_says_expressible:
+            raise ValueError(f"claim {self.argument!r}: verdict {self.verdict.value} contradicts the spec's table")
+
+    @property
+    def expressible(self) -> bool | None:
+        """True / False where the literature decides; None for "no program known"."""
+        return {Verdict.EXPRESSIBLE: True, Verdict.NOT_EXPRESSIBLE: False}.get(self.verdict)
+
+
+def expressible(argument: str, source: str) -> Claim:
+    return Claim(Verdict.EXPRESSIBLE, True, argument, source)
+
+
+def not_expressible(argument: str, source: str) -> Claim:
+    return Claim(Verdict.NOT_EXPRESSIBLE, False, argument, source)
+
+
+def table_says_no_without_argument(remark: str, source: str) -> Claim:
+    return Claim(Verdict.NO_PROGRAM_KNOWN, False,
+                 "the spec's table marks this inexpressible, but no impossibility argument is recorded; " + remark,
+                 source)
+
+
+def inexpressible_in_both(argument: str, source: str) -> dict[str, Claim]:
+    """C-RASP[] is a fragment of C-RASP[pos], so impossibility in C-RASP[pos] carries over."""
+    return {"pos": not_expressible(argument, source),
+            "none": not_expressible("C-RASP[] is a fragment of C-RASP[pos], where this is impossible: " + argument,
+                                    source)}
+
+
+CONSTANT_DISTANCE_REMARK = ("a C-RASP[] program may exist: the distance from the first occurrence of t, "
+                            "#[k <= j] (#[l <= k] Q_t(l) >= 1), equals 2 exactly at the position right after it "
+                            "(unverified; the interpreter decides)")
+
+COMMUNICATION_COMPLEXITY = ("a C-RASP[pos] program's predictions on one half of the input depend on the other "
+                            "half only through O(log n) bits (communication complexity, Huang et al. 2025)")
+
+
+def local_retrieval(side: str, which: str) -> dict[str, Claim]:
+    """UL, UR (which="unique") and NLFirst, NRFirst (which="first")."""
+    remark = (CONSTANT_DISTANCE_REMARK if side == "right" else
+              "a constant distance from a first occurrence reaches right neighbours only, and the left "
+              "neighbour may be a repeated token")
+    return {"pos": expressible(f"a local count ('the previous token is t') locates the {side} neighbour of the "
+                               f"{which} occurrence of the query; {SPEC_SKETCH}", VEITSMAN),
+            "none": table_says_no_without_argument(remark, VEITSMAN)}
+
+
+def last_occurrence_retrieval() -> dict[str, Claim]:
+    return inexpressible_in_both(
+        COMMUNICATION_COMPLEXITY + ", while Veitsman et al. reduce a problem of linear communication complexity to "
+        "retrieval at the last occurrence (no operation compares a count at j with the total at the query)",
+        VEITSMAN)
+
+
+def unique_copy() -> dict[str, Claim]:
+    return {"pos": expressible("every token is distinct, so a local count finds its neighbour in the input; "
+                               + SPEC_SKETCH, VEITSMAN + "; " + HUANG),
+            "none": table_says_no_without_argument(CONSTANT_DISTANCE_REMARK
+                                                   + " (every token is a first occurrence)", VEITSMAN)}
+
+
+def copy_with_repeats(source: str) -> dict[str, Claim]:
+    return inexpressible_in_both(
+        COMMUNICATION_COMPLEXITY + ", but copying a string with repeated tokens needs all of its bits on the "
+        "output side", source)
+
+
+def counting_only(argument: str) -> dict[str, Claim]:
+    claim = expressible(argument + " (counts only, no positional operation)", HUANG)
+    return {"pos": claim, "none": claim}
+
+
+PARITY = inexpressible_in_both("parity needs the number of ones modulo 2; C-RASP has no modulo on counts and "
+                               "Huang et al. prove that periodic and local predicates do not recover it", HUANG)
+ADDITION = inexpressible_in_both(COMMUNICATION_COMPLEXITY + ", but the sum reveals the first operand to the side "
+                                 "that holds the second, which needs linear communication", HUANG)
+BINARY_MAJORITY_INTERLEAVE = {
+    "pos": expressible("periodic predicates MOD_3 assign every bit to its string; each majority is a comparison "
+                       "of two counts", HUANG),
+    "none": table_says_no_without_argument("assigning a bit to its string needs its position modulo 3, which "
+                                           "C-RASP[] has no operation for", HUANG),
+}

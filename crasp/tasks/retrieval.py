@@ -1,0 +1,243 @@
+"""Retrieval (Veitsman et al. 2025): a query q follows the context; the answer is q's neighbour.
+
+`<bos> c_1 .. c_m <sep> q answer <eos>`, length = m. The answer position always lies inside the
+context: the occurrence is never the first context token for "left" variants nor the last for
+"right" variants, and nothing wraps around (one official implementation lets position 0's left
+neighbour wrap to the end of the context; that is a bug, not a definition).
+
+Unique variants (UL, UR) place q exactly once among tokens different from q (other tokens may
+repeat). Non-unique variants (NLFirst, NRFirst, NLLast, NRLast) take the occurrence of q with the
+given rank, and draw contexts in one of two ways:
+- occurrences="iid" (the paper's from-scratch data): the context is i.i.d. uniform; q is the
+  token at a uniformly chosen context position (so frequent tokens are likelier queries, as in the
+  official code); a draw is rejected unless q occurs at least twice and the answer position lies
+  inside the context (and, with non_adjacent=True, no two occurrences of q are adjacent).
+- occurrences=(lo, hi) (the pretrained-model sets use (2, None) with non_adjacent=True): q is
+  uniform, its number of occurrences k is uniform in lo..hi, where hi=None means
+  max(lo, length // 5); the k positions are a uniform k-subset of the positions that keep the
+  answer inside the context (non-adjacent ones if non_adjacent=True); all other tokens are
+  uniform among the symbols other than q.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from crasp.tasks import literature
+from crasp.tasks.base import AlphabetTask, Draw, InvalidInputError, ParameterError, sample_by_rejection
+
+
+@dataclass(frozen=True)
+class Retrieval(AlphabetTask):
+    side: ClassVar[str]  # "left" or "right": which neighbour of the occurrence is the answer
+    has_query: ClassVar[bool] = True
+
+    @property
+    def _step(self) -> int:
+        return -1 if self.side == "left" else 1
+
+    def _neighbour(self, context: list[int], position: int) -> int:
+        neighbour = position + self._step
+        if not 0 <= neighbour < len(context):
+            raise InvalidInputError(f"task {self.code}: the {self.side} neighbour of the query occurrence at context "
+                                    f"position {position} lies outside the context of length {len(context)}")
+        return context[neighbour]
+
+    def _occurrences(self, context: list[int], query: int) -> list[int]:
+        return [position for position, symbol in enumerate(context) if symbol == query]
+
+    def _draw_others(self, rng: np.random.Generator, queries_N: np.ndarray, m: int) -> np.ndarray:
+        """Uniform symbols different from each row's query: draw from A-1 symbols, skip over q."""
+        others_NxM = rng.integers(self.alphabet_size - 1, size=(len(queries_N), m))
+        return others_NxM + (others_NxM >= queries_N[:, None])
+
+    def _answer_draw(self, contexts_NxM: np.ndarray, queries_N: np.ndarray, positions_N: np.ndarray) -> Draw:
+        answers_N = contexts_NxM[np.arange(len(queries_N)), positions_N + self._step]
+        return Draw(contexts_NxM, answers_N[:, None], np.ones(len(queries_N), dtype=np.int64), queries_N)
+
+
+@dataclass(frozen=True)
+class UniqueRetrieval(Retrieval):
+    alphabet_size: int = 150
+
+    def length_problem(self, length: int) -> str | None:
+        if length < 2:
+            return "the query needs a neighbour inside the context, so the context has at least 2 tokens"
+        return None
+
+    def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
+        queries_N = rng.integers(self.alphabet_size, size=n)
+        contexts_NxM = self._draw_others(rng, queries_N, length)
+        positions_N = rng.integers(length - 1, size=n) + (1 if self.side == "left" else 0)
+        contexts_NxM[np.arange(n), positions_N] = queries_N
+        return self._answer_draw(contexts_NxM, queries_N, positions_N)
+
+    def _reference(self, inputs: list[int], query: int | None = None) -> list[int]:
+        occurrences = self._occurrences(inputs, query)
+        if len(occurrences) != 1:
+            raise InvalidInputError(f"task {self.code}: the query must occur exactly once in the context, "
+                                    f"it occurs {len(occurrences)} times")
+        return [self._neighbour(inputs, occurrences[0])]
+
+
+class UniqueRetrieveLeft(UniqueRetrieval):
+    code = "UL"
+    side = "left"
+    description = "the query occurs once in the context; answer the token left of it"
+    literature = literature.local_retrieval("left", "unique")
+
+
+class UniqueRetrieveRight(UniqueRetrieval):
+    code = "UR"
+    side = "right"
+    description = "the query occurs once in the context; answer the token right of it"
+    literature = literature.local_retrieval("right", "unique")
+
+
+@dataclass(frozen=True)
+class NonUniqueRetrieval(Retrieval):
+    alphabet_size: int = 5
+    occurrences: str | tuple = "iid"
+    non_adjacent: bool = False
+    rank: ClassVar[str]  # "first" or "last": which occurrence of the query is retrieved
+
+    def _check_parameters(self) -> None:
+        super()._check_parameters()
+        if self.occurrences != "iid":
+            if not _is_occurrence_range(self.occurrences):
+                raise ParameterError(f"task {self.code}: parameter occurrences={self.occurrences!r} is invalid; "
+                                     '"accepted: "iid" or a pair (lo, hi) of integers with 2 <= lo <= hi, or '
+                                     "hi=None for max(lo, length // 5)")
+            object.__setattr__(self, "occurrences", tuple(self.occurrences))
+        if not isinstance(self.non_adjacent, bool):
+            raise ParameterError(f"task {self.code}: parameter non_adjacent={self.non_adjacent!r} is invalid; "
+                                 "accepted: True or False")
+
+    # The occurrence must not be the first token for "left of first" nor the last for "right of
+    # last"; as all other occurrences lie beyond it, that excludes one end of the context for all.
+    @property
+    def _excludes_an_end(self) -> bool:
+        return (self.side, self.rank) in {("left", "first"), ("right", "last")}
+
+    def _slots(self, length: int) -> int:
+        return length - 1 if self._excludes_an_end else length
+
+    def _first_slot(self) -> int:
+        return 1 if (self.side, self.rank) == ("left", "first") else 0
+
+    def _most_occurrences(self, length: int) -> int:
+        if self.occurrences == "iid":
+            return 2
+        lo, hi = self.occurrences
+        return max(lo, length // 5) if hi is None else hi
+
+    def _fits(self, k: int, slots: int) -> bool:
+        return (2 * k - 1 if self.non_adjacent else k) <= slots
+
+    def length_problem(self, length: int) -> str | None:
+        problem = super().length_problem(length)
+        if problem is not None:
+            return problem
+        k = self._most_occurrences(length)
+        slots = self._slots(length)
+        if not self._fits(k, slots):
+            spacing = "non-adjacent, " if self.non_adjacent else ""
+            return (f"{k} occurrences of the query ({spacing}occurrences={self.occurrences!r}) do not fit in the "
+                    f"{slots} context positions that keep the {self.side} neighbour of the {self.rank} occurrence "
+                    f"inside a context of {length} tokens")
+        return None
+
+    def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
+        if self.occurrences == "iid":
+            contexts_NxM, queries_N = self._draw_iid(rng, n, length)
+        else:
+            contexts_NxM, queries_N = self._draw_counted(rng, n, length)
+        is_query_NxM = contexts_NxM == queries_N[:, None]
+        if self.rank == "first":
+            positions_N = is_query_NxM.argmax(axis=1)
+        else:
+            positions_N = length - 1 - is_query_NxM[:, ::-1].argmax(axis=1)
+        return self._answer_draw(contexts_NxM, queries_N, positions_N)
+
+    def _draw_iid(self, rng: np.random.Generator, n: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        def draw(count):
+            contexts_NxM = rng.integers(self.alphabet_size, size=(count, length))
+            return contexts_NxM, contexts_NxM[np.arange(count), rng.integers(length, size=count)]
+
+        def accept(contexts_NxM, queries_N):
+            is_query_NxM = contexts_NxM == queries_N[:, None]
+            ok_N = is_query_NxM.sum(axis=1) >= 2
+            if (self.side, self.rank) == ("left", "first"):
+                ok_N &= ~is_query_NxM[:, 0]
+            if (self.side, self.rank) == ("right", "last"):
+                ok_N &= ~is_query_NxM[:, -1]
+            if self.non_adjacent:
+                ok_N &= ~(is_query_NxM[:, 1:] & is_query_NxM[:, :-1]).any(axis=1)
+            return ok_N
+
+        return sample_by_rejection(n, length, draw, accept)
+
+    def _draw_counted(self, rng: np.random.Generator, n: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        lo = self.occurrences[0]
+        counts_N = rng.integers(lo, self._most_occurrences(length) + 1, size=n)
+        slots = self._slots(length)
+        # Non-adjacent k-subsets of `slots` positions correspond one-to-one to k-subsets of
+        # slots-k+1 positions (subtract t from the t-th chosen position), so a uniform k-subset of
+        # the smaller range, spread back out, is a uniform non-adjacent placement.
+        choices_N = slots - counts_N + 1 if self.non_adjacent else np.full(n, slots)
+        keys_NxS = rng.random((n, slots))
+        keys_NxS[np.arange(slots)[None, :] >= choices_N[:, None]] = np.inf
+        ranks_NxS = keys_NxS.argsort(axis=1).argsort(axis=1)
+        chosen_NxS = ranks_NxS < counts_N[:, None]
+        rows, chosen_slots = np.nonzero(chosen_NxS)
+        positions = chosen_slots + self._first_slot()
+        if self.non_adjacent:
+            positions = positions + (np.cumsum(chosen_NxS, axis=1)[rows, chosen_slots] - 1)
+        queries_N = rng.integers(self.alphabet_size, size=n)
+        contexts_NxM = self._draw_others(rng, queries_N, length)
+        contexts_NxM[rows, positions] = queries_N[rows]
+        return contexts_NxM, queries_N
+
+    def _reference(self, inputs: list[int], query: int | None = None) -> list[int]:
+        occurrences = self._occurrences(inputs, query)
+        if len(occurrences) < 2:
+            raise InvalidInputError(f"task {self.code}: the query must occur at least twice in the context, "
+                                    f"it occurs {len(occurrences)} times")
+        return [self._neighbour(inputs, occurrences[0] if self.rank == "first" else occurrences[-1])]
+
+
+def _is_occurrence_range(value) -> bool:
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        return False
+    lo, hi = value
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    return is_int(lo) and lo >= 2 and (hi is None or (is_int(hi) and hi >= lo))
+
+
+class RetrieveLeftOfFirst(NonUniqueRetrieval):
+    code = "NLFirst"
+    side, rank = "left", "first"
+    description = "the query occurs at least twice; answer the token left of its first occurrence"
+    literature = literature.local_retrieval("left", "first")
+
+
+class RetrieveRightOfFirst(NonUniqueRetrieval):
+    code = "NRFirst"
+    side, rank = "right", "first"
+    description = "the query occurs at least twice; answer the token right of its first occurrence"
+    literature = literature.local_retrieval("right", "first")
+
+
+class RetrieveLeftOfLast(NonUniqueRetrieval):
+    code = "NLLast"
+    side, rank = "left", "last"
+    description = "the query occurs at least twice; answer the token left of its last occurrence"
+    literature = literature.last_occurrence_retrieval()
+
+
+class RetrieveRightOfLast(NonUniqueRetrieval):
+    code = "NRLast"
+    side, rank = "right", "last"
+    description = "the query occurs at least twice; answer the token right of its last occurrence"
+    literature = literature.last_occurrence_retrieval()

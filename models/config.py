@@ -1,0 +1,154 @@
+"""The model configuration: one frozen dataclass, named presets, parameter count and FLOPs."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax.numpy as jnp
+
+Block = Literal["gpt2", "llama"]
+Position = Literal["ape", "rope", "nope"]
+BLOCKS = ("gpt2", "llama")
+POSITIONS = ("ape", "rope", "nope")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and style of a decoder-only transformer.
+
+    block "gpt2": LayerNorm, GELU (tanh) MLP `mlp.{fc,proj}`, biases on every dense layer and norm.
+    block "llama": RMSNorm, SwiGLU MLP `mlp.{gate,up,down}`, no biases except q/k/v when
+    `qkv_bias` (Qwen2). Both are pre-norm. Grouped-query attention when n_kv_heads < n_heads.
+    position "ape": learned table of `max_positions` rows; "rope": rotary on the first
+    `rope_dim` dims of each head (Hugging Face rotate_half layout); "nope": none.
+    `max_positions` is the APE table size; for RoPE/NoPE it is only the context the model was
+    made for (recorded, not enforced). `dtype` is the compute dtype; parameters stay float32.
+    """
+
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    n_kv_heads: int | None = None  # None: same as n_heads
+    d_head: int | None = None  # None: d_model // n_heads
+    block: Block = "gpt2"
+    position: Position = "ape"
+    max_positions: int = 512
+    rope_base: float = 10000.0
+    rope_dim: int | None = None  # None: the whole head (full rotary)
+    qkv_bias: bool = False
+    tie_embeddings: bool = True
+    norm_eps: float = 1e-5
+    dtype: str = "float32"
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_positions"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) > 0):
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.block not in BLOCKS:
+            raise ValueError(f"ModelConfig.block={self.block!r}; accepted: {BLOCKS}")
+        if self.position not in POSITIONS:
+            raise ValueError(f"ModelConfig.position={self.position!r}; accepted: {POSITIONS}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"ModelConfig.dtype={self.dtype!r}; accepted: {tuple(DTYPES)}")
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set d_head explicitly"
+            )
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.kv_heads}")
+        if self.block == "gpt2" and self.qkv_bias:
+            raise ValueError("qkv_bias applies to llama blocks (Qwen2); gpt2 blocks always have every bias")
+        if not (self.rotary_dim % 2 == 0 and 0 < self.rotary_dim <= self.head_dim):
+            raise ValueError(f"rope_dim={self.rope_dim} must be even and in (0, head_dim={self.head_dim}]")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads if self.d_head is None else self.d_head
+
+    @property
+    def rotary_dim(self) -> int:
+        return self.head_dim if self.rope_dim is None else self.rope_dim
+
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+    def replace(self, **changes) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# The from-scratch presets carry a placeholder vocab_size and max_positions: override them with
+# the task's (preset("paper", vocab_size=len(task.vocab), max_positions=...)).
+PRESETS: dict[str, ModelConfig] = {
+    "quick": ModelConfig(vocab_size=128, d_model=64, n_layers=2, n_heads=4, d_ff=256),
+    # Retrieval/copying paper, appendix B: GPT-2 style, 4 layers, 4 heads, d 256.
+    "paper": ModelConfig(vocab_size=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024),
+    "paper_nope": ModelConfig(vocab_size=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024, position="nope"),
+    # The Llama-style RoPE setup of one official configuration (RMSNorm, RoPE base 500).
+    "paper_rope": ModelConfig(
+        vocab_size=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024,
+        block="llama", position="rope", rope_base=500.0, tie_embeddings=False,
+    ),
+    # Pretrained shapes, so the weight loader can reuse them.
+    "smollm2_135m": ModelConfig(
+        vocab_size=49152, d_model=576, n_layers=30, n_heads=9, n_kv_heads=3, d_ff=1536,
+        block="llama", position="rope", rope_base=100000.0, max_positions=8192, norm_eps=1e-5,
+    ),
+    "qwen2.5_0.5b": ModelConfig(
+        vocab_size=151936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, d_ff=4864,
+        block="llama", position="rope", rope_base=1000000.0, qkv_bias=True, max_positions=32768,
+        norm_eps=1e-6,
+    ),
+    "gpt2_124m": ModelConfig(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, d_ff=3072, max_positions=1024),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """The named preset, with fields replaced by `overrides` (e.g. vocab_size, position)."""
+    if name not in PRESETS:
+        raise KeyError(f"unknown model preset {name!r}; accepted: {sorted(PRESETS)}")
+    return PRESETS[name].replace(**overrides)
+
+
+def parameter_count(config: ModelConfig) -> int:
+    """Number of scalar parameters of `Transformer(config)`, from the config alone."""
+    d, f, v = config.d_model, config.d_ff, config.vocab_size
+    q_width, kv_width = config.n_heads * config.head_dim, config.kv_heads * config.head_dim
+    attention = d * (q_width + 2 * kv_width) + q_width * d
+    if config.block == "gpt2":
+        attention += q_width + 2 * kv_width + d
+        mlp = d * f + f + f * d + d
+        norm = 2 * d
+    else:
+        attention += (q_width + 2 * kv_width) * config.qkv_bias
+        mlp = 3 * d * f
+        norm = d
+    embeddings = v * d + (config.max_positions * d if config.position == "ape" else 0)
+    lm_head = 0 if config.tie_embeddings else d * v
+    return embeddings + config.n_layers * (attention + mlp + 2 * norm) + norm + lm_head
+
+
+def forward_flops_per_token(config: ModelConfig, context_length: int) -> int:
+    """Forward-pass FLOPs for one token that attends to `context_length` keys.
+
+    A multiply-add counts as 2 FLOPs. Counts every matrix product (q/k/v/o, MLP, output head) and
+    the two attention products (q.k and weights.v); ignores norms, softmax, biases and lookups.
+    For a full causal sequence of T tokens the mean context is (T + 1) / 2; training costs about
+    3x the forward pass.
+    """
+    d, f = config.d_model, config.d_ff
+    q_width, kv_width = config.n_heads * config.head_dim, config.kv_heads * config.head_dim
+    attention_weights = d * (q_width + 2 * kv_width) + q_width * d
+    mlp_weights = (2 if config.block == "gpt2" else 3) * d * f
+    matmul_weights = config.n_layers * (attention_weights + mlp_weights) + d * config.vocab_size
+    attention_products = config.n_layers * 2 * q_width * context_length
+    return 2 * (matmul_weights + attention_products)

@@ -1,0 +1,247 @@
+"""One declarative table per source architecture: how its hyperparameters become a ModelConfig,
+and how each of its tensors becomes a parameter of models.Transformer.
+
+A rule maps a source tensor name (a regular expression, matched whole; `(?P<layer>\\d+)` names the
+block) to parameter paths in the Transformer's tree (`layers.{layer}.attn.q.kernel`), through
+transforms applied in order. A rule with several targets splits the transformed array into equal
+parts along its last axis (GPT-2's fused q/k/v); a rule with none skips the tensor on purpose.
+Parameter kernels are [in, out] (nnx.Linear); Hugging Face Linear weights and GGUF matrices are
+[out, in], hence `transpose`; GPT-2's Conv1D weights are [in, out] already.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from models.config import ModelConfig
+from models.loading.errors import UnsupportedModelError
+
+Transform = Callable[[np.ndarray, ModelConfig], np.ndarray]
+
+
+def transpose(array: np.ndarray, config: ModelConfig) -> np.ndarray:
+    return array.T
+
+
+def _undo_llama_cpp_rope_permutation(array: np.ndarray, heads: int) -> np.ndarray:
+    # llama.cpp's converter reorders each head's rows from the rotate_half layout (i pairs with
+    # i + K/2) to the interleaved one (2i pairs with 2i + 1): reshape(heads, 2, K/2).swap(1, 2).
+    # This is the inverse.
+    rows, columns = array.shape
+    return array.reshape(heads, rows // heads // 2, 2, columns).swapaxes(1, 2).reshape(rows, columns)
+
+
+def unpermute_query_rows(array: np.ndarray, config: ModelConfig) -> np.ndarray:
+    return _undo_llama_cpp_rope_permutation(array, config.n_heads)
+
+
+def unpermute_key_rows(array: np.ndarray, config: ModelConfig) -> np.ndarray:
+    return _undo_llama_cpp_rope_permutation(array, config.kv_heads)
+
+
+@dataclass(frozen=True)
+class Rule:
+    source: str
+    targets: tuple[str, ...]
+    transforms: tuple[Transform, ...] = ()
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A source format's architecture: its hyperparameters and its name-mapping table."""
+
+    name: str
+    # (GGUF metadata or config.json, the source's tensor names, where) -> config
+    config: Callable[[dict[str, Any], frozenset[str], str], ModelConfig]
+    rules: tuple[Rule, ...]
+
+
+def _required(values: dict[str, Any], key: str, where: str):
+    if key not in values:
+        raise UnsupportedModelError(where, f"missing hyperparameter {key!r}")
+    return values[key]
+
+
+# --- GGUF, architecture "llama" (SmolLM, Llama 1-3 without rope scaling) -------------------------
+
+def _gguf_llama_config(metadata: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
+    def key(name: str, default=None):
+        value = metadata.get(f"llama.{name}", default)
+        return _required(metadata, f"llama.{name}", where) if value is None else value
+
+    if "rope_freqs.weight" in tensor_names or float(key("rope.scaling.factor", 1.0)) != 1.0:
+        raise UnsupportedModelError(where, "RoPE scaling (Llama 3.1 style rope_freqs, llama.rope.scaling.*) is not supported")
+    n_heads, d_model = int(key("attention.head_count")), int(key("embedding_length"))
+    head_dim = int(metadata.get("llama.attention.key_length", d_model // n_heads))
+    return ModelConfig(
+        vocab_size=int(metadata.get("llama.vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))),
+        d_model=d_model,
+        n_layers=int(key("block_count")),
+        n_heads=n_heads,
+        n_kv_heads=int(key("attention.head_count_kv", n_heads)),
+        d_ff=int(key("feed_forward_length")),
+        d_head=head_dim,
+        block="llama",
+        position="rope",
+        max_positions=int(key("context_length", 2048)),
+        rope_base=float(key("rope.freq_base", 10000.0)),
+        rope_dim=int(key("rope.dimension_count", head_dim)),
+        norm_eps=float(key("attention.layer_norm_rms_epsilon")),
+        tie_embeddings="output.weight" not in tensor_names,
+    )
+
+
+_GGUF_BLOCK = r"blk\.(?P<layer>\d+)\."
+GGUF_LLAMA = Architecture(
+    name="llama",
+    config=_gguf_llama_config,
+    rules=(
+        Rule(r"token_embd\.weight", ("embed.embedding",)),
+        Rule(r"output_norm\.weight", ("final_norm.scale",)),
+        Rule(r"output\.weight", ("lm_head.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"attn_norm\.weight", ("layers.{layer}.attn_norm.scale",)),
+        Rule(_GGUF_BLOCK + r"attn_q\.weight", ("layers.{layer}.attn.q.kernel",), (unpermute_query_rows, transpose)),
+        Rule(_GGUF_BLOCK + r"attn_k\.weight", ("layers.{layer}.attn.k.kernel",), (unpermute_key_rows, transpose)),
+        Rule(_GGUF_BLOCK + r"attn_v\.weight", ("layers.{layer}.attn.v.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"attn_output\.weight", ("layers.{layer}.attn.o.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"ffn_norm\.weight", ("layers.{layer}.mlp_norm.scale",)),
+        Rule(_GGUF_BLOCK + r"ffn_gate\.weight", ("layers.{layer}.mlp.gate.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"ffn_up\.weight", ("layers.{layer}.mlp.up.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"ffn_down\.weight", ("layers.{layer}.mlp.down.kernel",), (transpose,)),
+    ),
+)
+
+
+# --- Hugging Face config.json + safetensors: llama, qwen2, gpt2 ----------------------------------
+
+def _rope(config: dict[str, Any], where: str) -> tuple[float, float]:
+    """(base, partial rotary factor); transformers 5 writes `rope_parameters`, 4.x `rope_theta`."""
+    parameters = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or parameters
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind != "default":
+        raise UnsupportedModelError(where, f"RoPE type {kind!r} is not supported (only 'default')")
+    base = config.get("rope_theta", parameters.get("rope_theta", 10000.0))
+    factor = config.get("partial_rotary_factor", parameters.get("partial_rotary_factor", 1.0))
+    return float(base), float(factor)
+
+
+def _reject(config: dict[str, Any], where: str, unsupported: dict[str, Any]) -> None:
+    for key, accepted in unsupported.items():
+        value = config.get(key, accepted[0])
+        if value not in accepted:
+            raise UnsupportedModelError(where, f"config.json sets {key}={value!r}; supported: {list(accepted)}")
+
+
+def _llama_family_config(config: dict[str, Any], where: str, *, qkv_bias: bool) -> ModelConfig:
+    _reject(config, where, {"hidden_act": ("silu",), "mlp_bias": (False,), "use_sliding_window": (False,)})
+    n_heads, d_model = int(_required(config, "num_attention_heads", where)), int(_required(config, "hidden_size", where))
+    head_dim = int(config.get("head_dim") or d_model // n_heads)
+    base, factor = _rope(config, where)
+    return ModelConfig(
+        vocab_size=int(_required(config, "vocab_size", where)),
+        d_model=d_model,
+        n_layers=int(_required(config, "num_hidden_layers", where)),
+        n_heads=n_heads,
+        n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
+        d_ff=int(_required(config, "intermediate_size", where)),
+        d_head=head_dim,
+        block="llama",
+        position="rope",
+        max_positions=int(config.get("max_position_embeddings", 2048)),
+        rope_base=base,
+        rope_dim=int(head_dim * factor),
+        qkv_bias=qkv_bias,
+        norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+    )
+
+
+def _hf_llama_config(config: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
+    # Llama's attention_bias also puts a bias on o_proj, which the llama block does not have.
+    _reject(config, where, {"attention_bias": (False,)})
+    return _llama_family_config(config, where, qkv_bias=False)
+
+
+def _hf_qwen2_config(config: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
+    return _llama_family_config(config, where, qkv_bias=True)
+
+
+def _hf_gpt2_config(config: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
+    _reject(
+        config, where,
+        {
+            "activation_function": ("gelu_new", "gelu_pytorch_tanh"),
+            "scale_attn_weights": (True,),
+            "scale_attn_by_inverse_layer_idx": (False,),
+            "tie_word_embeddings": (True,),
+        },
+    )
+    d_model = int(_required(config, "n_embd", where))
+    return ModelConfig(
+        vocab_size=int(_required(config, "vocab_size", where)),
+        d_model=d_model,
+        n_layers=int(_required(config, "n_layer", where)),
+        n_heads=int(_required(config, "n_head", where)),
+        d_ff=int(config.get("n_inner") or 4 * d_model),
+        block="gpt2",
+        position="ape",
+        max_positions=int(_required(config, "n_positions", where)),
+        norm_eps=float(config.get("layer_norm_epsilon", 1e-5)),
+        tie_embeddings=True,
+    )
+
+
+_HF_LAYER = r"model\.layers\.(?P<layer>\d+)\."
+_HF_LLAMA_RULES = (
+    Rule(r"model\.embed_tokens\.weight", ("embed.embedding",)),
+    Rule(r"model\.norm\.weight", ("final_norm.scale",)),
+    Rule(r"lm_head\.weight", ("lm_head.kernel",), (transpose,)),
+    Rule(_HF_LAYER + r"self_attn\.rotary_emb\.inv_freq", ()),  # a buffer older checkpoints saved
+    Rule(_HF_LAYER + r"input_layernorm\.weight", ("layers.{layer}.attn_norm.scale",)),
+    Rule(_HF_LAYER + r"post_attention_layernorm\.weight", ("layers.{layer}.mlp_norm.scale",)),
+    Rule(_HF_LAYER + r"self_attn\.(?P<p>[qkv])_proj\.weight", ("layers.{layer}.attn.{p}.kernel",), (transpose,)),
+    Rule(_HF_LAYER + r"self_attn\.(?P<p>[qkv])_proj\.bias", ("layers.{layer}.attn.{p}.bias",)),
+    Rule(_HF_LAYER + r"self_attn\.o_proj\.weight", ("layers.{layer}.attn.o.kernel",), (transpose,)),
+    Rule(_HF_LAYER + r"mlp\.(?P<p>gate|up|down)_proj\.weight", ("layers.{layer}.mlp.{p}.kernel",), (transpose,)),
+)
+HF_LLAMA = Architecture(name="llama", config=_hf_llama_config, rules=_HF_LLAMA_RULES)
+HF_QWEN2 = Architecture(name="qwen2", config=_hf_qwen2_config, rules=_HF_LLAMA_RULES)
+
+# GPT2LMHeadModel saves names under "transformer."; GPT2Model (the hub's gpt2) without it.
+_GPT2 = r"(?:transformer\.)?"
+_GPT2_LAYER = _GPT2 + r"h\.(?P<layer>\d+)\."
+
+
+def _gpt2_affine(source: str, *targets: str, weight: str) -> tuple[Rule, Rule]:
+    """GPT-2 stores a layer as `weight` and `bias`; our kernels/norm scales take the weight."""
+    return (
+        Rule(source + r"\.weight", tuple(f"{target}.{weight}" for target in targets)),
+        Rule(source + r"\.bias", tuple(f"{target}.bias" for target in targets)),
+    )
+
+
+HF_GPT2 = Architecture(
+    name="gpt2",
+    config=_hf_gpt2_config,
+    rules=(
+        Rule(_GPT2 + r"wte\.weight", ("embed.embedding",)),
+        Rule(_GPT2 + r"wpe\.weight", ("pos_embed.embedding",)),
+        Rule(r"lm_head\.weight", ()),  # tied to wte
+        Rule(_GPT2_LAYER + r"attn\.(?:masked_)?bias", ()),  # causal-mask buffers, not weights
+        *_gpt2_affine(_GPT2 + r"ln_f", "final_norm", weight="scale"),
+        *_gpt2_affine(_GPT2_LAYER + r"ln_1", "layers.{layer}.attn_norm", weight="scale"),
+        *_gpt2_affine(_GPT2_LAYER + r"ln_2", "layers.{layer}.mlp_norm", weight="scale"),
+        # Conv1D weights are [in, out] already; c_attn holds q, k and v side by side.
+        *_gpt2_affine(_GPT2_LAYER + r"attn\.c_attn", *(f"layers.{{layer}}.attn.{x}" for x in "qkv"), weight="kernel"),
+        *_gpt2_affine(_GPT2_LAYER + r"attn\.c_proj", "layers.{layer}.attn.o", weight="kernel"),
+        *_gpt2_affine(_GPT2_LAYER + r"mlp\.c_fc", "layers.{layer}.mlp.fc", weight="kernel"),
+        *_gpt2_affine(_GPT2_LAYER + r"mlp\.c_proj", "layers.{layer}.mlp.proj", weight="kernel"),
+    ),
+)
+
+GGUF_ARCHITECTURES = {"llama": GGUF_LLAMA}
+HF_ARCHITECTURES = {"llama": HF_LLAMA, "qwen2": HF_QWEN2, "gpt2": HF_GPT2}

@@ -1,0 +1,161 @@
+"""Tokenizers for pretrained models: from a GGUF file's own metadata or a checkpoint's tokenizer.json.
+
+Built with the `tokenizers` library. A GGUF stores a byte-level BPE (`tokenizer.ggml.model`
+"gpt2") as its vocabulary, already spelled in GPT-2's byte-to-unicode alphabet, plus its merges;
+how text is split before the merges apply (the pre-tokenizer) is only named, by
+`tokenizer.ggml.pre`, after llama.cpp's table of split rules, which PRE_TOKENIZERS mirrors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+from models.loading.errors import UnsupportedModelError
+
+CONTROL_TOKEN_TYPE = 3  # llama.cpp's token type for special tokens such as <|im_start|>
+USER_DEFINED_TOKEN_TYPE = 4  # added tokens matched whole but not special
+
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def _regex_then_bytes(split: str) -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(split), behavior="isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+
+
+def _gpt2_bytes() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def _digits_then_gpt2_bytes() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    )
+
+
+# tokenizer.ggml.pre -> pre-tokenizer. "smollm" isolates every digit, then GPT-2's split
+# (llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM; the same as SmolLM2's own tokenizer.json).
+PRE_TOKENIZERS = {
+    "default": _gpt2_bytes,
+    "gpt-2": _gpt2_bytes,
+    "smollm": _digits_then_gpt2_bytes,
+    "starcoder": _digits_then_gpt2_bytes,
+    "llama-bpe": lambda: _regex_then_bytes(_LLAMA3_SPLIT),
+    "llama3": lambda: _regex_then_bytes(_LLAMA3_SPLIT),
+    "qwen2": lambda: _regex_then_bytes(_QWEN2_SPLIT),
+}
+
+
+@dataclass(frozen=True)
+class PretrainedTokenizer:
+    """Text <-> token ids, with the special tokens and chat template the model came with."""
+
+    backend: Tokenizer
+    bos_id: int | None
+    eos_id: int | None
+    pad_id: int | None
+    add_bos: bool
+    chat_template: str | None
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, with BOS first when the model expects it."""
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        return [self.bos_id, *ids] if self.add_bos and self.bos_id is not None else ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        encodings = self.backend.encode_batch(texts, add_special_tokens=False)
+        prefix = [self.bos_id] if self.add_bos and self.bos_id is not None else []
+        return [prefix + encoding.ids for encoding in encodings]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token(self, token_id: int) -> str:
+        return self.backend.id_to_token(token_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+
+def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> PretrainedTokenizer:
+    kind = metadata.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise UnsupportedModelError(
+            where, f"tokenizer.ggml.model is {kind!r}; only 'gpt2' (byte-level BPE) tokenizers are supported"
+        )
+    pre = metadata.get("tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZERS:
+        raise UnsupportedModelError(
+            where, f"tokenizer.ggml.pre is {pre!r}; supported pre-tokenizers: {sorted(PRE_TOKENIZERS)}"
+        )
+    tokens = metadata["tokenizer.ggml.tokens"]
+    merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
+    backend = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges))
+    backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    token_types = metadata.get("tokenizer.ggml.token_type", [])
+    backend.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, token_types) if kind == CONTROL_TOKEN_TYPE]
+    )
+    backend.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t, kind in zip(tokens, token_types) if kind == USER_DEFINED_TOKEN_TYPE]
+    )
+    return PretrainedTokenizer(
+        backend=backend,
+        bos_id=metadata.get("tokenizer.ggml.bos_token_id"),
+        eos_id=metadata.get("tokenizer.ggml.eos_token_id"),
+        pad_id=metadata.get("tokenizer.ggml.padding_token_id"),
+        # llama.cpp's default for byte-level vocabularies that do not say: no BOS.
+        add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
+        chat_template=metadata.get("tokenizer.chat_template"),
+    )
+
+
+def tokenizer_from_folder(folder: Path) -> PretrainedTokenizer | None:
+    """The tokenizer of a Hugging Face checkpoint folder; None when it has no tokenizer.json."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    backend = Tokenizer.from_file(str(path))
+    settings = _read_json(folder / "tokenizer_config.json")
+    model_config = _read_json(folder / "config.json")
+
+    def special_id(name: str) -> int | None:
+        token = settings.get(name)
+        if isinstance(token, dict):  # AddedToken written out as {"content": ...}
+            token = token.get("content")
+        if token is not None:
+            return backend.token_to_id(token)
+        token_id = model_config.get(f"{name}_id")
+        return token_id[0] if isinstance(token_id, list) else token_id
+
+    bos_id = special_id("bos_token")
+    # tokenizer.json's post-processor adds BOS itself where the model wants one (Llama 3).
+    adds_bos = bos_id is not None and bos_id in backend.encode("a", add_special_tokens=True).ids
+    return PretrainedTokenizer(
+        backend=backend,
+        bos_id=bos_id,
+        eos_id=special_id("eos_token"),
+        pad_id=special_id("pad_token"),
+        add_bos=adds_bos,
+        chat_template=settings.get("chat_template"),
+    )
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}

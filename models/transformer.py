@@ -1,0 +1,277 @@
+"""A decoder-only transformer in Flax NNX: GPT-2 or Llama blocks; APE, RoPE or NoPE positions.
+
+One code path serves training, evaluation and KV-cache decoding: positions and the padding mask
+are explicit inputs, and causality is decided by cache slot (the order tokens were fed in), so
+a position can be any number (random APE offsets, left padding) without breaking it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx, struct
+
+from models.config import ModelConfig
+from models.interventions import Interventions, LayerInterventions
+
+
+@struct.dataclass
+class KVCache:
+    """Keys and values of the tokens fed so far; `Transformer.init_cache` makes an empty one.
+
+    Slot `index` is where the next token goes; valid_BxS marks slots holding real (unmasked) tokens.
+    """
+
+    keys_BxSxNxK: tuple[jax.Array, ...]  # one per layer; N = n_kv_heads
+    values_BxSxNxK: tuple[jax.Array, ...]
+    valid_BxS: jax.Array
+    index: jax.Array  # int32 scalar
+
+    @property
+    def length(self) -> int:
+        return self.valid_BxS.shape[1]
+
+
+@struct.dataclass
+class ModelOutput:
+    logits_BxTxV: jax.Array  # float32
+    attention_LxBxHxTxS: jax.Array | None = None  # softmax weights, when return_attention
+    head_outputs_LxBxTxHxK: jax.Array | None = None  # per-head outputs, when return_head_outputs
+    cache: KVCache | None = None  # the updated cache, when one was passed in
+
+
+def apply_rope(x_BxTxHxK: jax.Array, positions_BxT: jax.Array, base: float, rotary_dim: int) -> jax.Array:
+    """Rotary embedding in the Hugging Face "rotate_half" layout on the first `rotary_dim` dims.
+
+    Dimension i of the rotated part pairs with i + rotary_dim/2 (not with its neighbour, as in
+    the interleaved GPT-J/llama.cpp layout); dims past rotary_dim pass through (partial rotary).
+    """
+    half = rotary_dim // 2
+    inv_freq_R = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles_BxTx1xR = (positions_BxT.astype(jnp.float32)[..., None] * inv_freq_R)[:, :, None, :]
+    cos, sin = jnp.cos(angles_BxTx1xR), jnp.sin(angles_BxTx1xR)
+    x1 = x_BxTxHxK[..., :half].astype(jnp.float32)
+    x2 = x_BxTxHxK[..., half:rotary_dim].astype(jnp.float32)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return jnp.concatenate([rotated.astype(x_BxTxHxK.dtype), x_BxTxHxK[..., rotary_dim:]], axis=-1)
+
+
+def _dense(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, use_bias: bool, std: float) -> nnx.Linear:
+    return nnx.Linear(
+        d_in, d_out, use_bias=use_bias, dtype=config.compute_dtype, param_dtype=jnp.float32,
+        kernel_init=nnx.initializers.normal(std), bias_init=nnx.initializers.zeros, rngs=rngs,
+    )
+
+
+def _norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+    if config.block == "gpt2":
+        # use_fast_variance=False: E[(x-mean)^2] as torch computes it, not E[x^2]-mean^2.
+        return nnx.LayerNorm(
+            config.d_model, epsilon=config.norm_eps, use_fast_variance=False,
+            dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs,
+        )
+    return nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs)
+
+
+def _residual_std(config: ModelConfig) -> float:
+    # GPT-2's scaling of the projections that write into the residual stream.
+    return config.init_std / math.sqrt(2 * config.n_layers)
+
+
+class Attention(nnx.Module):
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+        self.config = config
+        q_width, kv_width = config.n_heads * config.head_dim, config.kv_heads * config.head_dim
+        qkv_bias = config.block == "gpt2" or config.qkv_bias
+        std = config.init_std
+        self.q = _dense(config, rngs, config.d_model, q_width, qkv_bias, std)
+        self.k = _dense(config, rngs, config.d_model, kv_width, qkv_bias, std)
+        self.v = _dense(config, rngs, config.d_model, kv_width, qkv_bias, std)
+        self.o = _dense(config, rngs, q_width, config.d_model, config.block == "gpt2", _residual_std(config))
+
+    def __call__(self, x_BxTxD, positions_BxT, allowed_BxTxS, interventions: LayerInterventions, cache_kv, cache_index):
+        """Returns (output_BxTxD, weights_BxHxTxS, heads_BxTxHxK, (keys_BxSxNxK, values_BxSxNxK))."""
+        c = self.config
+        B, T, _ = x_BxTxD.shape
+        H, N, K = c.n_heads, c.kv_heads, c.head_dim
+        q_BxTxHxK = self.q(x_BxTxD).reshape(B, T, H, K)
+        k_BxTxNxK = self.k(x_BxTxD).reshape(B, T, N, K)
+        v_BxTxNxK = self.v(x_BxTxD).reshape(B, T, N, K)
+        if c.position == "rope":
+            q_BxTxHxK = apply_rope(q_BxTxHxK, positions_BxT, c.rope_base, c.rotary_dim)
+            k_BxTxNxK = apply_rope(k_BxTxNxK, positions_BxT, c.rope_base, c.rotary_dim)
+        if cache_kv is None:
+            keys_BxSxNxK, values_BxSxNxK = k_BxTxNxK, v_BxTxNxK
+        else:
+            keys_BxSxNxK = jax.lax.dynamic_update_slice(cache_kv[0], k_BxTxNxK.astype(cache_kv[0].dtype), (0, cache_index, 0, 0))
+            values_BxSxNxK = jax.lax.dynamic_update_slice(cache_kv[1], v_BxTxNxK.astype(cache_kv[1].dtype), (0, cache_index, 0, 0))
+        S = keys_BxSxNxK.shape[1]
+        # Query head h reads kv head h // G (grouped-query attention, as Hugging Face's repeat_kv).
+        q_BxTxNxGxK = q_BxTxHxK.reshape(B, T, N, H // N, K)
+        logits_BxNxGxTxS = jnp.einsum("btngk,bsnk->bngts", q_BxTxNxGxK, keys_BxSxNxK, preferred_element_type=jnp.float32)
+        logits_BxHxTxS = logits_BxNxGxTxS.reshape(B, H, T, S) / math.sqrt(K)
+        if interventions.attn_bias_BxHxTxS is not None:
+            logits_BxHxTxS = logits_BxHxTxS + interventions.attn_bias_BxHxTxS
+        # A finite floor instead of -inf keeps rows with no allowed key (left padding) free of NaN.
+        lowest = jnp.finfo(jnp.float32).min
+        allowed_Bx1xTxS = allowed_BxTxS[:, None]
+        logits_BxHxTxS = jnp.where(allowed_Bx1xTxS, jnp.maximum(logits_BxHxTxS, lowest), lowest)
+        weights_BxHxTxS = jnp.where(allowed_Bx1xTxS, jax.nn.softmax(logits_BxHxTxS, axis=-1), 0.0)
+        weights_BxNxGxTxS = weights_BxHxTxS.reshape(B, N, H // N, T, S).astype(values_BxSxNxK.dtype)
+        heads_BxTxHxK = jnp.einsum("bngts,bsnk->btngk", weights_BxNxGxTxS, values_BxSxNxK).reshape(B, T, H, K)
+        if interventions.head_mask_H is not None:
+            keep_Hx1 = jnp.asarray(interventions.head_mask_H, heads_BxTxHxK.dtype)[:, None]
+            replacement = 0.0 if interventions.head_mean_HxK is None else interventions.head_mean_HxK
+            heads_BxTxHxK = heads_BxTxHxK * keep_Hx1 + (1 - keep_Hx1) * jnp.asarray(replacement, heads_BxTxHxK.dtype)
+        output_BxTxD = self.o(heads_BxTxHxK.reshape(B, T, H * K))
+        return output_BxTxD, weights_BxHxTxS, heads_BxTxHxK, (keys_BxSxNxK, values_BxSxNxK)
+
+
+class GeluMLP(nnx.Module):
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+        self.fc = _dense(config, rngs, config.d_model, config.d_ff, True, config.init_std)
+        self.proj = _dense(config, rngs, config.d_ff, config.d_model, True, _residual_std(config))
+
+    def __call__(self, x_BxTxD):
+        return self.proj(jax.nn.gelu(self.fc(x_BxTxD), approximate=True))  # GPT-2's "gelu_new"
+
+
+class SwiGLU(nnx.Module):
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+        self.gate = _dense(config, rngs, config.d_model, config.d_ff, False, config.init_std)
+        self.up = _dense(config, rngs, config.d_model, config.d_ff, False, config.init_std)
+        self.down = _dense(config, rngs, config.d_ff, config.d_model, False, _residual_std(config))
+
+    def __call__(self, x_BxTxD):
+        return self.down(jax.nn.silu(self.gate(x_BxTxD)) * self.up(x_BxTxD))
+
+
+class Block(nnx.Module):
+    """Pre-norm residual block: x + attn(attn_norm(x)), then + mlp(mlp_norm(.))."""
+
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+        self.attn_norm = _norm(config, rngs)
+        self.attn = Attention(config, rngs)
+        self.mlp_norm = _norm(config, rngs)
+        self.mlp = GeluMLP(config, rngs) if config.block == "gpt2" else SwiGLU(config, rngs)
+
+    def __call__(self, x_BxTxD, positions_BxT, allowed_BxTxS, interventions, cache_kv, cache_index):
+        attended, weights, heads, kv = self.attn(
+            self.attn_norm(x_BxTxD), positions_BxT, allowed_BxTxS, interventions, cache_kv, cache_index
+        )
+        x_BxTxD = x_BxTxD + attended
+        return x_BxTxD + self.mlp(self.mlp_norm(x_BxTxD)), weights, heads, kv
+
+
+def _check_indices(ids, limit: int, what: str, hint: str) -> None:
+    """Raise if a concrete index array leaves [0, limit). Traced arrays (under jit) cannot be
+    checked here; their out-of-range lookups give NaN instead (see `_lookup`)."""
+    if isinstance(ids, jax.core.Tracer):
+        return
+    ids = np.asarray(ids)
+    outside = (ids < 0) | (ids >= limit)
+    if outside.any():
+        where = tuple(int(i) for i in np.argwhere(outside)[0])
+        raise ValueError(f"{what} {int(ids[where])} at index {where} is outside the accepted range [0, {limit}); {hint}")
+
+
+def _lookup(table_NxD: jax.Array, ids) -> jax.Array:
+    # jnp indexing would clip an out-of-range id to the last row silently; NaN makes it loud.
+    return jnp.take(table_NxD, jnp.asarray(ids), axis=0, mode="fill", fill_value=jnp.nan)
+
+
+class Transformer(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        embed_init = nnx.initializers.normal(config.init_std)
+        self.embed = nnx.Embed(
+            config.vocab_size, config.d_model, dtype=config.compute_dtype, param_dtype=jnp.float32,
+            embedding_init=embed_init, rngs=rngs,
+        )
+        if config.position == "ape":
+            self.pos_embed = nnx.Embed(config.max_positions, config.d_model, param_dtype=jnp.float32, embedding_init=embed_init, rngs=rngs)
+        self.layers = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
+        self.final_norm = _norm(config, rngs)
+        if not config.tie_embeddings:
+            self.lm_head = _dense(config, rngs, config.d_model, config.vocab_size, False, config.init_std)
+
+    def init_cache(self, batch_size: int, length: int) -> KVCache:
+        c = self.config
+        empty = jnp.zeros((batch_size, length, c.kv_heads, c.head_dim), c.compute_dtype)
+        return KVCache(
+            keys_BxSxNxK=(empty,) * c.n_layers,
+            values_BxSxNxK=(empty,) * c.n_layers,
+            valid_BxS=jnp.zeros((batch_size, length), bool),
+            index=jnp.zeros((), jnp.int32),
+        )
+
+    def embed_inputs(self, tokens_BxT, positions_BxT) -> jax.Array:
+        """Token embeddings (+ the APE row of each position): the input of `forward_embeddings`."""
+        c = self.config
+        _check_indices(tokens_BxT, c.vocab_size, "token id", "it must be a valid id of the vocabulary")
+        x_BxTxD = _lookup(self.embed.embedding[...], tokens_BxT)
+        if c.position == "ape":
+            _check_indices(
+                positions_BxT, c.max_positions, "position",
+                "the learned position table (ModelConfig.max_positions) has no row for it; "
+                "use shorter sequences or smaller offsets, or a model with a larger table",
+            )
+            x_BxTxD = x_BxTxD + _lookup(self.pos_embed.embedding[...], positions_BxT)
+        return x_BxTxD.astype(c.compute_dtype)
+
+    def __call__(
+        self, tokens_BxT, positions_BxT=None, mask_BxT=None, *, cache: KVCache | None = None,
+        interventions: Interventions | None = None, return_attention: bool = False, return_head_outputs: bool = False,
+    ) -> ModelOutput:
+        """Logits for every position. positions default to the slot numbers (0..T-1, or
+        cache.index.. when decoding); mask_BxT (True: real token) defaults to all True."""
+        if positions_BxT is None:
+            start = 0 if cache is None else cache.index
+            positions_BxT = jnp.broadcast_to(start + jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
+        return self.forward_embeddings(
+            self.embed_inputs(tokens_BxT, positions_BxT), positions_BxT, mask_BxT, cache=cache,
+            interventions=interventions, return_attention=return_attention, return_head_outputs=return_head_outputs,
+        )
+
+    def forward_embeddings(
+        self, x_BxTxD, positions_BxT, mask_BxT=None, *, cache: KVCache | None = None,
+        interventions: Interventions | None = None, return_attention: bool = False, return_head_outputs: bool = False,
+    ) -> ModelOutput:
+        """The model after the embedding lookup (used for gradients with respect to embeddings)."""
+        B, T, _ = x_BxTxD.shape
+        mask_BxT = jnp.ones((B, T), bool) if mask_BxT is None else jnp.asarray(mask_BxT, bool)
+        interventions = Interventions() if interventions is None else interventions
+        if cache is None:
+            first_slot, key_valid_BxS = 0, mask_BxT
+        else:
+            if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + T > cache.length:
+                raise ValueError(f"KV cache overflow: {int(cache.index)} slots used + {T} new tokens > cache length {cache.length}")
+            first_slot = cache.index
+            key_valid_BxS = jax.lax.dynamic_update_slice(cache.valid_BxS, mask_BxT, (0, cache.index))
+        query_slots_T = first_slot + jnp.arange(T)
+        key_slots_S = jnp.arange(key_valid_BxS.shape[1])
+        allowed_BxTxS = key_valid_BxS[:, None, :] & (key_slots_S[None, None, :] <= query_slots_T[None, :, None])
+
+        all_weights, all_heads, all_keys, all_values = [], [], [], []
+        for layer_index, layer in enumerate(self.layers):
+            cache_kv = None if cache is None else (cache.keys_BxSxNxK[layer_index], cache.values_BxSxNxK[layer_index])
+            x_BxTxD, weights, heads, (keys, values) = layer(
+                x_BxTxD, positions_BxT, allowed_BxTxS, interventions.for_layer(layer_index), cache_kv, first_slot
+            )
+            all_weights.append(weights)
+            all_heads.append(heads)
+            all_keys.append(keys)
+            all_values.append(values)
+
+        x_BxTxD = self.final_norm(x_BxTxD)
+        logits_BxTxV = self.embed.attend(x_BxTxD) if self.config.tie_embeddings else self.lm_head(x_BxTxD)
+        new_cache = None if cache is None else KVCache(tuple(all_keys), tuple(all_values), key_valid_BxS, cache.index + T)
+        return ModelOutput(
+            logits_BxTxV=logits_BxTxV.astype(jnp.float32),
+            attention_LxBxHxTxS=jnp.stack(all_weights) if return_attention else None,
+            head_outputs_LxBxTxHxK=jnp.stack(all_heads) if return_head_outputs else None,
+            cache=new_cache,
+        )

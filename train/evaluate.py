@@ -1,0 +1,89 @@
+"""Accuracy per length bin: exact match of the whole answer, plus a greedy-decoding cross-check.
+
+Under teacher forcing with argmax, a string is right when every answer token and EOS is the
+argmax; this equals exact match of greedy generation (the first wrong token is generated in
+both). The cross-check decodes a subsample with the model's KV-cache greedy decoding and counts
+the strings where the two verdicts differ, which catches a mismatch between the training-time
+forward pass and cached decoding (positions, masks) that teacher forcing alone cannot see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from train.data import EVAL_STREAM, Batch, batch_rng, make_batch, stack_batches
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """The test strings of one bin for one seed, at position offset 0."""
+
+    lo: int
+    hi: int
+    batch: Batch
+    prompt_lengths_N: np.ndarray
+
+
+def build_eval_sets(task, seed: int, bins: list[tuple[int, int]], examples_per_bin: int,
+                    max_positions: int) -> list[EvalSet]:
+    sets = []
+    for index, (lo, hi) in enumerate(bins):
+        rng = batch_rng(seed, EVAL_STREAM, index)
+        input_lengths_N = rng.integers(lo, hi + 1, size=examples_per_bin)
+        parts = [task.sample(rng, int((input_lengths_N == n).sum()), int(n)) for n in np.unique(input_lengths_N)]
+        width = max(p.tokens.shape[1] for p in parts)
+        tokens_NxT = np.concatenate([np.pad(p.tokens, ((0, 0), (0, width - p.tokens.shape[1]))) for p in parts])
+        prompt_lengths_N = np.concatenate([p.prompt_lengths for p in parts]).astype(np.int64)
+        lengths_N = np.concatenate([p.lengths for p in parts]).astype(np.int64)
+        if lengths_N.max() > max_positions:
+            raise ValueError(f"task {task.code}: test bin {lo}-{hi} has {lengths_N.max()}-token strings, "
+                             f"more than max_positions={max_positions}")
+        batch = make_batch(tokens_NxT, prompt_lengths_N, lengths_N, np.zeros_like(lengths_N), max_positions)
+        sets.append(EvalSet(lo=lo, hi=hi, batch=batch, prompt_lengths_N=prompt_lengths_N))
+    return sets
+
+
+def teacher_forced_exact(eval_step, params_S, stacked_sets: list[EvalSet], chunk: int, put) -> np.ndarray:
+    """exact_SxN for one bin, whose EvalSets (one per model of the stack) are given in order.
+
+    The N strings are evaluated `chunk` at a time (the last chunk padded by repeating rows), so
+    every bin compiles one shape.
+    """
+    batch = stack_batches([s.batch for s in stacked_sets]).as_dict()
+    n = batch["tokens_BxT"].shape[1]
+    results = []
+    for start in range(0, n, chunk):
+        rows = np.arange(start, start + chunk) % n
+        part = {name: array[:, rows] for name, array in batch.items()}
+        results.append(np.asarray(eval_step(params_S, put(part))))
+    return np.concatenate(results, axis=1)[:, :n]
+
+
+def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: int, decode) -> int:
+    """How many of the first `count` strings get a different verdict from greedy decoding.
+
+    `decode(model, tokens_NxT, prompt_lengths_N, max_new_tokens) -> generated_NxM` is the model's
+    KV-cache greedy decoding; the answer is right when the first (length - prompt_length) tokens
+    generated equal the reference answer and EOS.
+    """
+    count = min(count, len(exact_N))
+    if count == 0:
+        return 0
+    batch = eval_set.batch
+    lengths_N = batch.lengths_B[:count]
+    prompts_N = eval_set.prompt_lengths_N[:count]
+    answer_lengths_N = lengths_N - prompts_N
+    generated_NxM = np.asarray(decode(model, batch.tokens_BxT[:count], prompts_N, int(answer_lengths_N.max())))
+    disagreements = 0
+    for i in range(count):
+        reference = batch.tokens_BxT[i, prompts_N[i]:lengths_N[i]]
+        greedy_right = np.array_equal(generated_NxM[i, :answer_lengths_N[i]], reference)
+        disagreements += int(greedy_right != bool(exact_N[i]))
+    return disagreements
+
+
+def unstack(params_S, index: int):
+    return jax.tree.map(lambda leaf: leaf[index], params_S)

@@ -1,0 +1,268 @@
+"""Train and evaluate models on one task: resumable, deterministic, one folder per (task, seed).
+
+A job folder holds `job.json` (everything that defines the run), `metrics.jsonl` (training and
+evaluation records), `checkpoint.npz` (parameters, optimizer state, step, stopping state) and,
+once the job has finished, `result.json`. Running a job whose folder has a checkpoint resumes
+from it; a job with `result.json` is done and is not run again. Because every batch is drawn
+from a generator seeded by (seed, step) and the checkpoint holds the exact float32 state, a
+resumed run ends with the same numbers as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import jax
+import numpy as np
+from flax import nnx
+
+from crasp.tasks import get_task
+from train.checkpoint import load_checkpoint, read_jsonl, save_checkpoint, write_json, write_jsonl
+from train.config import TrainConfig
+from train.data import TRAIN_STREAM, batch_rng, effective_range, sample_batch, sequence_length, stack_batches
+from train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
+from train.model import build_model, greedy_decode
+from train.steps import check_divisible, data_mesh, make_eval_step, make_optimizer, make_train_step, replicate, shard_batch
+
+PE_CHOICES = ("ape", "rope", "nope")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One model: a task, a positional encoding, a seed, the settings and where results go."""
+
+    task_code: str
+    seed: int
+    pe: str
+    train: TrainConfig
+    model: dict = field(default_factory=dict)
+    task_overrides: dict = field(default_factory=dict)
+    out_dir: str = ""
+
+    def __post_init__(self):
+        if self.pe not in PE_CHOICES:
+            raise ValueError(f"Job.pe={self.pe!r}; accepted: {PE_CHOICES}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Job:
+        return cls(**{**values, "train": TrainConfig.from_dict(values["train"])})
+
+    def stack_key(self) -> tuple:
+        """Jobs with equal keys differ only in seed and can share one compiled step."""
+        return (self.task_code, self.pe, repr(self.train), repr(sorted(self.model.items())),
+                repr(sorted(self.task_overrides.items())))
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.out_dir)
+
+
+def is_done(job: Job) -> bool:
+    return (job.folder / "result.json").exists()
+
+
+@dataclass(frozen=True)
+class TaskSetup:
+    """What a job needs to know about its task, with lengths clipped to what the sampler allows."""
+
+    task: object
+    train_range: tuple[int, int]
+    bins: list[tuple[int, int]]
+    padded_length: int
+    max_positions: int
+
+    @classmethod
+    def for_job(cls, job: Job) -> TaskSetup:
+        task = get_task(job.task_code, **job.task_overrides)
+        train_range = effective_range(task, *job.train.train_lengths)
+        bins = [effective_range(task, lo, hi) for lo, hi in job.train.test_bins]
+        longest = sequence_length(task, max(hi for _, hi in bins + [train_range]))
+        max_positions = job.train.max_positions or longest
+        if max_positions < longest:
+            raise ValueError(f"task {task.code}: max_positions={max_positions} is below the longest "
+                             f"string ({longest} tokens); raise max_positions or shorten the test bins")
+        return cls(task=task, train_range=train_range, bins=bins,
+                   padded_length=sequence_length(task, train_range[1]), max_positions=max_positions)
+
+
+ProgressCallback = Callable[[dict], None]
+
+
+def run_job(job: Job, progress: ProgressCallback | None = None) -> dict:
+    return run_stack([job], progress)[0]
+
+
+def run_stack(jobs: list[Job], progress: ProgressCallback | None = None) -> list[dict]:
+    """Train the jobs (same settings, different seeds) in one vmapped step; return their results."""
+    if len({job.stack_key() for job in jobs}) != 1:
+        raise ValueError("run_stack: the jobs differ in more than the seed; run them separately")
+    pending = [job for job in jobs if not is_done(job)]
+    if pending:
+        _StackRun(pending, progress).run()
+    return [read_result(job) for job in jobs]
+
+
+def read_result(job: Job) -> dict:
+    return json.loads((job.folder / "result.json").read_text())
+
+
+class _StackRun:
+    def __init__(self, jobs: list[Job], progress: ProgressCallback | None):
+        self.jobs = jobs
+        self.config = jobs[0].train
+        self.progress = progress or (lambda _: None)
+        self.setup = TaskSetup.for_job(jobs[0])
+        self.mesh = data_mesh()
+        check_divisible(self.mesh, self.config.batch_size, "batch_size")
+        check_divisible(self.mesh, min(self.config.eval_batch_size, self.config.eval_examples_per_bin),
+                        "eval_batch_size")
+        models = [build_model(job.pe, job.model, len(self.setup.task.vocab), self.setup.max_positions, job.seed)
+                  for job in jobs]
+        self.graphdef, _, self.rest = nnx.split(models[0], nnx.Param, ...)
+        params_S = jax.tree.map(lambda *leaves: np.stack(leaves), *[nnx.split(m, nnx.Param, ...)[1] for m in models])
+        optimizer = make_optimizer(self.config)
+        opt_state_S = jax.vmap(optimizer.init)(params_S)
+        self.state = replicate(self.mesh, (params_S, opt_state_S))
+        self.train_step = make_train_step(self.graphdef, self.rest, optimizer)
+        self.eval_step = make_eval_step(self.graphdef, self.rest)
+        self.eval_sets = [build_eval_sets(self.setup.task, job.seed, self.setup.bins,
+                                          self.config.eval_examples_per_bin, self.setup.max_positions)
+                          for job in jobs]
+        self.step = 0
+        self.elapsed_s = [0.0] * len(jobs)
+        self.perfect_streak = [0] * len(jobs)
+        self.finished = [False] * len(jobs)
+        self.last_eval: list[dict | None] = [None] * len(jobs)
+        self._resume_or_start()
+
+    # -- files ---------------------------------------------------------------------------------
+    def _resume_or_start(self) -> None:
+        checkpoints = [job.folder / "checkpoint.npz" for job in self.jobs]
+        if all(path.exists() for path in checkpoints):
+            loaded = [load_checkpoint(path, unstack(self.state, 0)) for path in checkpoints]
+            steps = {meta["step"] for _, meta in loaded}
+            if len(steps) != 1:
+                raise RuntimeError(f"checkpoints of one stack are at different steps {sorted(steps)}; "
+                                   "run these seeds separately")
+            stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *[state for state, _ in loaded])
+            self.state = replicate(self.mesh, stacked)
+            self.step = steps.pop()
+            for i, (job, (_, meta)) in enumerate(zip(self.jobs, loaded)):
+                self.elapsed_s[i] = meta["elapsed_s"]
+                self.perfect_streak[i] = meta["perfect_streak"]
+                self.last_eval[i] = meta["last_eval"]
+                # Records written after the checkpoint are replayed by the resumed run.
+                write_jsonl(job.folder / "metrics.jsonl", read_jsonl(job.folder / "metrics.jsonl")[:meta["records"]])
+            return
+        for job in self.jobs:
+            job.folder.mkdir(parents=True, exist_ok=True)
+            write_json(job.folder / "job.json", job.to_dict())
+            write_jsonl(job.folder / "metrics.jsonl", [])
+            write_json(job.folder / "task.json", dict(
+                task=job.task_code, train_range=self.setup.train_range, bins=self.setup.bins,
+                max_positions=self.setup.max_positions, padded_length=self.setup.padded_length,
+                vocab_size=len(self.setup.task.vocab)))
+
+    def _append(self, index: int, record: dict) -> None:
+        with open(self.jobs[index].folder / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def _checkpoint(self) -> None:
+        for i in self._active():
+            self._checkpoint_one(i)
+
+    def _finish(self, index: int, stopped_early: bool) -> None:
+        job = self.jobs[index]
+        self._checkpoint_one(index)
+        write_json(job.folder / "result.json", dict(
+            task=job.task_code, seed=job.seed, pe=job.pe, steps=self.step, stopped_early=stopped_early,
+            elapsed_s=round(self.elapsed_s[index], 1), bins=self.last_eval[index]["bins"]))
+        self.finished[index] = True
+
+    def _checkpoint_one(self, index: int) -> None:
+        job = self.jobs[index]
+        meta = dict(step=self.step, elapsed_s=self.elapsed_s[index], perfect_streak=self.perfect_streak[index],
+                    last_eval=self.last_eval[index], records=len(read_jsonl(job.folder / "metrics.jsonl")))
+        save_checkpoint(job.folder / "checkpoint.npz", unstack(self.state, index), meta)
+
+    # -- training ------------------------------------------------------------------------------
+    def run(self) -> None:
+        config, setup = self.config, self.setup
+        random_offset = config.random_position_offset and self.jobs[0].pe == "ape"
+        window_losses, window_accuracies = [], []
+        clock = time.monotonic()
+        while self.step < config.max_steps and not all(self.finished):
+            batches = [sample_batch(setup.task, batch_rng(job.seed, TRAIN_STREAM, self.step), config.batch_size,
+                                    setup.train_range, setup.padded_length, setup.max_positions, random_offset)
+                       for job in self.jobs]
+            params_S, opt_state_S = self.state
+            params_S, opt_state_S, loss_S, accuracy_S = self.train_step(
+                params_S, opt_state_S, shard_batch(self.mesh, stack_batches(batches).as_dict()))
+            self.state = (params_S, opt_state_S)
+            window_losses.append(loss_S)
+            window_accuracies.append(accuracy_S)
+            self.step += 1
+            now = time.monotonic()
+            for i in range(len(self.jobs)):
+                if not self.finished[i]:
+                    self.elapsed_s[i] += now - clock
+            clock = now
+            if self.step % config.log_every == 0:
+                losses = np.mean(np.stack(jax.device_get(window_losses)), axis=0)
+                accuracies = np.mean(np.stack(jax.device_get(window_accuracies)), axis=0)
+                window_losses, window_accuracies = [], []
+                for i in self._active():
+                    self._append(i, dict(kind="train", step=self.step, loss=round(float(losses[i]), 6),
+                                         sequence_accuracy=round(float(accuracies[i]), 6)))
+                self._report_progress(losses)
+            if self.step % config.eval_every == 0 or self.step == config.max_steps:
+                self._evaluate()
+                self._checkpoint()
+            elif self.step % config.checkpoint_every == 0:
+                self._checkpoint()
+            clock = time.monotonic()
+
+    def _active(self) -> list[int]:
+        return [i for i in range(len(self.jobs)) if not self.finished[i]]
+
+    def _report_progress(self, losses) -> None:
+        for i in self._active():
+            last = self.last_eval[i]
+            self.progress(dict(task=self.jobs[i].task_code, seed=self.jobs[i].seed, step=self.step,
+                               max_steps=self.config.max_steps, loss=float(losses[i]),
+                               train_bin_accuracy=None if last is None else last["bins"][0]["accuracy"]))
+
+    def _evaluate(self) -> None:
+        config = self.config
+        params_S = self.state[0]
+        put = lambda part: shard_batch(self.mesh, part)  # noqa: E731
+        chunk = min(config.eval_batch_size, config.eval_examples_per_bin)
+        bin_records = [[] for _ in self.jobs]
+        for b, (lo, hi) in enumerate(self.setup.bins):
+            exact_SxN = teacher_forced_exact(self.eval_step, params_S, [sets[b] for sets in self.eval_sets],
+                                             chunk, put)
+            for i in self._active():
+                model = nnx.merge(self.graphdef, unstack(params_S, i), self.rest)
+                disagreements = greedy_disagreements(model, self.eval_sets[i][b], exact_SxN[i],
+                                                     config.greedy_examples_per_bin, greedy_decode)
+                bin_records[i].append(dict(lo=lo, hi=hi, accuracy=round(float(exact_SxN[i].mean()), 6),
+                                           n=int(exact_SxN.shape[1]),
+                                           greedy_checked=min(config.greedy_examples_per_bin, exact_SxN.shape[1]),
+                                           greedy_disagreements=disagreements))
+        for i in self._active():
+            record = dict(kind="eval", step=self.step, bins=bin_records[i])
+            self.last_eval[i] = record
+            self._append(i, record)
+            perfect = bin_records[i][0]["accuracy"] == 1.0
+            self.perfect_streak[i] = self.perfect_streak[i] + 1 if perfect else 0
+            stop = 0 < config.stop_after_perfect_evals <= self.perfect_streak[i]
+            if stop or self.step >= config.max_steps:
+                self._finish(i, stopped_early=stop and self.step < config.max_steps)
