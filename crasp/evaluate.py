@@ -145,10 +145,11 @@ class BatchEvaluator:
             self.memo[key] = found
         return found
 
-    def full(self, node: E.Expr, env: dict[str, np.ndarray] | None = None) -> Value:
-        value = self.value(node, env or {})
-        shape = (self.B, self.T) + tuple(self.V for _ in value.axes)
-        return Value(np.broadcast_to(value.array, shape), value.axes)
+    def full(self, node: E.Expr, axes: tuple[str, ...]) -> Value:
+        """The node's value broadcast to (B, T, V, ...) with one axis per name in `axes`
+        (a family parameter its body ignores still gets its axis)."""
+        array = _align(self.value(node, {}), axes)
+        return Value(np.broadcast_to(array, (self.B, self.T) + (self.V,) * len(axes)), axes)
 
     def bind(self, key_BxT: np.ndarray) -> np.ndarray:
         self.keep_alive.append(key_BxT)
@@ -170,11 +171,19 @@ class BatchEvaluator:
     def symbol_id(self, symbol: str) -> int:
         return self.symbol_ids[symbol]
 
-    def _symbol_is(self, node: E.SymbolIs, env) -> Value:
-        target = self.symbol_id(node.symbol)
-        if node.index.name in env:
-            return Value(env[node.index.name] == target, ())
-        return Value((np.arange(self.V) == target).reshape(1, 1, self.V), (node.index.name,))
+    def _symbol_relation(self, node: E.SymbolRelation, env) -> Value:
+        sides, known = [], np.ones((1, 1), bool)
+        for side in (node.left, node.right):
+            if isinstance(side, str):
+                sides.append(Value(np.full((1, 1), self.symbol_id(side)), ()))
+            elif side.name in env:
+                sides.append(Value(env[side.name], ()))
+                known = known & (env[side.name] >= 0)  # key -1: no symbol, so no relation holds
+            else:
+                sides.append(Value(np.arange(self.V).reshape(1, 1, self.V), (side.name,)))
+        axes, (left, right) = _joint(*sides)
+        holds = left == right if node.op == "=" else left < right
+        return Value(holds & known.reshape(known.shape + (1,) * len(axes)), axes)
 
     def _const(self, node: E.BoolConst, env) -> Value:
         return Value(np.full((1, 1), node.value), ())
@@ -339,8 +348,11 @@ class BatchEvaluator:
             return None
         if isinstance(node, E.Token) and node.symbol == E.Var(name):
             return self.tokens
-        if isinstance(node, E.SymbolIs):
-            return np.full((self.B, self.T), self.symbol_id(node.symbol))
+        if isinstance(node, E.SymbolRelation) and node.op == "=":
+            other = node.right if node.left == E.Var(name) else node.left
+            if isinstance(other, str):
+                return np.full((self.B, self.T), self.symbol_id(other))
+            return env.get(other.name)
         if isinstance(node, E.Compare) and isinstance(node.right, E.Number) \
                 and isinstance(node.left, E.CountOf) and node.left.offset is not None \
                 and (node.op, node.right.value) in _MEANS_ONE:
@@ -360,16 +372,31 @@ class BatchEvaluator:
             return np.where(mask, key, -1)
         if isinstance(node, E.Named):
             carriers = [p for p, a in zip(node.params, node.args) if a == E.Var(name)]
-            if len(carriers) != 1:
-                return None
-            inner_env = {}
-            for param, arg in zip(node.params, node.args):
-                if isinstance(arg, str):
-                    inner_env[param] = self.bind(np.full((self.B, self.T), self.symbol_id(arg)))
-                elif arg.name != name:
-                    inner_env[param] = env[arg.name]
-            return self.onehot_key(node.body, carriers[0], inner_env)
-        return None
+            if len(carriers) == 1:
+                inner_env = {}
+                for param, arg in zip(node.params, node.args):
+                    if isinstance(arg, str):
+                        inner_env[param] = self.bind(np.full((self.B, self.T), self.symbol_id(arg)))
+                    elif arg.name != name:
+                        inner_env[param] = env[arg.name]
+                key = self.onehot_key(node.body, carriers[0], inner_env)
+                if key is not None:
+                    return key
+        return self._observed_onehot_key(node, name, env)
+
+    def _observed_onehot_key(self, node: E.Expr, name: str, env) -> np.ndarray | None:
+        """The family over `name` evaluated (cost V per position) and found one-hot on these very
+        strings (e.g. `#[j <= i] (#[k <= j] Q(t) >= 1) = 2`, true only for t = w_{i-1} at its first
+        occurrence): exact for this batch, which is all the evaluator needs."""
+        if node.type != E.BOOL:
+            return None
+        value = self.value(node, env)
+        if value.axes != (name,):
+            return None
+        array = np.broadcast_to(value.array, (self.B, self.T, self.V))
+        if (array.sum(axis=2) > 1).any():
+            return None
+        return np.where(array.any(axis=2), array.argmax(axis=2), -1)
 
 
 def _rename(value: Value, renames: dict[str, str]) -> Value:
@@ -395,7 +422,7 @@ _BINARY_OPS = {
 }
 
 _RULES = {
-    E.BoolConst: BatchEvaluator._const, E.Token: BatchEvaluator._token, E.SymbolIs: BatchEvaluator._symbol_is,
+    E.BoolConst: BatchEvaluator._const, E.Token: BatchEvaluator._token, E.SymbolRelation: BatchEvaluator._symbol_relation,
     E.Not: BatchEvaluator._not, E.And: BatchEvaluator._binary, E.Or: BatchEvaluator._binary,
     E.Compare: BatchEvaluator._binary, E.Periodic: BatchEvaluator._periodic,
     E.Quantified: BatchEvaluator._quantified, E.CountOf: BatchEvaluator._count,
@@ -429,7 +456,7 @@ def evaluate(program: Program, tokens_BxT: np.ndarray, names: list[str] | None =
     while start < len(tokens_BxT):
         evaluator = BatchEvaluator(tokens_BxT[start:start + chunk], ids)
         for d in chosen:
-            value = evaluator.full(d.use(*(E.Var(p) for p in d.params)))
+            value = evaluator.full(d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params)))
             results[d.name].append(np.ascontiguousarray(value.array))
             axes[d.name] = value.axes
         start += chunk

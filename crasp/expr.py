@@ -12,7 +12,8 @@ so structural equality is identity (`x is y`) and every evaluator can memoize by
 also why `==` on a Count builds a comparison node instead of testing equality, as in tracr.
 
 Families indexed by alphabet symbols use index variables (`Var("t")`), which appear in
-`Q(t)`, in the arguments of a named family `prev(t)`, in `t.is_symbol("a")`, and are bound by
+`Q(t)`, in the arguments of a named family `prev(t)`, in `t.is_symbol("a")` and `u.precedes(t)`
+(alphabet order), and are bound by
 the finite quantifiers `any_(t, body)` / `all_(t, body)` or by the parameters of a family.
 """
 
@@ -43,9 +44,13 @@ class Var:
 
     name: str
 
-    def is_symbol(self, symbol: str) -> "SymbolIs":
+    def is_symbol(self, symbol: str) -> "SymbolRelation":
         """The index equals this symbol: a constant for each unrolled member of a family."""
-        return SymbolIs(self, symbol)
+        return SymbolRelation("=", self, symbol)
+
+    def precedes(self, other: "SymbolArg") -> "SymbolRelation":
+        """This index comes before `other` in the alphabet's order."""
+        return SymbolRelation("<", self, other)
 
     def __str__(self) -> str:
         return self.name
@@ -222,18 +227,23 @@ class Token(BoolExpr):
             raise CraspTypeError(f"Q(...) takes a symbol (str) or an index Var, got {self.symbol!r}")
 
 
-class SymbolIs(BoolExpr):
-    """`t = "a"`: the index variable t stands for the symbol a (sugar over the finite alphabet)."""
+class SymbolRelation(BoolExpr):
+    """`t = "a"` or `u < t`: a relation between symbols in the alphabet's order, each side an index
+    variable or a literal symbol. Sugar over the finite alphabet: for every unrolled member of a
+    family it is the constant true or false."""
 
-    _fields = ("index", "symbol")
-    index: Var
-    symbol: str
+    _fields = ("op", "left", "right")
+    op: str
+    left: SymbolArg
+    right: SymbolArg
 
     def _check(self):
-        if not isinstance(self.index, Var) or not isinstance(self.symbol, str):
-            raise CraspTypeError("an index test needs an index Var and a symbol string, "
-                                 f"got {self.index!r} and {self.symbol!r}")
-        self._set(BOOL, {self.index.name})
+        if self.op not in ("=", "<"):
+            raise CraspTypeError(f"symbols are related by `=` or `<` (alphabet order), got {self.op!r}")
+        for side in (self.left, self.right):
+            if not isinstance(side, (Var, str)):
+                raise CraspTypeError(f"a symbol relation relates index Vars and symbol strings, got {side!r}")
+        self._set(BOOL, {side.name for side in (self.left, self.right) if isinstance(side, Var)})
 
 
 class Not(BoolExpr):
@@ -477,6 +487,8 @@ def family(name: str, params: list[str] | tuple[str, ...], build: Callable[..., 
     def use(*args: SymbolArg) -> Named:
         return Named(name, params, tuple(args), body)
 
+    use(*(Var(p) for p in params))  # checks the definition now, where it is written
+
     use.__name__ = name
     return use
 
@@ -503,8 +515,8 @@ def symbols_used(root: Expr) -> set[str]:
     for node in walk(root):
         if isinstance(node, Token) and isinstance(node.symbol, str):
             found.add(node.symbol)
-        elif isinstance(node, SymbolIs):
-            found.add(node.symbol)
+        elif isinstance(node, SymbolRelation):
+            found.update(side for side in (node.left, node.right) if isinstance(side, str))
         elif isinstance(node, Named):
             found.update(a for a in node.args if isinstance(a, str))
     return found
@@ -531,7 +543,7 @@ def _precedence(node: Expr) -> int:
         return _AND
     if isinstance(node, Not):
         return _NOT
-    if isinstance(node, (Compare, SymbolIs)):
+    if isinstance(node, (Compare, SymbolRelation)):
         return _COMPARE
     if isinstance(node, Arith) and node.op in "+-":
         return _SUM
@@ -551,8 +563,8 @@ def show(node: Expr) -> str:
         return "true" if node.value else "false"
     if isinstance(node, Token):
         return f"Q({show_symbol(node.symbol)})"
-    if isinstance(node, SymbolIs):
-        return f"{node.index.name} = {show_symbol(node.symbol)}"
+    if isinstance(node, SymbolRelation):
+        return f"{show_symbol(node.left)} {node.op} {show_symbol(node.right)}"
     if isinstance(node, Not):
         return f"not {_wrapped(node.operand, _NOT)}"
     if isinstance(node, (And, Or)):

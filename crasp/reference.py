@@ -34,8 +34,9 @@ def reference_value(program: Program, symbols: list[str], node: E.Expr, position
             return node.value
         if isinstance(node, E.Token):
             return string[i - 1] == symbol_of(node.symbol)
-        if isinstance(node, E.SymbolIs):
-            return scope[node.index.name] == node.symbol
+        if isinstance(node, E.SymbolRelation):
+            left, right = alphabet.index(symbol_of(node.left)), alphabet.index(symbol_of(node.right))
+            return left == right if node.op == "=" else left < right
         if isinstance(node, E.Not):
             return not sub(node.operand)
         if isinstance(node, E.And):

@@ -24,6 +24,10 @@ from crasp.program import CraspProgramError, Definition, Program
 KEYWORDS = {"and", "or", "not", "true", "false", "any", "all", "min", "max", "Q", "MOD", "alphabet",
             "output", "accept"}
 _COMPARE_OPS = ("<=", ">=", "!=", "==", "=", "<", ">")
+# symbol relation written -> (relation, negated, sides swapped), over `=` and `<` (alphabet order)
+_SYMBOL_RELATIONS = {"=": ("=", False, False), "==": ("=", False, False), "!=": ("=", True, False),
+                     "<": ("<", False, False), ">": ("<", False, True), ">=": ("<", True, False),
+                     "<=": ("<", True, True)}
 _TOKEN = re.compile(r"""
     (?P<space>[ \t]+) | (?P<comment>//[^\n]*) | (?P<newline>\n)
   | (?P<number>\d+) | (?P<name>[A-Za-z_][A-Za-z_0-9]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
@@ -323,10 +327,8 @@ class _ExpressionParser:
         return self.build(at, E.Not, operand)
 
     def comparison(self) -> E.Expr:
-        start = self.tok
-        if (start.kind == "name" and start.text in self.scope
-                and self.tokens[self.pos + 1].text in ("=", "==", "!=")):
-            return self.symbol_test()
+        if self._is_symbol_side(self.tok) and self.tokens[self.pos + 1].text in _SYMBOL_RELATIONS:
+            return self.symbol_relation()
         left = self.sum()
         if self.tok.text in _COMPARE_OPS and self.tok.kind == "op":
             op_tok = self.tok
@@ -336,17 +338,20 @@ class _ExpressionParser:
             return self.build(op_tok, E.Compare, op, left, right)
         return left
 
-    def symbol_test(self) -> E.Expr:
-        index = self.tok
-        self.pos += 1
+    def _is_symbol_side(self, tok: _Tok) -> bool:
+        return tok.kind == "string" or (tok.kind == "name" and tok.text in self.scope)
+
+    def symbol_relation(self) -> E.Expr:
+        """`t = "a"`, `u < t`, ...: symbols compared in the alphabet's order (sugar)."""
+        left = self.symbol_argument()
         op = self.tok
         self.pos += 1
-        if self.tok.kind != "string":
-            raise self.error(f'an index can only be compared with a quoted symbol, like `{index.text} = "a"`')
-        symbol = self._symbol(self.tok)
-        self.pos += 1
-        test = E.SymbolIs(E.Var(index.text), symbol)
-        return test if op.text != "!=" else E.Not(test)
+        if not self._is_symbol_side(self.tok):
+            raise self.error(f'an index is compared with another index or a quoted symbol, like `t {op.text} "a"`')
+        right = self.symbol_argument()
+        relation, negated, swapped = _SYMBOL_RELATIONS[op.text]
+        node = E.SymbolRelation(relation, *((right, left) if swapped else (left, right)))
+        return E.Not(node) if negated else node
 
     def sum(self) -> E.Expr:
         node = self.term()

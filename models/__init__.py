@@ -70,6 +70,8 @@ transpose of a torch nn.Linear weight)
 Heads are contiguous blocks of K columns (head h = columns h*K:(h+1)*K); query head h uses kv
 head h // (H/N), as Hugging Face. RoPE is the Hugging Face rotate_half (non-interleaved) layout
 on the first rope_dim dims of each head: GGUF llama q/k rows must be un-permuted first.
+tests/test_model_reference.py maps tiny Hugging Face Llama, Qwen2 and GPT-2 models onto these
+paths and checks equal logits: a worked example for loaders.
     param_shapes(model) -> {path: shape};  set_params(model, {path: array}, require_all=False)
     count_params(model) == parameter_count(config)
 forward_flops_per_token(config, context_length): forward FLOPs of one token attending to

@@ -21,7 +21,7 @@ def _param_variables(model: nnx.Module) -> dict[str, nnx.Param]:
 
 def param_shapes(model: nnx.Module) -> dict[str, tuple[int, ...]]:
     """Every parameter's dotted path and shape."""
-    return {path: tuple(variable[...].shape) for path, variable in sorted(_param_variables(model).items())}
+    return {path: tuple(variable.get_value().shape) for path, variable in sorted(_param_variables(model).items())}
 
 
 def count_params(model: nnx.Module) -> int:
@@ -41,8 +41,8 @@ def set_params(model: nnx.Module, arrays: Mapping[str, object], *, require_all: 
         if path not in variables:
             close = difflib.get_close_matches(path, variables, n=3)
             problems.append(f"unknown parameter path {path!r}" + (f" (did you mean {close}?)" if close else ""))
-        elif tuple(np.shape(array)) != variables[path][...].shape:
-            problems.append(f"{path}: got shape {tuple(np.shape(array))}, the model expects {variables[path][...].shape}")
+        elif tuple(np.shape(array)) != variables[path].get_value().shape:
+            problems.append(f"{path}: got shape {tuple(np.shape(array))}, the model expects {variables[path].get_value().shape}")
     if require_all:
         problems += [f"{path}: not given" for path in sorted(set(variables) - set(arrays))]
     if problems:

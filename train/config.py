@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 SCHEDULES = ("linear", "constant")
+RETRIEVAL_AND_COPYING = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
 
 
 class ConfigError(ValueError):
@@ -82,6 +83,9 @@ class TrainConfig:
                               f"{[f.name for f in dataclasses.fields(self)]}")
         return dataclasses.replace(self, **changes).validate()
 
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
         values = dict(values)
@@ -98,9 +102,13 @@ class Preset:
     description: str
     train: TrainConfig
     model: dict = field(default_factory=dict)
-    # Keyword overrides for crasp.tasks.get_task, per task code ("*" applies to all tasks).
+    # Keyword overrides for crasp.tasks.get_task, per task code.
     task_overrides: dict = field(default_factory=dict)
     seeds: tuple[int, ...] = (0, 1, 2)
+    tasks: tuple[str, ...] = RETRIEVAL_AND_COPYING
+
+    def overrides_for(self, task_code: str) -> dict:
+        return dict(self.task_overrides.get(task_code, {}))
 
 
 PAPER = Preset(
@@ -108,6 +116,23 @@ PAPER = Preset(
     description="Appendix B of the retrieval/copying paper: lengths 1-50, bins to 150, 4x4x256.",
     train=TrainConfig().validate(),
     model=dict(n_layers=4, n_heads=4, d_model=256, d_ff=1024),
-    task_overrides={"UF": {"alphabet_size": 150}, "UB": {"alphabet_size": 150}},
     seeds=(0, 1, 2),
 )
+
+# Scaled down for a 2-core laptop from the calibration study in experiments/calibration/ (see its
+# README for the measurements behind every number here).
+QUICK = Preset(
+    name="quick",
+    description="2-core CPU scale: lengths 1-20, bins to 60, 2 layers x 4 heads x d 64 (experiments/calibration).",
+    train=TrainConfig(
+        train_lengths=(1, 20), test_bins=((1, 20), (21, 40), (41, 60)), batch_size=64, learning_rate=1e-3,
+        schedule="linear", warmup_steps=200, max_steps=5000, eval_every=500, stop_after_perfect_evals=0,
+        eval_examples_per_bin=500, greedy_examples_per_bin=32, eval_batch_size=250, log_every=100,
+        checkpoint_every=500,
+    ).validate(),
+    model=dict(n_layers=2, n_heads=4, d_model=64, d_ff=256),
+    task_overrides={code: dict(alphabet_size=64) for code in ("UL", "UR", "UF", "UB")},
+    seeds=(0,),
+)
+
+PRESETS = {preset.name: preset for preset in (QUICK, PAPER)}

@@ -107,7 +107,7 @@ class NonUniqueRetrieval(Retrieval):
         if self.occurrences != "iid":
             if not _is_occurrence_range(self.occurrences):
                 raise ParameterError(f"task {self.code}: parameter occurrences={self.occurrences!r} is invalid; "
-                                     '"accepted: "iid" or a pair (lo, hi) of integers with 2 <= lo <= hi, or '
+                                     'accepted: "iid" or a pair (lo, hi) of integers with 2 <= lo <= hi, or '
                                      "hi=None for max(lo, length // 5)")
             object.__setattr__(self, "occurrences", tuple(self.occurrences))
         if not isinstance(self.non_adjacent, bool):

@@ -90,6 +90,11 @@ class PretrainedTokenizer:
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the special tokens (BOS, EOS, <|im_start|>, ...): where generated text ends."""
+        return frozenset(i for i, token in self.backend.get_added_tokens_decoder().items() if token.special)
+
 
 def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> PretrainedTokenizer:
     kind = metadata.get("tokenizer.ggml.model")
@@ -103,7 +108,7 @@ def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> Pretra
             where, f"tokenizer.ggml.pre is {pre!r}; supported pre-tokenizers: {sorted(PRE_TOKENIZERS)}"
         )
     tokens = metadata["tokenizer.ggml.tokens"]
-    merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
+    merges = [tuple(merge.split(" ", 1)) for merge in metadata.get("tokenizer.ggml.merges", [])]
     backend = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges))
     backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
     backend.decoder = decoders.ByteLevel()
@@ -153,8 +158,14 @@ def tokenizer_from_folder(folder: Path) -> PretrainedTokenizer | None:
         eos_id=special_id("eos_token"),
         pad_id=special_id("pad_token"),
         add_bos=adds_bos,
-        chat_template=settings.get("chat_template"),
+        chat_template=_chat_template(folder, settings),
     )
+
+
+def _chat_template(folder: Path, settings: dict) -> str | None:
+    # transformers 5 saves the template beside tokenizer_config.json; 4.x inside it.
+    path = folder / "chat_template.jinja"
+    return path.read_text() if path.is_file() else settings.get("chat_template")
 
 
 def _read_json(path: Path) -> dict:

@@ -1,0 +1,20 @@
+"""The task library: retrieval and copying (Veitsman et al. 2025) and the algorithmic tasks of
+Huang et al. 2025, each with a seeded sampler, the exact reference answer and literature claims.
+
+    from crasp.tasks import get_task
+    task = get_task("UR", alphabet_size=62)
+    examples = task.sample(np.random.default_rng(0), n=64, length=20)
+"""
+
+from crasp.tasks.base import (BOS, EOS, NUM_SPECIALS, PAD, SEP, SPECIAL_TOKENS, UNBOUNDED, Examples,
+                              InvalidInputError, ParameterError, SamplerError, Task, TaskError, UnknownTaskError,
+                              symbol_names)
+from crasp.tasks.literature import FRAGMENT_NAMES, FRAGMENTS, Claim, Verdict
+from crasp.tasks.registry import TASK_CLASSES, TASK_CODES, TASKS, get_task, parameters_of
+
+__all__ = [
+    "BOS", "EOS", "NUM_SPECIALS", "PAD", "SEP", "SPECIAL_TOKENS", "UNBOUNDED", "Examples", "InvalidInputError",
+    "ParameterError", "SamplerError", "Task", "TaskError", "UnknownTaskError", "symbol_names",
+    "FRAGMENT_NAMES", "FRAGMENTS", "Claim", "Verdict",
+    "TASK_CLASSES", "TASK_CODES", "TASKS", "get_task", "parameters_of",
+]

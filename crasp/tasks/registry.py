@@ -1,0 +1,40 @@
+"""The one registry of tasks: user-facing codes (the papers' names) -> task classes."""
+
+import dataclasses
+
+from crasp.tasks.algorithmic import (Addition, BinaryMajority, BinaryMajorityInterleave, Majority, Parity,
+                                     Sort)
+from crasp.tasks.base import ParameterError, Task, UnknownTaskError
+from crasp.tasks.copying import (NonUniqueCopyBackward, NonUniqueCopyForward, RepeatCopy, UniqueCopyBackward,
+                                 UniqueCopyForward)
+from crasp.tasks.retrieval import (RetrieveLeftOfFirst, RetrieveLeftOfLast, RetrieveRightOfFirst,
+                                   RetrieveRightOfLast, UniqueRetrieveLeft, UniqueRetrieveRight)
+
+TASK_CLASSES: tuple[type[Task], ...] = (
+    UniqueRetrieveLeft, UniqueRetrieveRight,
+    RetrieveLeftOfFirst, RetrieveRightOfFirst, RetrieveLeftOfLast, RetrieveRightOfLast,
+    UniqueCopyForward, UniqueCopyBackward, NonUniqueCopyForward, NonUniqueCopyBackward,
+    BinaryMajority, Majority, Sort, RepeatCopy, Parity, Addition, BinaryMajorityInterleave,
+)
+TASKS: dict[str, type[Task]] = {cls.code: cls for cls in TASK_CLASSES}
+TASK_CODES: tuple[str, ...] = tuple(TASKS)
+# Class names are accepted as aliases of the codes (get_task("UniqueCopyForward") is UF).
+_ALIASES = {cls.__name__: cls for cls in TASK_CLASSES}
+
+
+def parameters_of(cls: type[Task]) -> dict:
+    """The sampler parameters of a task class with their defaults."""
+    return {field.name: field.default for field in dataclasses.fields(cls)}
+
+
+def get_task(code: str, **params) -> Task:
+    """The task with this code (or class name), with sampler parameters overridden by keyword."""
+    cls = TASKS.get(code) or _ALIASES.get(code)
+    if cls is None:
+        raise UnknownTaskError(f"unknown task {code!r}; accepted codes: {', '.join(TASK_CODES)}")
+    accepted = parameters_of(cls)
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        shown = ", ".join(f"{name} (default {default!r})" for name, default in accepted.items()) or "none"
+        raise ParameterError(f"task {cls.code}: unknown parameter(s) {', '.join(unknown)}; accepted: {shown}")
+    return cls(**params)

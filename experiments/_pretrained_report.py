@@ -1,0 +1,237 @@
+"""The in-context evaluation report, computed from a run folder's files only.
+
+Inputs: `config.json` (tasks, lengths, n, model) and `results.jsonl` (one record per prompt:
+task, length, index, expected, output, correct, seconds). Outputs, written atomically into the
+same folder: `summary.json`, `report.md` and `accuracy_by_length.png`.
+
+Intervals are 95%: Wilson score intervals for an accuracy, Newcombe's hybrid score interval
+(his method 10, built from the two Wilson intervals) for a difference of two independent
+accuracies. Gaps are computed per length and pooled over all lengths (the counts summed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from experiments._report import predict
+from train.checkpoint import read_jsonl, write_json, write_text
+
+FIGURE_FILE = "accuracy_by_length.png"
+LEFT_OR_BACKWARD = frozenset({"UL", "NLFirst", "NLLast", "UB", "NB"})
+RESULTS_FILE = "results.jsonl"
+Z_95 = 1.959963984540054
+
+# (kind, better-by-hypothesis, other): the paper reports right/forward above left/backward and
+# unique above non-unique; each gap is accuracy(first) - accuracy(second).
+GAPS = (
+    ("direction", "UR", "UL"),
+    ("direction", "UF", "UB"),
+    ("direction", "NRFirst", "NLFirst"),
+    ("direction", "NRLast", "NLLast"),
+    ("uniqueness", "UR", "NRFirst"),
+    ("uniqueness", "UR", "NRLast"),
+    ("uniqueness", "UL", "NLFirst"),
+    ("uniqueness", "UL", "NLLast"),
+    ("uniqueness", "UF", "NF"),
+    ("uniqueness", "UB", "NB"),
+)
+
+
+def wilson_interval(correct: int, total: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a proportion; (0, 1) when nothing was observed."""
+    if total == 0:
+        return 0.0, 1.0
+    p = correct / total
+    denominator = 1 + z * z / total
+    center = (p + z * z / (2 * total)) / denominator
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def difference_interval(correct_a: int, total_a: int, correct_b: int, total_b: int) -> tuple[float, float, float]:
+    """(p_a - p_b, low, high): Newcombe's hybrid score interval for independent samples."""
+    p_a, p_b = correct_a / total_a, correct_b / total_b
+    low_a, high_a = wilson_interval(correct_a, total_a)
+    low_b, high_b = wilson_interval(correct_b, total_b)
+    difference = p_a - p_b
+    low = difference - math.sqrt((p_a - low_a) ** 2 + (high_b - p_b) ** 2)
+    high = difference + math.sqrt((high_a - p_a) ** 2 + (p_b - low_b) ** 2)
+    return difference, low, high
+
+
+def _counts(records: list[dict]) -> dict[tuple[str, int], tuple[int, int]]:
+    correct, total = defaultdict(int), defaultdict(int)
+    for record in records:
+        key = (record["task"], record["length"])
+        correct[key] += bool(record["correct"])
+        total[key] += 1
+    return {key: (correct[key], total[key]) for key in total}
+
+
+def _gap(kind: str, first: str, second: str, counts: dict, lengths: list[int]) -> dict | None:
+    def pooled(task):
+        pairs = [counts[(task, length)] for length in lengths if (task, length) in counts]
+        return sum(c for c, _ in pairs), sum(t for _, t in pairs)
+
+    per_length = []
+    for length in lengths:
+        if (first, length) in counts and (second, length) in counts:
+            difference, low, high = difference_interval(*counts[(first, length)], *counts[(second, length)])
+            per_length.append(dict(length=length, gap=difference, low=low, high=high))
+    if not per_length:
+        return None
+    difference, low, high = difference_interval(*pooled(first), *pooled(second))
+    return dict(kind=kind, first=first, second=second, name=f"{first} - {second}", gap=difference, low=low, high=high,
+                per_length=per_length)
+
+
+def summarize(run_dir: Path) -> dict:
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    records = read_jsonl(run_dir / RESULTS_FILE)
+    counts = _counts(records)
+    lengths = list(config["lengths"])
+    cells = []
+    for task in config["tasks"]:
+        for length in lengths:
+            if (task, length) in counts:
+                correct, total = counts[(task, length)]
+                low, high = wilson_interval(correct, total)
+                cells.append(dict(task=task, length=length, correct=correct, total=total, accuracy=correct / total,
+                                  low=low, high=high))
+    gaps = [gap for kind, first, second in GAPS if first in config["tasks"] and second in config["tasks"]
+            for gap in [_gap(kind, first, second, counts, lengths)] if gap is not None]
+    seconds = sum(record["seconds"] for record in records)
+    return dict(
+        model=config["model"], architecture=config["architecture"], tasks=config["tasks"], lengths=lengths,
+        planned=len(config["tasks"]) * len(lengths) * config["n"], evaluated=len(records),
+        cells=cells, gaps=gaps, predictions={task: predict(task, "ape") for task in config["tasks"]},
+        generation_seconds=seconds, prompts_per_second=len(records) / seconds if seconds else None,
+    )
+
+
+def _interval(value: float, low: float, high: float, signed: bool = False) -> str:
+    return f"{value:+.2f} [{low:+.2f}, {high:+.2f}]" if signed else f"{value:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def _side(gap: dict) -> str:
+    if gap["low"] > 0:
+        return "above 0"
+    if gap["high"] < 0:
+        return "below 0"
+    return "includes 0"
+
+
+def bias_statement(summary: dict) -> str:
+    """A plain sentence on the directional bias, from the pooled directional gaps' intervals."""
+    directional = [gap for gap in summary["gaps"] if gap["kind"] == "direction"]
+    if not directional:
+        return "No directional gap could be computed (a task pair is missing)."
+    above = [gap["name"] for gap in directional if _side(gap) == "above 0"]
+    below = [gap["name"] for gap in directional if _side(gap) == "below 0"]
+    if len(above) == len(directional):
+        verdict = "shows the directional bias the paper reports (right/forward beats left/backward) on every pair"
+    elif above and not below:
+        verdict = f"shows the paper's directional bias on {len(above)} of {len(directional)} pairs ({', '.join(above)}); " \
+                  "the other intervals include 0"
+    elif below and not above:
+        verdict = f"shows the opposite of the paper's directional bias on {', '.join(below)}; the other intervals include 0"
+    elif above and below:
+        verdict = f"is mixed: right/forward better on {', '.join(above)}, left/backward better on {', '.join(below)}"
+    else:
+        verdict = "shows no directional bias that these samples can resolve (every pooled interval includes 0)"
+    return f"{summary['model']} {verdict}."
+
+
+def report_markdown(summary: dict) -> str:
+    lengths = summary["lengths"]
+    by_cell = {(c["task"], c["length"]): c for c in summary["cells"]}
+    lines = [
+        f"# In-context retrieval and copying: {summary['model']} ({summary['architecture']})\n",
+        "Few-shot prompts, greedy decoding, exact match of the stripped answer line. Accuracy with its 95% "
+        "Wilson interval; `predicted` is the interpreter's APE prediction (theory for trained-from-scratch "
+        "models, shown for comparison).\n",
+        "| task | predicted | " + " | ".join(f"length {length}" for length in lengths) + " |",
+        "|---|---|" + "---|" * len(lengths),
+    ]
+    for task in summary["tasks"]:
+        row = [_interval(by_cell[(task, length)]["accuracy"], by_cell[(task, length)]["low"], by_cell[(task, length)]["high"])
+               + f" (n={by_cell[(task, length)]['total']})" if (task, length) in by_cell else "-" for length in lengths]
+        lines.append(f"| {task} | {summary['predictions'][task]['label']} | " + " | ".join(row) + " |")
+    lines += [
+        "\nGaps (accuracy difference with Newcombe's 95% interval), pooled over lengths and per length:\n",
+        "| kind | gap | pooled | " + " | ".join(f"length {length}" for length in lengths) + " |",
+        "|---|---|---|" + "---|" * len(lengths),
+    ]
+    for gap in summary["gaps"]:
+        per_length = {entry["length"]: entry for entry in gap["per_length"]}
+        cells = [_interval(per_length[length]["gap"], per_length[length]["low"], per_length[length]["high"], signed=True)
+                 if length in per_length else "-" for length in lengths]
+        lines.append(f"| {gap['kind']} | {gap['name']} | {_interval(gap['gap'], gap['low'], gap['high'], signed=True)} | "
+                     + " | ".join(cells) + " |")
+    lines.append(f"\n{bias_statement(summary)}\n")
+    uniqueness = [gap for gap in summary["gaps"] if gap["kind"] == "uniqueness"]
+    if uniqueness:
+        lines.append("Uniqueness gaps (unique minus non-unique): "
+                     + "; ".join(f"{gap['name']} {_side(gap)}" for gap in uniqueness) + ".\n")
+    if summary["evaluated"] < summary["planned"]:
+        lines.append(f"\nIncomplete run: {summary['evaluated']} of {summary['planned']} prompts evaluated.\n")
+    if summary["prompts_per_second"]:
+        lines.append(f"\nGeneration: {summary['evaluated']} prompts in {summary['generation_seconds']:.0f} s "
+                     f"({summary['prompts_per_second']:.2f} prompts/s; compilation included, model loading not).\n")
+    lines.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
+    return "\n".join(lines)
+
+
+def draw_figure(summary: dict, path: Path) -> None:
+    """Accuracy against length (retrieval, copying) with Wilson intervals, and the pooled gaps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw=dict(width_ratios=[1, 1, 1.1]))
+    groups = (("retrieval", ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast")), ("copying", ("UF", "UB", "NF", "NB")))
+    for ax, (title, tasks) in zip(axes, groups):
+        for task in tasks:
+            cells = [c for c in summary["cells"] if c["task"] == task]
+            if not cells:
+                continue
+            lengths = [c["length"] for c in cells]
+            accuracy = [c["accuracy"] for c in cells]
+            errors = [[a - c["low"] for a, c in zip(accuracy, cells)], [c["high"] - a for a, c in zip(accuracy, cells)]]
+            # Right/forward solid, left/backward dashed: the comparison the paper makes.
+            style = "--" if task in LEFT_OR_BACKWARD else "-"
+            ax.errorbar(lengths, accuracy, yerr=errors, linestyle=style, marker="o", capsize=3, label=task)
+        ax.set_title(f"{title} (dashed: left/backward)")
+        ax.set_xlabel("input length")
+        ax.set_ylim(-0.05, 1.05)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("exact match")
+    gaps = summary["gaps"]
+    positions = range(len(gaps))
+    axes[2].errorbar([g["gap"] for g in gaps], positions, xerr=[[g["gap"] - g["low"] for g in gaps], [g["high"] - g["gap"] for g in gaps]],
+                     fmt="o", capsize=3)
+    axes[2].axvline(0, color="0.5", linewidth=1)
+    axes[2].set_yticks(list(positions), [f"{g['name']} ({g['kind']})" for g in gaps], fontsize=8)
+    axes[2].invert_yaxis()
+    axes[2].set_xlabel("accuracy gap, pooled over lengths (95% Newcombe)")
+    figure.suptitle(f"{summary['model']}: few-shot in-context accuracy", fontsize=10)
+    figure.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    figure.savefig(tmp, dpi=110)
+    plt.close(figure)
+    tmp.replace(path)
+
+
+def write_report(run_dir: Path) -> dict:
+    """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
+    run_dir = Path(run_dir)
+    summary = summarize(run_dir)
+    write_json(run_dir / "summary.json", summary)
+    write_text(run_dir / "report.md", report_markdown(summary))
+    draw_figure(summary, run_dir / FIGURE_FILE)
+    return summary

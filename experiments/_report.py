@@ -1,0 +1,163 @@
+"""The length-generalization report, computed from a run folder's files only.
+
+Inputs: `config.json` (pe, preset, tasks, seeds, threshold) and `metrics.jsonl` (every job's
+records, tagged with task and seed; a job's final evaluation is its last "eval" record).
+Outputs, written atomically into the same folder: `summary.json`, `report.md` and
+`accuracy_by_length.png`. The prediction per task comes from the interpreter
+(`crasp.verdicts.prediction`): APE is judged against C-RASP[pos], NoPE against C-RASP[], RoPE
+gets the APE prediction marked "no theorem".
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from train.checkpoint import read_jsonl, write_json, write_text
+
+FIGURE_FILE = "accuracy_by_length.png"
+
+
+def predict(task_code: str, pe: str) -> dict:
+    """{"generalizes": bool | None, "label": str} from the interpreter's verdicts."""
+    try:
+        from crasp.verdicts import prediction
+    except ImportError:
+        return dict(generalizes=None, label="no prediction (crasp.verdicts is not available)")
+    verdict = prediction(task_code, pe)
+    return dict(generalizes=verdict.generalizes, label=verdict.label)
+
+
+def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
+    """task -> seed -> that job's last eval record (augmented with its result record, if any)."""
+    finals: dict[str, dict[int, dict]] = defaultdict(dict)
+    results = {}
+    for record in records:
+        if record["kind"] == "eval":
+            finals[record["task"]][record["seed"]] = record
+        elif record["kind"] == "result":
+            results[(record["task"], record["seed"])] = record
+    for task, by_seed in finals.items():
+        for seed, record in by_seed.items():
+            result = results.get((task, seed), {})
+            by_seed[seed] = dict(record, finished=bool(result), stopped_early=result.get("stopped_early"),
+                                 elapsed_s=result.get("elapsed_s"))
+    return finals
+
+
+def summarize(run_dir: Path, threshold: float | None = None) -> dict:
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    threshold = config.get("threshold", 0.9) if threshold is None else threshold
+    finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
+    rows = []
+    for task in config["tasks"]:
+        if task not in finals:
+            continue
+        by_seed = finals[task]
+        seeds = sorted(by_seed)
+        accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
+        bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
+        predicted = predict(task, config["pe"])
+        observed = bool(accuracy_SxK[:, -1].mean() >= threshold)
+        rows.append(dict(
+            task=task, predicted=predicted, observed_generalizes=observed,
+            agrees=None if predicted["generalizes"] is None else predicted["generalizes"] == observed,
+            bins=[dict(lo=lo, hi=hi, mean=round(float(accuracy_SxK[:, k].mean()), 4),
+                       std=round(float(accuracy_SxK[:, k].std()), 4),
+                       per_seed=[float(a) for a in accuracy_SxK[:, k]]) for k, (lo, hi) in enumerate(bins)],
+            seeds=seeds, steps=[by_seed[s]["step"] for s in seeds],
+            stopped_early=[by_seed[s]["stopped_early"] for s in seeds],
+            finished=all(by_seed[s]["finished"] for s in seeds),
+            greedy_disagreements=sum(b["greedy_disagreements"] for s in seeds for b in by_seed[s]["bins"]),
+            greedy_checked=sum(b["greedy_checked"] for s in seeds for b in by_seed[s]["bins"]),
+            train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1)))
+    judged = [row for row in rows if row["agrees"] is not None]
+    return dict(pe=config["pe"], preset=config["preset"], threshold=threshold, rows=rows,
+                agreements=sum(row["agrees"] for row in judged), judged=len(judged),
+                missing_tasks=[t for t in config["tasks"] if t not in finals],
+                train_seconds=round(sum(row["train_seconds"] for row in rows), 1))
+
+
+def markdown_table(summary: dict) -> str:
+    rows = summary["rows"]
+    if not rows:
+        return "(no finished evaluations yet)\n"
+    bin_names = [f"{b['lo']}-{b['hi']}" for b in rows[0]["bins"]]
+    lines = ["| task | predicted | " + " | ".join(bin_names) + " | observed | agrees |",
+             "|---|---|" + "---|" * len(bin_names) + "---|---|"]
+    for row in rows:
+        cells = [f"{b['mean']:.3f} ± {b['std']:.3f}" for b in row["bins"]]
+        agrees = "-" if row["agrees"] is None else ("yes" if row["agrees"] else "NO")
+        lines.append(f"| {row['task']} | {row['predicted']['label']} | " + " | ".join(cells)
+                     + f" | {'generalizes' if row['observed_generalizes'] else 'does not'} | {agrees} |")
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(summary: dict) -> str:
+    seeds = sorted({s for row in summary["rows"] for s in row["seeds"]})
+    unfinished = [row["task"] for row in summary["rows"] if not row["finished"]]
+    disagreements = sum(row["greedy_disagreements"] for row in summary["rows"])
+    checked = sum(row["greedy_checked"] for row in summary["rows"])
+    parts = [
+        f"# Length generalization from scratch: {summary['pe'].upper()}, preset {summary['preset']}\n",
+        f"Accuracy = exact match of the whole answer (teacher forcing, argmax), mean ± std over seeds {seeds}. "
+        f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}.\n",
+        markdown_table(summary),
+        f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks with a prediction.\n",
+        f"Greedy KV-cache decoding disagreed with teacher forcing on {disagreements} of {checked} checked strings.\n",
+        f"Training time (sum over jobs): {summary['train_seconds']:.0f} s.\n",
+    ]
+    if unfinished:
+        parts.append(f"\nStill running (last evaluation shown): {', '.join(unfinished)}.\n")
+    if summary["missing_tasks"]:
+        parts.append(f"\nNo evaluation yet: {', '.join(summary['missing_tasks'])}.\n")
+    parts.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
+    return "".join(parts)
+
+
+def draw_figure(summary: dict, path: Path) -> None:
+    """Accuracy against length per task; solid: predicted to generalize, dashed: not, dotted: unknown."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["rows"]
+    columns = min(5, max(len(rows), 1))
+    grid_rows = max(1, -(-len(rows) // columns))
+    figure, axes = plt.subplots(grid_rows, columns, figsize=(3 * columns, 2.6 * grid_rows), squeeze=False,
+                                sharey=True)
+    style = {True: "-", False: "--", None: ":"}
+    for ax, row in zip(axes.flat, rows):
+        centers = [(b["lo"] + b["hi"]) / 2 for b in row["bins"]]
+        ax.errorbar(centers, [b["mean"] for b in row["bins"]], yerr=[b["std"] for b in row["bins"]],
+                    linestyle=style[row["predicted"]["generalizes"]], marker="o", capsize=3)
+        ax.axvspan(row["bins"][0]["lo"], row["bins"][0]["hi"], color="0.92", zorder=0)
+        ax.set_title(row["task"])
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("input length")
+    for ax in axes.flat[len(rows):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("exact match")
+    figure.suptitle(f"{summary['pe'].upper()} ({summary['preset']}): solid = predicted to generalize, "
+                    "dashed = predicted not to; grey = training lengths", fontsize=9)
+    figure.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    figure.savefig(tmp, dpi=120)
+    plt.close(figure)
+    tmp.replace(path)
+
+
+def write_report(run_dir: Path, threshold: float | None = None) -> dict:
+    """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
+    run_dir = Path(run_dir)
+    summary = summarize(run_dir, threshold)
+    write_json(run_dir / "summary.json", summary)
+    write_text(run_dir / "report.md", report_markdown(summary))
+    draw_figure(summary, run_dir / FIGURE_FILE)
+    return summary

@@ -1,0 +1,45 @@
+"""Learning curves of the calibration study: one panel per (candidate, task), accuracy per bin
+against training steps, from experiments/calibration/curves/*.json.
+
+    python experiments/calibration/plot_calibration.py   # writes experiments/calibration/curves.png
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    panels = []
+    for path in sorted((HERE / "curves").glob("*.json")):
+        for task, curve in json.loads(path.read_text()).items():
+            panels.append((path.stem, task, curve))
+    columns = 4
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.6 * rows), squeeze=False, sharey=True)
+    for ax, (candidate, task, curve) in zip(axes.flat, panels):
+        steps = [step for step, _ in curve["eval"]]
+        for k, (lo, hi) in enumerate(curve["bins"]):
+            ax.plot(steps, [accuracies[k] for _, accuracies in curve["eval"]], marker=".",
+                    label=f"{lo}-{hi}" + (" (train)" if k == 0 else ""))
+        ax.set_title(f"{candidate}: {task} ({curve['train_seconds']:.0f} s)", fontsize=9)
+        ax.set_ylim(-0.05, 1.05)
+        ax.legend(fontsize=6, loc="center right")
+        ax.set_xlabel("step", fontsize=8)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    figure.tight_layout()
+    figure.savefig(HERE / "curves.png", dpi=110)
+    print(f"wrote {HERE / 'curves.png'} ({len(panels)} panels)")
+
+
+if __name__ == "__main__":
+    main()

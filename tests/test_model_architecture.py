@@ -1,0 +1,185 @@
+"""Properties of the transformer that a wrong implementation breaks: causality, positions, GQA,
+determinism, parameter counts."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from models import (
+    PRESETS, ModelConfig, Transformer, count_params, forward_flops_per_token, param_shapes,
+    parameter_count, preset, set_params,
+)
+
+STYLES = {
+    "gpt2_ape": dict(block="gpt2", position="ape"),
+    "llama_rope_gqa": dict(block="llama", position="rope", n_kv_heads=2, qkv_bias=True),
+    "llama_partial_rope": dict(block="llama", position="rope", rope_dim=4),
+    "gpt2_nope": dict(block="gpt2", position="nope"),
+}
+
+
+def tiny_model(seed=0, **overrides) -> Transformer:
+    """A 2-layer, d 32, 4-head model with weights large enough that attention is not uniform."""
+    fields = dict(vocab_size=16, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=64, init_std=0.3)
+    return Transformer(ModelConfig(**(fields | overrides)), rngs=nnx.Rngs(seed))
+
+
+def random_tokens(shape, seed=0, vocab_size=16):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, vocab_size, shape), jnp.int32)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_output_at_t_has_zero_gradient_wrt_later_inputs(style):
+    model = tiny_model(**STYLES[style])
+    tokens_BxT = random_tokens((2, 7))
+    positions_BxT = jnp.broadcast_to(jnp.arange(7), (2, 7))
+    x_BxTxD = model.embed_inputs(tokens_BxT, positions_BxT)
+    for t in (0, 3, 6):
+        def output_at_t(x):
+            return model.forward_embeddings(x, positions_BxT).logits_BxTxV[:, t].sum()
+
+        gradient_BxTxD = jax.grad(output_at_t)(x_BxTxD)
+        assert np.all(np.asarray(gradient_BxTxD[:, t + 1:]) == 0.0)
+        assert np.all(np.abs(np.asarray(gradient_BxTxD[:, : t + 1])).sum(-1) > 0)
+
+
+@pytest.mark.parametrize("style", ["llama_rope_gqa", "llama_partial_rope"])
+def test_rope_attention_unchanged_when_all_positions_shift(style):
+    model = tiny_model(**STYLES[style])
+    tokens_BxT = random_tokens((2, 6))
+    positions_BxT = jnp.broadcast_to(jnp.arange(6), (2, 6))
+    base = model(tokens_BxT, positions_BxT, return_attention=True)
+    shifted = model(tokens_BxT, positions_BxT + 37, return_attention=True)
+    np.testing.assert_allclose(shifted.attention_LxBxHxTxS, base.attention_LxBxHxTxS, atol=1e-5)
+    np.testing.assert_allclose(shifted.logits_BxTxV, base.logits_BxTxV, atol=1e-4)
+
+
+def test_ape_attention_changes_when_all_positions_shift():
+    model = tiny_model(**STYLES["gpt2_ape"])
+    tokens_BxT = random_tokens((2, 6))
+    positions_BxT = jnp.broadcast_to(jnp.arange(6), (2, 6))
+    base = model(tokens_BxT, positions_BxT, return_attention=True).attention_LxBxHxTxS
+    shifted = model(tokens_BxT, positions_BxT + 37, return_attention=True).attention_LxBxHxTxS
+    assert np.abs(np.asarray(shifted - base)).max() > 1e-3
+
+
+def test_rope_is_the_hugging_face_rotate_half_layout():
+    from models import apply_rope
+
+    x_BxTxHxK = np.random.default_rng(0).normal(size=(1, 3, 2, 8)).astype(np.float32)
+    positions_BxT = np.array([[0, 5, 11]])
+    rotary, base = 6, 100.0
+    # Hugging Face: inv_freq = 1 / base^(arange(0, dim, 2) / dim); q*cos + rotate_half(q)*sin.
+    inv_freq = 1.0 / base ** (np.arange(0, rotary, 2) / rotary)
+    angles = positions_BxT[..., None] * inv_freq
+    cos = np.concatenate([np.cos(angles)] * 2, -1)[:, :, None]
+    sin = np.concatenate([np.sin(angles)] * 2, -1)[:, :, None]
+    x_rot = x_BxTxHxK[..., :rotary]
+    rotate_half = np.concatenate([-x_rot[..., rotary // 2:], x_rot[..., : rotary // 2]], -1)
+    expected = np.concatenate([x_rot * cos + rotate_half * sin, x_BxTxHxK[..., rotary:]], -1)
+    np.testing.assert_allclose(apply_rope(x_BxTxHxK, positions_BxT, base, rotary), expected, atol=1e-5)
+
+
+def test_nope_has_no_positional_parameters():
+    model = tiny_model(**STYLES["gpt2_nope"])
+    assert not any("pos" in path for path in param_shapes(model))
+    assert count_params(model) == parameter_count(model.config)
+
+
+def test_one_layer_nope_last_output_ignores_order_of_earlier_tokens():
+    model = tiny_model(n_layers=1, **STYLES["gpt2_nope"])
+    tokens_1xT = random_tokens((1, 8), seed=3)
+    permutation = np.random.default_rng(1).permutation(7)
+    permuted_1xT = tokens_1xT.at[0, :7].set(tokens_1xT[0, permutation])
+    assert not np.array_equal(permuted_1xT, tokens_1xT)
+    np.testing.assert_allclose(model(permuted_1xT).logits_BxTxV[0, -1], model(tokens_1xT).logits_BxTxV[0, -1], atol=1e-5)
+    ape_model = tiny_model(n_layers=1, **STYLES["gpt2_ape"])
+    difference = ape_model(permuted_1xT).logits_BxTxV[0, -1] - ape_model(tokens_1xT).logits_BxTxV[0, -1]
+    assert np.abs(np.asarray(difference)).max() > 1e-3
+
+
+def test_grouped_query_attention_equals_repeated_kv_heads():
+    gqa = tiny_model(block="llama", position="rope", n_kv_heads=2, qkv_bias=True)
+    mha = tiny_model(seed=1, block="llama", position="rope", qkv_bias=True)
+    group, head_dim = 2, gqa.config.head_dim
+
+    def repeat_heads(array):  # [..., N*K] -> [..., N*G*K], kv head n serving query heads n*G..n*G+G-1
+        heads = np.asarray(array).reshape(*array.shape[:-1], -1, head_dim)
+        return np.repeat(heads, group, axis=-2).reshape(*array.shape[:-1], -1)
+
+    arrays = {}
+    for path, variable in nnx.to_flat_state(nnx.state(gqa, nnx.Param)):
+        name = ".".join(map(str, path))
+        is_kv = any(f"attn.{p}." in name for p in ("k", "v"))
+        arrays[name] = repeat_heads(variable[...]) if is_kv else variable[...]
+    set_params(mha, arrays, require_all=True)
+    tokens_BxT = random_tokens((2, 6))
+    np.testing.assert_allclose(mha(tokens_BxT).logits_BxTxV, gqa(tokens_BxT).logits_BxTxV, atol=1e-5)
+
+
+def test_same_seed_same_parameters_and_outputs_other_seed_differs():
+    tokens_BxT = random_tokens((2, 5))
+    first, second, other = tiny_model(seed=7), tiny_model(seed=7), tiny_model(seed=8)
+    same = jax.tree.map(np.array_equal, nnx.state(first, nnx.Param), nnx.state(second, nnx.Param))
+    assert all(jax.tree.leaves(same))
+    np.testing.assert_array_equal(first(tokens_BxT).logits_BxTxV, second(tokens_BxT).logits_BxTxV)
+    assert not np.array_equal(first(tokens_BxT).logits_BxTxV, other(tokens_BxT).logits_BxTxV)
+
+
+def test_out_of_table_ape_position_is_a_clear_error_and_nan_under_jit():
+    model = tiny_model(max_positions=8)
+    tokens_1xT = random_tokens((1, 4))
+    with pytest.raises(ValueError, match=r"position 8 at index \(0, 2\) is outside .*\[0, 8\).*max_positions"):
+        model(tokens_1xT, jnp.array([[6, 7, 8, 9]]))
+    with pytest.raises(ValueError, match="position -1"):
+        model(tokens_1xT, jnp.array([[-1, 0, 1, 2]]))
+    with pytest.raises(ValueError, match="token id 16"):
+        model(jnp.array([[1, 16]]))
+    jitted = nnx.jit(lambda m, positions: m(tokens_1xT, positions).logits_BxTxV)
+    assert np.isnan(np.asarray(jitted(model, jnp.array([[6, 7, 8, 9]])))).any()
+    assert np.isfinite(np.asarray(jitted(model, jnp.array([[4, 5, 6, 7]])))).all()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_parameter_count_from_config_equals_actual_parameters(name):
+    config = PRESETS[name]
+    abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    assert count_params(abstract) == parameter_count(config)
+
+
+@pytest.mark.parametrize("name", ["paper", "paper_rope", "smollm2_135m"])
+def test_flops_per_token_counts_every_matrix_product(name):
+    config = PRESETS[name]
+    shapes = param_shapes(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
+    kernels = sum(int(np.prod(shape)) for path, shape in shapes.items() if path.endswith(".kernel"))
+    output_head = config.vocab_size * config.d_model if config.tie_embeddings else 0
+    attention_per_key = 2 * 2 * config.n_layers * config.n_heads * config.head_dim
+    for context in (1, 100):
+        assert forward_flops_per_token(config, context) == 2 * (kernels + output_head) + attention_per_key * context
+
+
+def test_published_parameter_counts_of_pretrained_shapes():
+    # The totals Hugging Face reports for these checkpoints (tied embeddings counted once).
+    assert parameter_count(PRESETS["smollm2_135m"]) == 134_515_008
+    assert parameter_count(PRESETS["qwen2.5_0.5b"]) == 494_032_768
+    assert parameter_count(PRESETS["gpt2_124m"]) == 124_439_808
+
+
+def test_bad_config_and_preset_names_are_clear_errors():
+    with pytest.raises(ValueError, match="position='alibi'; accepted"):
+        preset("quick", position="alibi")
+    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
+        preset("quick", n_kv_heads=3)
+    with pytest.raises(KeyError, match="unknown model preset 'big'"):
+        preset("big")
+
+
+def test_bfloat16_compute_approximates_float32():
+    tokens_BxT = random_tokens((2, 6))
+    full = tiny_model(**STYLES["llama_rope_gqa"])(tokens_BxT).logits_BxTxV
+    half = tiny_model(dtype="bfloat16", **STYLES["llama_rope_gqa"])(tokens_BxT).logits_BxTxV
+    assert half.dtype == jnp.float32
+    assert np.abs(np.asarray(half - full)).max() < 0.05 * np.abs(np.asarray(full)).max()
+    assert not np.array_equal(half, full)

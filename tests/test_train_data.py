@@ -1,0 +1,96 @@
+"""Properties of the online batches, the learning-rate schedule and the atomic files of train/."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crasp.tasks import PAD, get_task
+from train.checkpoint import CheckpointError, load_checkpoint, read_jsonl, save_checkpoint
+from train.config import ConfigError, TrainConfig
+from train.data import TRAIN_STREAM, batch_rng, effective_range, sample_batch, sequence_length
+from train.steps import learning_rate_schedule
+
+TASKS = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
+
+
+@settings(max_examples=30, deadline=None)
+@given(code=st.sampled_from(TASKS), hi=st.integers(3, 12), seed=st.integers(0, 2**31), offset=st.booleans())
+def test_batch_targets_are_exactly_the_answer_and_eos(code, hi, seed, offset):
+    task = get_task(code, alphabet_size=16) if code[0] == "U" else get_task(code)
+    lo, hi = effective_range(task, 1, hi)
+    max_positions = sequence_length(task, hi) + 7
+    rng = np.random.default_rng(seed)
+    batch = sample_batch(task, rng, 16, (lo, hi), sequence_length(task, hi), max_positions, offset)
+    # Independently re-derive every example's answer from its own tokens with task.answer.
+    for row in range(16):
+        length = int(batch.lengths_B[row])
+        tokens = batch.tokens_BxT[row]
+        assert (tokens[length:] == PAD).all()
+        predicted_tokens = batch.targets_BxT[row][batch.loss_mask_BxT[row] == 1]
+        symbols = [task.vocab[t] for t in predicted_tokens]
+        assert symbols[-1] == "<eos>"
+        sep = list(tokens).index(2)
+        inputs = [task.vocab[t] for t in tokens[1:sep]]
+        query = task.vocab[tokens[sep + 1]] if task.has_query else None
+        assert symbols[:-1] == task.answer(inputs, query)
+        assert lo <= len(inputs) <= hi
+        positions = batch.positions_BxT[row][:length]
+        assert (np.diff(positions) == 1).all() and positions[-1] < max_positions
+        assert (positions[0] == 0) or offset
+
+
+def test_offsets_cover_the_whole_position_table():
+    task = get_task("UF", alphabet_size=16)
+    batch = sample_batch(task, np.random.default_rng(0), 512, (1, 4), sequence_length(task, 4), 40, True)
+    starts = batch.positions_BxT[:, 0]
+    ends = starts + batch.lengths_B - 1
+    assert starts.min() == 0 and ends.max() == 39
+
+
+def test_batches_depend_only_on_seed_and_step():
+    task = get_task("NF")
+    make = lambda seed, step: sample_batch(task, batch_rng(seed, TRAIN_STREAM, step), 8, (1, 6),  # noqa: E731
+                                           sequence_length(task, 6), 20, True).tokens_BxT
+    assert np.array_equal(make(3, 17), make(3, 17))
+    assert not np.array_equal(make(3, 17), make(3, 18))
+    assert not np.array_equal(make(3, 17), make(4, 17))
+
+
+def test_schedule_warms_up_then_decays_to_zero():
+    config = TrainConfig(train_lengths=(1, 5), test_bins=((1, 5),), learning_rate=1e-3, warmup_steps=10,
+                         max_steps=110).validate()
+    schedule = learning_rate_schedule(config)
+    assert float(schedule(0)) == 0.0
+    assert float(schedule(5)) == pytest.approx(5e-4)
+    assert float(schedule(10)) == pytest.approx(1e-3)
+    assert float(schedule(60)) == pytest.approx(5e-4)
+    assert float(schedule(110)) == pytest.approx(0.0, abs=1e-12)
+    constant = learning_rate_schedule(config.replace(schedule="constant"))
+    assert float(constant(100)) == pytest.approx(1e-3)
+
+
+def test_config_errors_name_the_setting():
+    with pytest.raises(ConfigError, match="first test bin"):
+        TrainConfig(train_lengths=(1, 5), test_bins=((1, 6), (7, 9))).validate()
+    with pytest.raises(ConfigError, match="unknown training setting"):
+        TrainConfig().replace(learning_rat=1.0)
+    with pytest.raises(ValueError, match="outside what its sampler produces"):
+        effective_range(get_task("UF", alphabet_size=8), 9, 12)
+
+
+def test_checkpoint_round_trip_and_structure_check(tmp_path):
+    state = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": [np.ones(2, np.int32)]}
+    save_checkpoint(tmp_path / "c.npz", state, {"step": 7})
+    loaded, meta = load_checkpoint(tmp_path / "c.npz", state)
+    assert meta == {"step": 7} and np.array_equal(loaded["a"], state["a"])
+    with pytest.raises(CheckpointError, match="different model"):
+        load_checkpoint(tmp_path / "c.npz", {"a": state["a"]})
+    with pytest.raises(CheckpointError, match="shape"):
+        load_checkpoint(tmp_path / "c.npz", {"a": np.zeros((3, 2)), "b": [np.ones(2)]})
+
+
+def test_torn_last_line_of_metrics_is_ignored(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"ste')
+    assert read_jsonl(path) == [{"step": 1}, {"step": 2}]

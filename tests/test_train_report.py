@@ -1,0 +1,101 @@
+"""The length-generalization report and command line: numbers come from the run's files only."""
+
+import json
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from experiments import length_gen
+from experiments._report import summarize, write_report
+
+
+@dataclass
+class StandInVerdict:
+    generalizes: bool | None
+    label: str
+
+
+@pytest.fixture
+def verdicts(monkeypatch):
+    """crasp.verdicts as the lead's interpreter provides it: UF generalizes, NF does not, NB unknown."""
+    module = types.ModuleType("crasp.verdicts")
+    table = {"UF": StandInVerdict(True, "yes (C-RASP[local] witness)"),
+             "NF": StandInVerdict(False, "no (not in C-RASP[pos])"),
+             "NB": StandInVerdict(None, "unknown")}
+    module.prediction = lambda task_code, pe: table[task_code]
+    monkeypatch.setitem(sys.modules, "crasp.verdicts", module)
+
+
+def eval_record(task, seed, step, accuracies):
+    bins = [dict(lo=1 + 10 * k, hi=10 * (k + 1), accuracy=a, n=100, greedy_checked=8, greedy_disagreements=0)
+            for k, a in enumerate(accuracies)]
+    return dict(kind="eval", task=task, seed=seed, step=step, bins=bins)
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    config = dict(pe="ape", preset="quick", tasks=["UF", "NF", "NB"], seeds=[0, 1], threshold=0.9)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    records = [
+        eval_record("UF", 0, 500, [0.5, 0.0, 0.0]),  # superseded by the later evaluation
+        eval_record("UF", 0, 1000, [1.0, 0.96, 0.94]),
+        eval_record("UF", 1, 1000, [1.0, 0.9, 0.88]),
+        eval_record("NF", 0, 1000, [1.0, 0.95, 0.95]),
+        eval_record("NF", 1, 1000, [1.0, 0.1, 0.0]),
+        eval_record("NB", 0, 1000, [1.0, 0.2, 0.0]),
+        dict(kind="result", task="UF", seed=0, stopped_early=True, elapsed_s=10.0),
+        dict(kind="result", task="UF", seed=1, stopped_early=False, elapsed_s=12.0),
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return tmp_path
+
+
+def test_summary_uses_last_evaluation_mean_over_seeds_and_threshold(run_dir, verdicts):
+    summary = summarize(run_dir)
+    rows = {row["task"]: row for row in summary["rows"]}
+    assert rows["UF"]["bins"][2]["mean"] == pytest.approx(0.91)
+    assert rows["UF"]["bins"][2]["std"] == pytest.approx(0.03)
+    assert rows["UF"]["observed_generalizes"] and rows["UF"]["agrees"]
+    # NF: one seed generalizes, the mean (0.475) does not reach 0.9 -> does not; agrees with "no".
+    assert not rows["NF"]["observed_generalizes"] and rows["NF"]["agrees"]
+    assert rows["NB"]["agrees"] is None
+    assert (summary["agreements"], summary["judged"]) == (2, 2)
+    assert rows["UF"]["finished"] and not rows["NF"]["finished"]
+    assert summarize(run_dir, threshold=0.95)["agreements"] == 1  # UF's 0.91 is no longer enough
+
+
+def test_report_only_rebuilds_files_and_prints_the_table(run_dir, verdicts, capsys):
+    length_gen.main(["--report-only", str(run_dir)])
+    table = capsys.readouterr().out
+    assert "| UF | yes (C-RASP[local] witness) | 1.000 ± 0.000 | 0.930 ± 0.030 | 0.910 ± 0.030 | generalizes | yes |" in table
+    assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(summarize(run_dir)))
+    assert "2 of 2" in (run_dir / "report.md").read_text()
+    assert (run_dir / "accuracy_by_length.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_flag_is_explained_and_overrides_apply(tmp_path):
+    parser = length_gen.build_parser()
+    for action in parser._actions:
+        assert action.help, f"flag {action.option_strings} has no help text"
+    args = parser.parse_args(["--pe", "rope", "--preset", "quick", "--tasks", "UF", "--seeds", "3", "4",
+                              "--train-lengths", "1", "8", "--test-bins", "1-8,9-16", "--d-model", "32",
+                              "--learning-rate", "0.01", "--max-steps", "300"])
+    settings = length_gen.run_settings(args)
+    assert settings["train"]["train_lengths"] == (1, 8) and settings["train"]["test_bins"] == ((1, 8), (9, 16))
+    assert settings["model"]["d_model"] == 32 and settings["train"]["learning_rate"] == 0.01
+    assert settings["seeds"] == [3, 4] and settings["tasks"] == ["UF"]
+    jobs = length_gen.make_jobs(settings, tmp_path)
+    assert [job.folder.name for job in jobs] == ["seed3", "seed4"]
+
+
+def test_bad_bins_and_changed_settings_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        length_gen.build_parser().parse_args(["--test-bins", "1-8,nine"])
+    assert "expected LO-HI" in capsys.readouterr().err
+    settings = dict(pe="ape", tasks=["UF"], threshold=0.9)
+    (tmp_path / "config.json").write_text(json.dumps(settings))
+    length_gen.check_same_run(tmp_path, dict(settings, threshold=0.5))  # only the threshold changed: fine
+    with pytest.raises(SystemExit, match="different settings \\(tasks\\)"):
+        length_gen.check_same_run(tmp_path, dict(settings, tasks=["UB"]))

@@ -1,0 +1,164 @@
+"""Spread independent jobs over the machine, with one progress bar per task.
+
+On a CPU, each job runs in its own process pinned to one core (os.sched_setaffinity) with XLA
+told to use a single thread: on the 2-core development machine two such processes give more
+throughput than one process using both cores (measured in benchmarks/train_step.py
+--compare-workers). On an accelerator, the seeds of one task are trained as one stacked,
+vmapped model in this process (train.loop.run_stack).
+
+Run a single job folder by hand with `python -m train.workers JOB_FOLDER` (what the pool does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from train.checkpoint import write_json
+from train.loop import Job, is_done, run_stack
+
+SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+PROGRESS_FILE = "progress.json"
+LOG_FILE = "worker.log"
+
+
+class WorkerError(RuntimeError):
+    """A worker process exited with an error."""
+
+
+def available_cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+class TaskBars:
+    """One tqdm bar per task: steps summed over its seeds, last loss and in-distribution accuracy."""
+
+    def __init__(self, jobs: list[Job], enabled: bool = True):
+        by_task = defaultdict(list)
+        for job in jobs:
+            by_task[job.task_code].append(job)
+        width = max(len(code) for code in by_task)
+        self.bars = {code: tqdm(total=sum(j.train.max_steps for j in group), desc=code.ljust(width), position=i,
+                                leave=True, disable=not enabled, unit="step", dynamic_ncols=True)
+                     for i, (code, group) in enumerate(by_task.items())}
+        self.steps = defaultdict(int)
+        self.status = {}
+
+    def update(self, progress: dict) -> None:
+        key = (progress["task"], progress["seed"])
+        bar = self.bars[progress["task"]]
+        bar.update(progress["step"] - self.steps[key])
+        self.steps[key] = progress["step"]
+        self.status[key] = progress
+        seeds = [p for (task, _), p in self.status.items() if task == progress["task"]]
+        accuracies = [p["train_bin_accuracy"] for p in seeds if p["train_bin_accuracy"] is not None]
+        bar.set_postfix(loss=f"{sum(p['loss'] for p in seeds) / len(seeds):.3f}",
+                        acc_id="-" if not accuracies else f"{sum(accuracies) / len(accuracies):.3f}", refresh=False)
+        bar.refresh()
+
+    def finish(self, job: Job) -> None:
+        """A job that stopped early: count its remaining steps as done so the bar reaches the end."""
+        key = (job.task_code, job.seed)
+        self.bars[job.task_code].update(job.train.max_steps - self.steps[key])
+        self.steps[key] = job.train.max_steps
+        self.bars[job.task_code].refresh()
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def run_on_cpu_cores(jobs: list[Job], workers: int, show_progress: bool = True) -> None:
+    """Run the jobs, at most `workers` at a time, each in a single-threaded process on its own core."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    cores = available_cores()
+    queue = [job for job in jobs if not is_done(job)]
+    bars = TaskBars(jobs, enabled=show_progress)
+    for job in jobs:
+        if is_done(job):
+            bars.finish(job)
+    running: dict[int, tuple[subprocess.Popen, Job]] = {}
+    try:
+        while queue or running:
+            for slot in range(workers):
+                if slot not in running and queue:
+                    job = queue.pop(0)
+                    running[slot] = (_launch(job, cores[slot % len(cores)]), job)
+            time.sleep(0.5)
+            for slot, (process, job) in list(running.items()):
+                progress = _read_progress(job)
+                if progress is not None:
+                    bars.update(progress)
+                if process.poll() is None:
+                    continue
+                del running[slot]
+                if process.returncode != 0:
+                    raise WorkerError(f"the worker for {job.task_code} seed {job.seed} exited with code "
+                                      f"{process.returncode}; its log:\n{_tail(job.folder / LOG_FILE)}")
+                bars.finish(job)
+    finally:
+        for process, _ in running.values():
+            process.kill()
+        bars.close()
+
+
+def run_stacked_in_process(jobs: list[Job], show_progress: bool = True) -> None:
+    """Accelerator path: the seeds of each task train together as one vmapped stack."""
+    bars = TaskBars(jobs, enabled=show_progress)
+    stacks = defaultdict(list)
+    for job in jobs:
+        stacks[job.stack_key()].append(job)
+    try:
+        for stack in stacks.values():
+            run_stack(stack, bars.update)
+            for job in stack:
+                bars.finish(job)
+    finally:
+        bars.close()
+
+
+def _launch(job: Job, core: int) -> subprocess.Popen:
+    job.folder.mkdir(parents=True, exist_ok=True)
+    write_json(job.folder / "job.json", job.to_dict())
+    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
+    with open(job.folder / LOG_FILE, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "train.workers", str(job.folder)], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+
+
+def _read_progress(job: Job) -> dict | None:
+    try:
+        return json.loads((job.folder / PROGRESS_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+
+
+def _worker_main(folder: str) -> None:
+    job = Job.from_dict(json.loads((Path(folder) / "job.json").read_text()))
+    last_write = [0.0]
+
+    def write_progress(progress: dict) -> None:
+        # Throttled: the pool polls twice a second, a file per step would only cost time.
+        if time.monotonic() - last_write[0] >= 1.0 or progress["step"] >= progress["max_steps"]:
+            write_json(job.folder / PROGRESS_FILE, progress)
+            last_write[0] = time.monotonic()
+
+    run_stack([job], write_progress)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m train.workers JOB_FOLDER  (a folder holding job.json)")
+    _worker_main(sys.argv[1])
