@@ -207,7 +207,9 @@ class BatchEvaluator:
         axes, (c, a, b) = _joint(*(self.value(n, env) for n in (node.condition, node.if_true, node.if_false)))
         return Value(np.where(c, a, b), axes)
 
-    def _named(self, node: E.Named, env) -> Value:
+    def _body_scope(self, node: E.Named, env) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+        """The environment of a definition's body: parameters given a literal symbol or a bound
+        index are bound; the others stay free and are renamed to the caller's index names."""
         inner_env: dict[str, np.ndarray] = {}
         renames: dict[str, str] = {}
         for param, arg in zip(node.params, node.args):
@@ -217,8 +219,11 @@ class BatchEvaluator:
                 inner_env[param] = env[arg.name]
             else:
                 renames[param] = arg.name
-        inner = self.value(node.body, inner_env)
-        return _rename(inner, renames)
+        return inner_env, renames
+
+    def _named(self, node: E.Named, env) -> Value:
+        inner_env, renames = self._body_scope(node, env)
+        return _rename(self.value(node.body, inner_env), renames)
 
     def _quantified(self, node: E.Quantified, env) -> Value:
         name = node.index.name
@@ -371,15 +376,9 @@ class BatchEvaluator:
             mask = np.broadcast_to(self.value(other, env).array, key.shape)
             return np.where(mask, key, -1)
         if isinstance(node, E.Named):
-            carriers = [p for p, a in zip(node.params, node.args) if a == E.Var(name)]
-            if len(carriers) == 1:
-                inner_env = {}
-                for param, arg in zip(node.params, node.args):
-                    if isinstance(arg, str):
-                        inner_env[param] = self.bind(np.full((self.B, self.T), self.symbol_id(arg)))
-                    elif arg.name != name:
-                        inner_env[param] = env[arg.name]
-                key = self.onehot_key(node.body, carriers[0], inner_env)
+            inner_env, renames = self._body_scope(node, env)
+            if list(renames.values()) == [name]:
+                key = self.onehot_key(node.body, next(iter(renames)), inner_env)
                 if key is not None:
                     return key
         return self._observed_onehot_key(node, name, env)

@@ -202,7 +202,7 @@ def draw_figure(summary: dict, path: Path) -> None:
                 continue
             lengths = [c["length"] for c in cells]
             accuracy = [c["accuracy"] for c in cells]
-            errors = [[a - c["low"] for a, c in zip(accuracy, cells)], [c["high"] - a for a, c in zip(accuracy, cells)]]
+            errors = [[max(0.0, a - c["low"]) for a, c in zip(accuracy, cells)], [max(0.0, c["high"] - a) for a, c in zip(accuracy, cells)]]
             # Right/forward solid, left/backward dashed: the comparison the paper makes.
             style = "--" if task in LEFT_OR_BACKWARD else "-"
             ax.errorbar(lengths, accuracy, yerr=errors, linestyle=style, marker="o", capsize=3, label=task)

@@ -22,13 +22,11 @@ FIGURE_FILE = "accuracy_by_length.png"
 
 
 def predict(task_code: str, pe: str) -> dict:
-    """{"generalizes": bool | None, "label": str} from the interpreter's verdicts."""
-    try:
-        from crasp.verdicts import prediction
-    except ImportError:
-        return dict(generalizes=None, label="no prediction (crasp.verdicts is not available)")
+    """{"generalizes": bool | None, "label": str, "reason": str} from the interpreter's verdicts."""
+    from crasp.verdicts import prediction
+
     verdict = prediction(task_code, pe)
-    return dict(generalizes=verdict.generalizes, label=verdict.label)
+    return dict(generalizes=verdict.generalizes, label=verdict.label, reason=getattr(verdict, "reason", ""))
 
 
 def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
@@ -111,6 +109,8 @@ def report_markdown(summary: dict) -> str:
         f"Greedy KV-cache decoding disagreed with teacher forcing on {disagreements} of {checked} checked strings.\n",
         f"Training time (sum over jobs): {summary['train_seconds']:.0f} s.\n",
     ]
+    parts.append("\nWhy each prediction:\n\n" + "".join(
+        f"- {row['task']}: {row['predicted']['reason'] or row['predicted']['label']}\n" for row in summary["rows"]))
     if unfinished:
         parts.append(f"\nStill running (last evaluation shown): {', '.join(unfinished)}.\n")
     if summary["missing_tasks"]:

@@ -151,6 +151,10 @@ def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.report_only is not None:
+        settings = json.loads((args.report_only / "config.json").read_text())
+        # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
+        if any((args.report_only / task).is_dir() for task in settings["tasks"]):
+            collect_metrics(args.report_only, make_jobs(settings, args.report_only))
         summary = write_report(args.report_only, args.threshold)
         print(markdown_table(summary))
         return

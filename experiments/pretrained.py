@@ -105,16 +105,17 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def evaluate_batch(pretrained, items: list[Item], newline_id: int) -> list[str]:
+def evaluate_batch(pretrained, items: list[Item], newline_id: int, batch_size: int) -> list[str]:
     """Greedy answer lines for a batch of prompts (batched prefill, then KV-cache decoding)."""
     tokenizer = pretrained.tokenizer
     prompts = tokenizer.encode_batch([item.prompt for item in items])
     answer_tokens = max(len(tokenizer.encode(" " + item.expected + "\n")) for item in items)
     max_new_tokens = _round_up(answer_tokens + 2, NEW_TOKENS_BUCKET)
     width = _round_up(max(map(len, prompts)), WIDTH_BUCKET)
-    # models.generate pads to the longest prompt of the batch; a filler row of exactly the bucket
-    # width fixes the padded width, so batches share compiled programs. Its output is dropped.
-    rows = [*prompts, [newline_id] * width]
+    # models.generate pads to the longest prompt of the batch and compiles once per shape: filler
+    # rows of exactly the bucket width fix the padded width and the batch size, so batches share
+    # compiled programs. Their outputs are dropped.
+    rows = [*prompts, *[[newline_id] * width] * (batch_size + 1 - len(prompts))]
     tokens_BxT = np.full((len(rows), width), newline_id, dtype=np.int32)
     for r, row in enumerate(rows):
         tokens_BxT[r, : len(row)] = row
@@ -179,7 +180,7 @@ def evaluate(args: argparse.Namespace) -> Path:
     evaluated, generation_seconds = 0, 0.0
     for batch in tqdm(batches, desc="batches", unit="batch"):
         batch_started = time.perf_counter()
-        outputs = evaluate_batch(pretrained, batch, newline_id)
+        outputs = evaluate_batch(pretrained, batch, newline_id, args.batch_size)
         seconds = time.perf_counter() - batch_started
         records += [dict(task=item.task, length=item.length, index=item.index, prompt=item.prompt, expected=item.expected,
                          output=output, correct=output == item.expected, seconds=seconds / len(batch))
