@@ -92,7 +92,8 @@ def hugging_face(preset_name: str, repeats: int) -> float | None:
     config = GPT2Config(vocab_size=VOCAB_SIZE, n_positions=max_positions, n_embd=model_settings["d_model"],
                         n_layer=model_settings["n_layers"], n_head=model_settings["n_heads"],
                         n_inner=model_settings.get("d_ff", 4 * model_settings["d_model"]),
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new")
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new",
+                        bos_token_id=1, eos_token_id=3)
     model = GPT2LMHeadModel(config)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=preset.train.learning_rate, weight_decay=0.01)
@@ -118,8 +119,8 @@ def compare_workers(seconds: float) -> dict:
     one = subprocess.run(command, capture_output=True, text=True, check=True)
     single = json.loads(one.stdout.splitlines()[-1])["steps_per_second"]
     env = dict(os.environ, XLA_FLAGS=SINGLE_THREAD_XLA_FLAGS)
-    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env,
-                                  preexec_fn=lambda core=core: os.sched_setaffinity(0, {core})) for core in cores]
+    processes = [subprocess.Popen(command + ["--core", str(core)], stdout=subprocess.PIPE, text=True, env=env)
+                 for core in cores]
     pinned = [json.loads(p.communicate()[0].splitlines()[-1])["steps_per_second"] for p in processes]
     return dict(cores=len(cores), one_process_all_cores=single, pinned_processes_total=sum(pinned),
                 ratio=sum(pinned) / single)
@@ -154,7 +155,10 @@ def main() -> None:
                         help="also time 1 process on all cores against 1 pinned single-threaded process per core")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each --compare-workers measurement")
     parser.add_argument("--steps-for", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.core is not None:
+        os.sched_setaffinity(0, {args.core})
     if args.steps_for is not None:
         steps_for(args.steps_for)
         return

@@ -48,7 +48,8 @@ def wilson_interval(correct: int, total: int, z: float = Z_95) -> tuple[float, f
     denominator = 1 + z * z / total
     center = (p + z * z / (2 * total)) / denominator
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    return max(0.0, center - half), min(1.0, center + half)
+    # The interval always contains p; clamping keeps rounding at p = 0 or 1 from saying otherwise.
+    return min(p, max(0.0, center - half)), max(p, min(1.0, center + half))
 
 
 def difference_interval(correct_a: int, total_a: int, correct_b: int, total_b: int) -> tuple[float, float, float]:
@@ -114,7 +115,8 @@ def summarize(run_dir: Path) -> dict:
 
 
 def _interval(value: float, low: float, high: float, signed: bool = False) -> str:
-    return f"{value:+.2f} [{low:+.2f}, {high:+.2f}]" if signed else f"{value:.2f} [{low:.2f}, {high:.2f}]"
+    # Gaps get three decimals, so an interval that ends just short of 0 does not print as "-0.00".
+    return f"{value:+.3f} [{low:+.3f}, {high:+.3f}]" if signed else f"{value:.2f} [{low:.2f}, {high:.2f}]"
 
 
 def _side(gap: dict) -> str:
@@ -195,12 +197,14 @@ def draw_figure(summary: dict, path: Path) -> None:
 
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw=dict(width_ratios=[1, 1, 1.1]))
     groups = (("retrieval", ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast")), ("copying", ("UF", "UB", "NF", "NB")))
+    spread = 0.01 * (max(summary["lengths"]) - min(summary["lengths"]) + 1)
     for ax, (title, tasks) in zip(axes, groups):
-        for task in tasks:
+        for offset, task in enumerate(tasks):
             cells = [c for c in summary["cells"] if c["task"] == task]
             if not cells:
                 continue
-            lengths = [c["length"] for c in cells]
+            # A small shift per task keeps equal accuracies (often all 0) from hiding each other.
+            lengths = [c["length"] + (offset - len(tasks) / 2) * spread for c in cells]
             accuracy = [c["accuracy"] for c in cells]
             errors = [[max(0.0, a - c["low"]) for a, c in zip(accuracy, cells)], [max(0.0, c["high"] - a) for a, c in zip(accuracy, cells)]]
             # Right/forward solid, left/backward dashed: the comparison the paper makes.

@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_settings(args: argparse.Namespace) -> dict:
-    """config.json of the run: the preset with the command line's overrides applied."""
+    """config.json of the run: the preset with the command line's overrides applied (training
+    settings per task: the preset's per-task changes first, the command line's over them)."""
     on_accelerator = jax.default_backend() != "cpu"
     preset = PRESETS[args.preset or ("paper" if on_accelerator else "quick")]
     changes = {name: getattr(args, name) for name in TRAIN_FLAGS if getattr(args, name) is not None}
@@ -104,20 +105,19 @@ def run_settings(args: argparse.Namespace) -> dict:
         changes["train_lengths"] = tuple(args.train_lengths)
         bins = args.test_bins or ((tuple(args.train_lengths),) + tuple(preset.train.test_bins[1:]))
     changes["test_bins"] = bins
-    train = preset.train.replace(**changes)
     model = dict(preset.model, **{name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None})
     if args.dtype is not None:
         model["dtype"] = args.dtype
     tasks = args.tasks or list(preset.tasks)
     seeds = args.seeds if args.seeds is not None else list(preset.seeds)
     return dict(pe=args.pe, preset=preset.name, tasks=tasks, seeds=seeds, threshold=args.threshold,
-                train=train.to_dict(), model=model,
+                train={task: preset.train_for(task, **changes).to_dict() for task in tasks}, model=model,
                 task_overrides={task: preset.overrides_for(task) for task in tasks})
 
 
 def make_jobs(settings: dict, run_dir: Path) -> list[Job]:
-    train = TrainConfig.from_dict(settings["train"])
-    return [Job(task_code=task, seed=seed, pe=settings["pe"], train=train, model=settings["model"],
+    return [Job(task_code=task, seed=seed, pe=settings["pe"], train=TrainConfig.from_dict(settings["train"][task]),
+                model=settings["model"],
                 task_overrides=settings["task_overrides"][task], out_dir=str(run_dir / task / f"seed{seed}"))
             for task in settings["tasks"] for seed in settings["seeds"]]
 

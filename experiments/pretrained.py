@@ -2,7 +2,7 @@
 (retrieval/copying paper, section 4.1): does the model show the directional bias (right/forward
 above left/backward) and the uniqueness gap that the paper reports for Llama-3 and Qwen2.5?
 
-    python experiments/pretrained.py --model smollm2                      # about 10 minutes on 2 CPU cores
+    python experiments/pretrained.py --model smollm2              # 1200 prompts, about 8 minutes on 2 CPU cores
     python experiments/pretrained.py --model path/to/model.gguf --lengths 10 30 50 --n 50
     python experiments/pretrained.py --report-only runs/pretrained/smollm2
 
@@ -147,7 +147,33 @@ def check_lengths(args: argparse.Namespace) -> None:
                                  f"lengths {task.min_length()} to {task.max_length()}")
 
 
+def open_run_folder(out: Path, config: dict) -> list[dict]:
+    """Write config.json, or check it against a previous run's; return the records so far."""
+    if (out / "config.json").exists():
+        saved = json.loads((out / "config.json").read_text())
+        changed = sorted(key for key in config.keys() | saved.keys() if config.get(key) != saved.get(key))
+        if changed:
+            raise SystemExit(f"error: {out} holds a run with other settings ({', '.join(changed)}); "
+                             "use another --out or the original flags to resume it")
+    write_json(out / "config.json", config)
+    return read_jsonl(out / RESULTS_FILE)
+
+
+def pending_batches(args: argparse.Namespace, done: set[tuple[str, int, int]]) -> list[list[Item]]:
+    """The prompts not evaluated yet, batched per length and task kind (alike prompt and answer
+    lengths, so alike compiled shapes)."""
+    batches = []
+    for length in args.lengths:
+        for kind in (RETRIEVAL_TASKS, COPYING_TASKS):
+            pending = [item for code in args.tasks if code in kind
+                       for item in cell_items(code, length, args.n, args.seed, *demo_settings(args, code))
+                       if (item.task, item.length, item.index) not in done]
+            batches += [pending[k: k + args.batch_size] for k in range(0, len(pending), args.batch_size)]
+    return batches
+
+
 def evaluate(args: argparse.Namespace) -> Path:
+    """Evaluate every prompt the run folder lacks, saving after each batch; return the folder."""
     check_lengths(args)
     started = time.perf_counter()
     try:
@@ -158,25 +184,9 @@ def evaluate(args: argparse.Namespace) -> Path:
         raise SystemExit(f"error: {pretrained.path} has no tokenizer.json; the prompts need the model's tokenizer")
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.perf_counter() - started:.1f} s")
     out = args.out or Path("runs/pretrained") / Path(str(args.model)).stem
-    config = run_config(args, pretrained)
-    if (out / "config.json").exists():
-        saved = json.loads((out / "config.json").read_text())
-        changed = sorted(key for key in config.keys() | saved.keys() if config.get(key) != saved.get(key))
-        if changed:
-            raise SystemExit(f"error: {out} holds a run with other settings ({', '.join(changed)}); "
-                             "use another --out or the original flags to resume it")
-    write_json(out / "config.json", config)
-
-    records = read_jsonl(out / RESULTS_FILE)
-    done = {(r["task"], r["length"], r["index"]) for r in records}
+    records = open_run_folder(out, run_config(args, pretrained))
+    batches = pending_batches(args, {(r["task"], r["length"], r["index"]) for r in records})
     newline_id = pretrained.tokenizer.encode("\n")[-1]
-    batches = []
-    for length in args.lengths:
-        for kind in (RETRIEVAL_TASKS, COPYING_TASKS):
-            pending = [item for code in args.tasks if code in kind
-                       for item in cell_items(code, length, args.n, args.seed, *demo_settings(args, code))
-                       if (item.task, item.length, item.index) not in done]
-            batches += [pending[k: k + args.batch_size] for k in range(0, len(pending), args.batch_size)]
     evaluated, generation_seconds = 0, 0.0
     for batch in tqdm(batches, desc="batches", unit="batch"):
         batch_started = time.perf_counter()
@@ -188,10 +198,9 @@ def evaluate(args: argparse.Namespace) -> Path:
         write_jsonl(out / RESULTS_FILE, records)
         evaluated += len(batch)
         generation_seconds += seconds
-    wall = time.perf_counter() - started
     if evaluated:
         print(f"evaluated {evaluated} prompts in {generation_seconds:.1f} s of generation "
-              f"({evaluated / generation_seconds:.2f} prompts/s); wall time {wall:.1f} s")
+              f"({evaluated / generation_seconds:.2f} prompts/s); wall time {time.perf_counter() - started:.1f} s")
     else:
         print("nothing left to evaluate; rebuilding the report")
     return out
@@ -203,26 +212,31 @@ def demo_settings(args: argparse.Namespace, code: str) -> tuple[int, int]:
     return args.copying_demonstrations, args.copying_demo_length
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and every flag's default."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", default="smollm2",
                         help=f"a named model ({', '.join(f'{k}: {v.description}' for k, v in NAMED_MODELS.items())}), "
                              "a GGUF file (llama architecture) or a Hugging Face checkpoint folder (llama, qwen2, gpt2)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="CODE",
-                        help=f"task codes (default: all ten: {' '.join(TASKS)})")
+                        help="task codes")
     parser.add_argument("--lengths", nargs="+", type=int, default=[10, 20, 40], metavar="L",
                         help="test input lengths (context length for retrieval, source length for copying); "
                              "unique copying needs L <= 52")
     parser.add_argument("--n", type=int, default=40, help="prompts per task and length")
     parser.add_argument("--seed", type=int, default=0, help="fixes every prompt")
-    parser.add_argument("--batch-size", type=int, default=16, help="prompts decoded together")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="prompts decoded together (plus one filler row that fixes the compiled shape)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="compute dtype (parameters stay float32)")
     parser.add_argument("--retrieval-demonstrations", type=int, default=4, help="demonstrations before a retrieval item")
     parser.add_argument("--retrieval-demo-length", type=int, default=4, help="context length of retrieval demonstrations")
     parser.add_argument("--copying-demonstrations", type=int, default=5, help="demonstrations before a copying item")
     parser.add_argument("--copying-demo-length", type=int, default=5, help="source length of copying demonstrations")
-    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/pretrained/<model name>)")
+    parser.add_argument("--out", type=Path, default=None, help="run folder (None: runs/pretrained/<model name>)")
     parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
                         help="rebuild summary.json, report.md and the figure of an existing run folder; evaluate nothing")
     return parser

@@ -2,6 +2,8 @@
 transformers on torch, on small random-weight Llama, Qwen2 and GPT-2 checkpoints written with
 save_pretrained, and on GGUF files of every supported tensor type made from a random Llama."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -59,15 +61,43 @@ CHECKPOINTS = {
 }
 
 
+def assert_same_logits(reference, folder, label: str) -> None:
+    tokens_BxT = random_tokens(VOCAB)
+    expected = reference_logits(reference, tokens_BxT)
+    difference = np.abs(our_logits(folder, tokens_BxT) - expected).max()
+    print(f"{label}: max |logit difference| = {difference:.2e} (logit scale {np.abs(expected).max():.1f})")
+    assert difference < TOLERANCE
+
+
 @pytest.mark.parametrize("kind", sorted(CHECKPOINTS))
 def test_safetensors_checkpoint_logits_match_transformers(tmp_path, kind):
     reference = randomize(CHECKPOINTS[kind](), seed=1)
     reference.save_pretrained(tmp_path)
-    tokens_BxT = random_tokens(VOCAB)
-    expected = reference_logits(reference, tokens_BxT)
-    difference = np.abs(our_logits(tmp_path, tokens_BxT) - expected).max()
-    print(f"{kind}: max |logit difference| = {difference:.2e} (logit scale {np.abs(expected).max():.1f})")
-    assert difference < TOLERANCE
+    assert_same_logits(reference, tmp_path, kind)
+
+
+def test_sharded_bfloat16_checkpoint_loads_every_shard(tmp_path):
+    reference = randomize(CHECKPOINTS["qwen2_bias_gqa"](), seed=3)
+    # The reference computes in float32 on the bfloat16-rounded weights (its RoPE buffers stay float32).
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.copy_(parameter.to(torch.bfloat16).to(torch.float32))
+    copy.deepcopy(reference).to(torch.bfloat16).save_pretrained(tmp_path, max_shard_size="40KB")
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1
+    assert_same_logits(reference, tmp_path, "qwen2 bfloat16, sharded")
+
+
+def test_gpt2_checkpoint_with_the_hub_names_loads(tmp_path):
+    """The hub's gpt2 was saved from GPT2Model: no "transformer." prefix and no lm_head."""
+    from safetensors.numpy import load_file, save_file
+
+    reference = randomize(CHECKPOINTS["gpt2"](), seed=4)
+    reference.save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    renamed = {name.removeprefix("transformer."): array for name, array in tensors.items() if name != "lm_head.weight"}
+    assert renamed.keys() != tensors.keys()
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    assert_same_logits(reference, tmp_path, "gpt2, hub names")
 
 
 def _gguf_name(hf_name: str) -> str | None:

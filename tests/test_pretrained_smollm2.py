@@ -55,7 +55,7 @@ def test_logits_match_transformers_on_the_same_gguf(smollm2):
     # LlamaForCausalLM; from_pretrained(gguf_file=...) would do the same but needs `accelerate`.
     path = str(resolve_model_path("smollm2"))
     config = transformers.AutoConfig.for_model(**load_gguf_checkpoint(path)["config"])
-    reference = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    reference = transformers.AutoModelForCausalLM.from_config(config)  # float32 by default
     state = load_gguf_checkpoint(path, return_tensors=True, model_to_load=reference)["tensors"]
     reference.load_state_dict(state, strict=False)
     reference.tie_weights()

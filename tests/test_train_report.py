@@ -83,8 +83,9 @@ def test_every_flag_is_explained_and_overrides_apply(tmp_path):
                               "--train-lengths", "1", "8", "--test-bins", "1-8,9-16", "--d-model", "32",
                               "--learning-rate", "0.01", "--max-steps", "300"])
     settings = length_gen.run_settings(args)
-    assert settings["train"]["train_lengths"] == (1, 8) and settings["train"]["test_bins"] == ((1, 8), (9, 16))
-    assert settings["model"]["d_model"] == 32 and settings["train"]["learning_rate"] == 0.01
+    train = settings["train"]["UF"]
+    assert train["train_lengths"] == (1, 8) and train["test_bins"] == ((1, 8), (9, 16))
+    assert settings["model"]["d_model"] == 32 and train["learning_rate"] == 0.01 and train["max_steps"] == 300
     assert settings["seeds"] == [3, 4] and settings["tasks"] == ["UF"]
     jobs = length_gen.make_jobs(settings, tmp_path)
     assert [job.folder.name for job in jobs] == ["seed3", "seed4"]

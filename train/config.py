@@ -104,11 +104,17 @@ class Preset:
     model: dict = field(default_factory=dict)
     # Keyword overrides for crasp.tasks.get_task, per task code.
     task_overrides: dict = field(default_factory=dict)
+    # TrainConfig changes per task code (e.g. a longer budget where supervision is sparse).
+    train_overrides: dict = field(default_factory=dict)
     seeds: tuple[int, ...] = (0, 1, 2)
     tasks: tuple[str, ...] = RETRIEVAL_AND_COPYING
 
     def overrides_for(self, task_code: str) -> dict:
         return dict(self.task_overrides.get(task_code, {}))
+
+    def train_for(self, task_code: str, **changes) -> TrainConfig:
+        """The task's training settings: the preset's, its per-task changes, then `changes`."""
+        return self.train.replace(**{**self.train_overrides.get(task_code, {}), **changes})
 
 
 PAPER = Preset(

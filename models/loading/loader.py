@@ -18,12 +18,12 @@ import numpy as np
 from flax import nnx
 
 from models.config import DTYPES, ModelConfig
-from models.params import param_shapes
 from models.loading.checkpoint_folder import read_checkpoint_folder
 from models.loading.errors import UnsupportedModelError
 from models.loading.gguf_file import read_gguf
 from models.loading.tables import GGUF_ARCHITECTURES, HF_ARCHITECTURES, Architecture, Rule
 from models.loading.tokenizer import PretrainedTokenizer, tokenizer_from_folder, tokenizer_from_gguf_metadata
+from models.params import param_shapes
 from models.transformer import Transformer
 
 

@@ -59,25 +59,29 @@ class Architecture:
     rules: tuple[Rule, ...]
 
 
-def _required(values: dict[str, Any], key: str, where: str):
-    if key not in values:
+_REQUIRED = object()
+
+
+def _value(values: dict[str, Any], key: str, where: str, default: Any = _REQUIRED):
+    if key in values and values[key] is not None:
+        return values[key]
+    if default is _REQUIRED:
         raise UnsupportedModelError(where, f"missing hyperparameter {key!r}")
-    return values[key]
+    return default
 
 
 # --- GGUF, architecture "llama" (SmolLM, Llama 1-3 without rope scaling) -------------------------
 
 def _gguf_llama_config(metadata: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
-    def key(name: str, default=None):
-        value = metadata.get(f"llama.{name}", default)
-        return _required(metadata, f"llama.{name}", where) if value is None else value
+    def key(name: str, default: Any = _REQUIRED):
+        return _value(metadata, f"llama.{name}", where, default)
 
     if "rope_freqs.weight" in tensor_names or float(key("rope.scaling.factor", 1.0)) != 1.0:
         raise UnsupportedModelError(where, "RoPE scaling (Llama 3.1 style rope_freqs, llama.rope.scaling.*) is not supported")
     n_heads, d_model = int(key("attention.head_count")), int(key("embedding_length"))
-    head_dim = int(metadata.get("llama.attention.key_length", d_model // n_heads))
+    head_dim = int(key("attention.key_length", d_model // n_heads))
     return ModelConfig(
-        vocab_size=int(metadata.get("llama.vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))),
+        vocab_size=int(key("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))),
         d_model=d_model,
         n_layers=int(key("block_count")),
         n_heads=n_heads,
@@ -138,16 +142,16 @@ def _reject(config: dict[str, Any], where: str, unsupported: dict[str, Any]) -> 
 
 def _llama_family_config(config: dict[str, Any], where: str, *, qkv_bias: bool) -> ModelConfig:
     _reject(config, where, {"hidden_act": ("silu",), "mlp_bias": (False,), "use_sliding_window": (False,)})
-    n_heads, d_model = int(_required(config, "num_attention_heads", where)), int(_required(config, "hidden_size", where))
+    n_heads, d_model = int(_value(config, "num_attention_heads", where)), int(_value(config, "hidden_size", where))
     head_dim = int(config.get("head_dim") or d_model // n_heads)
     base, factor = _rope(config, where)
     return ModelConfig(
-        vocab_size=int(_required(config, "vocab_size", where)),
+        vocab_size=int(_value(config, "vocab_size", where)),
         d_model=d_model,
-        n_layers=int(_required(config, "num_hidden_layers", where)),
+        n_layers=int(_value(config, "num_hidden_layers", where)),
         n_heads=n_heads,
         n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
-        d_ff=int(_required(config, "intermediate_size", where)),
+        d_ff=int(_value(config, "intermediate_size", where)),
         d_head=head_dim,
         block="llama",
         position="rope",
@@ -180,16 +184,16 @@ def _hf_gpt2_config(config: dict[str, Any], tensor_names: frozenset[str], where:
             "tie_word_embeddings": (True,),
         },
     )
-    d_model = int(_required(config, "n_embd", where))
+    d_model = int(_value(config, "n_embd", where))
     return ModelConfig(
-        vocab_size=int(_required(config, "vocab_size", where)),
+        vocab_size=int(_value(config, "vocab_size", where)),
         d_model=d_model,
-        n_layers=int(_required(config, "n_layer", where)),
-        n_heads=int(_required(config, "n_head", where)),
+        n_layers=int(_value(config, "n_layer", where)),
+        n_heads=int(_value(config, "n_head", where)),
         d_ff=int(config.get("n_inner") or 4 * d_model),
         block="gpt2",
         position="ape",
-        max_positions=int(_required(config, "n_positions", where)),
+        max_positions=int(_value(config, "n_positions", where)),
         norm_eps=float(config.get("layer_norm_epsilon", 1e-5)),
         tie_embeddings=True,
     )

@@ -72,8 +72,7 @@ class PretrainedTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, with BOS first when the model expects it."""
-        ids = self.backend.encode(text, add_special_tokens=False).ids
-        return [self.bos_id, *ids] if self.add_bos and self.bos_id is not None else ids
+        return self.encode_batch([text])[0]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         encodings = self.backend.encode_batch(texts, add_special_tokens=False)
@@ -85,10 +84,6 @@ class PretrainedTokenizer:
 
     def token(self, token_id: int) -> str:
         return self.backend.id_to_token(token_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.backend.get_vocab_size(with_added_tokens=True)
 
     @property
     def special_ids(self) -> frozenset[int]:

@@ -1,0 +1,197 @@
+"""experiments/pretrained.py: the prompt format of spec/tasks.md, the answer extraction, the
+report's statistics, and a resumed run giving the same records as an uninterrupted one (on a tiny
+random-weight Llama checkpoint written here, with a byte-level tokenizer.json)."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.numpy import save_file
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+from experiments import pretrained
+from experiments._pretrained_report import bias_statement, difference_interval, summarize, wilson_interval
+from models.loading.tokenizer import tokenizer_from_folder
+from tests.test_loading_formats import BYTE_LEVEL_ALPHABET
+
+LETTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+LETTERS_AND_DIGITS = LETTERS | set("0123456789")
+RETRIEVAL_LINE = re.compile(r"^ ((?:\S )+)\| (\S):$")
+
+
+def _retrieval_lines(prompt: str):
+    *demos, test = prompt.split("\n")
+    parsed_demos = []
+    for line in demos:
+        question, answer = line.rsplit(" ", 1)
+        parsed_demos.append((*RETRIEVAL_LINE.match(question).groups(), answer))
+    return parsed_demos, RETRIEVAL_LINE.match(test).groups()
+
+
+@settings(max_examples=25, deadline=None)
+@given(code=st.sampled_from(pretrained.RETRIEVAL_TASKS), length=st.integers(10, 60), seed=st.integers(0, 10**6))
+def test_retrieval_prompts_follow_the_spec_format(code, length, seed):
+    task = pretrained.pretrained_task(code)
+    item = pretrained.cell_items(code, length, 1, seed, demonstrations=4, demo_length=4)[0]
+    demos, (context, query) = _retrieval_lines(item.prompt)
+    assert len(demos) == 4
+    symbols = context.split()
+    assert len(symbols) == length and set(symbols) <= LETTERS_AND_DIGITS
+    assert item.expected == " ".join(task.answer(symbols, query))
+    occurrences = [k for k, s in enumerate(symbols) if s == query]
+    if code in ("UL", "UR"):
+        assert len(occurrences) == 1
+    else:
+        assert 2 <= len(occurrences) <= max(2, length // 5)
+        assert all(b - a > 1 for a, b in zip(occurrences, occurrences[1:]))
+    for demo_context, demo_query, demo_answer in demos:
+        assert len(demo_context.split()) == 4
+        assert demo_answer == " ".join(task.answer(demo_context.split(), demo_query))
+
+
+@settings(max_examples=20, deadline=None)
+@given(code=st.sampled_from(pretrained.COPYING_TASKS), length=st.integers(10, 52), seed=st.integers(0, 10**6))
+def test_copying_prompts_follow_the_spec_format(code, length, seed):
+    item = pretrained.cell_items(code, length, 1, seed, demonstrations=5, demo_length=5)[0]
+    *demos, test = item.prompt.split("\n")
+    assert test.endswith(" :") and len(test[:-2].split()) == length and set(test[:-2].split()) <= LETTERS
+    backward = code in ("UB", "NB")
+    assert item.expected.split() == (test[:-2].split()[::-1] if backward else test[:-2].split())
+    assert len(demos) == 5
+    for line in demos:
+        source, answer = line.split(" : ")
+        assert len(source.split()) == 5
+        assert answer.split() == (source.split()[::-1] if backward else source.split())
+    if code in ("UF", "UB"):
+        assert len(set(test[:-2].split())) == length
+
+
+def test_cells_are_fixed_by_the_seed_whatever_else_runs():
+    first = pretrained.cell_items("NRFirst", 20, 3, seed=7, demonstrations=4, demo_length=4)
+    again = pretrained.cell_items("NRFirst", 20, 3, seed=7, demonstrations=4, demo_length=4)
+    other_seed = pretrained.cell_items("NRFirst", 20, 3, seed=8, demonstrations=4, demo_length=4)
+    assert first == again and first != other_seed
+
+
+def write_byte_level_tokenizer(folder):
+    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(BYTE_LEVEL_ALPHABET)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+
+
+def test_answer_line_stops_at_a_line_break_or_special_token(tmp_path):
+    write_byte_level_tokenizer(tmp_path)
+    tokenizer = tokenizer_from_folder(tmp_path)
+    ids = tokenizer.encode(" a b \nc")
+    assert pretrained.answer_line(tokenizer, ids) == "a b"
+    end = tokenizer.backend.token_to_id("<|endoftext|>")
+    assert pretrained.answer_line(tokenizer, tokenizer.encode(" x y") + [end] + tokenizer.encode("z")) == "x y"
+
+
+def test_wilson_and_newcombe_intervals_match_published_values():
+    # Newcombe 1998 (Stat. Med. 17:857 and 17:873): Wilson 81/263; method 10 for 56/70 - 48/80 and 9/10 - 3/10.
+    assert wilson_interval(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
+    assert difference_interval(56, 70, 48, 80)[1:] == pytest.approx((0.0524, 0.3339), abs=1e-4)
+    assert difference_interval(9, 10, 3, 10)[1:] == pytest.approx((0.1705, 0.8090), abs=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_a=st.integers(1, 200), n_b=st.integers(1, 200), data=st.data())
+def test_intervals_contain_their_estimate_and_stay_in_range(n_a, n_b, data):
+    k_a, k_b = data.draw(st.integers(0, n_a)), data.draw(st.integers(0, n_b))
+    low, high = wilson_interval(k_a, n_a)
+    assert 0 <= low <= k_a / n_a <= high <= 1
+    difference, low, high = difference_interval(k_a, n_a, k_b, n_b)
+    assert -1 <= low <= difference <= high <= 1
+
+
+def _write_run(folder, accuracy: dict[str, float], n=40):
+    config = dict(model="m", architecture="gguf/llama", tasks=list(accuracy), lengths=[10], n=n)
+    (folder / "config.json").write_text(json.dumps(config))
+    records = [dict(task=task, length=10, index=i, correct=i < round(p * n), seconds=0.5)
+               for task, p in accuracy.items() for i in range(n)]
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_summary_gaps_and_bias_statement_follow_the_counts(tmp_path):
+    _write_run(tmp_path, {"UR": 0.9, "UL": 0.3, "UF": 0.5, "UB": 0.5, "NRFirst": 0.2})
+    summary = summarize(tmp_path)
+    gaps = {gap["name"]: gap for gap in summary["gaps"]}
+    assert set(gaps) == {"UR - UL", "UF - UB", "UR - NRFirst"}  # pairs with both tasks present
+    assert gaps["UR - UL"]["gap"] == pytest.approx(0.6) and gaps["UR - UL"]["low"] > 0
+    assert gaps["UF - UB"]["low"] < 0 < gaps["UF - UB"]["high"]
+    assert "1 of 2 pairs (UR - UL)" in bias_statement(summary)
+    assert summary["prompts_per_second"] == pytest.approx(2.0)
+
+
+def write_tiny_llama(folder, seed=0):
+    """A random Llama checkpoint in Hugging Face's names and layout (Linear weights [out, in])."""
+    rng = np.random.default_rng(seed)
+    vocab, d, ff, layers = len(BYTE_LEVEL_ALPHABET) + 1, 32, 64, 2
+    config = dict(model_type="llama", vocab_size=vocab, hidden_size=d, intermediate_size=ff, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, tie_word_embeddings=True, hidden_act="silu")
+    tensors = {"model.embed_tokens.weight": rng.normal(size=(vocab, d)), "model.norm.weight": np.ones(d)}
+    shapes = {"self_attn.q_proj": (d, d), "self_attn.k_proj": (d // 2, d), "self_attn.v_proj": (d // 2, d),
+              "self_attn.o_proj": (d, d), "mlp.gate_proj": (ff, d), "mlp.up_proj": (ff, d), "mlp.down_proj": (d, ff)}
+    for layer in range(layers):
+        for name, shape in shapes.items():
+            tensors[f"model.layers.{layer}.{name}.weight"] = rng.normal(size=shape) / np.sqrt(shape[1])
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            tensors[f"model.layers.{layer}.{name}.weight"] = np.ones(d)
+    save_file({k: v.astype(np.float32) for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config))
+    write_byte_level_tokenizer(folder)
+    return folder
+
+
+def _records(run):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in map(json.loads, (run / "results.jsonl").read_text().splitlines())]
+
+
+def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
+    (tmp_path / "model").mkdir()
+    model = write_tiny_llama(tmp_path / "model")
+    common = ["--model", str(model), "--tasks", "UR", "NB", "--lengths", "6", "--batch-size", "2"]
+    flags = common + ["--n", "3"]
+    pretrained.main(flags + ["--out", str(tmp_path / "whole")])
+    whole = _records(tmp_path / "whole")
+    assert len(whole) == 6 and {r["task"] for r in whole} == {"UR", "NB"}
+
+    real_evaluate_batch, calls = pretrained.evaluate_batch, []
+
+    def interrupted(*args):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real_evaluate_batch(*args)
+
+    monkeypatch.setattr(pretrained, "evaluate_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pretrained.main(flags + ["--out", str(tmp_path / "resumed")])
+    assert len(_records(tmp_path / "resumed")) == 3  # UR's batches (2 + 1 prompts) finished, NB's not
+    monkeypatch.setattr(pretrained, "evaluate_batch", real_evaluate_batch)
+    pretrained.main(flags + ["--out", str(tmp_path / "resumed")])
+    assert sorted(_records(tmp_path / "resumed"), key=str) == sorted(whole, key=str)
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert summary["evaluated"] == summary["planned"] == 6
+    assert (tmp_path / "resumed" / "accuracy_by_length.png").stat().st_size > 0
+
+    with pytest.raises(SystemExit, match="other settings \\(n\\)"):
+        pretrained.main(common + ["--n", "4", "--out", str(tmp_path / "resumed")])
+
+
+def test_lengths_a_task_cannot_sample_are_refused_before_loading(tmp_path):
+    with pytest.raises(SystemExit, match="task UF \\(alphabet of 52\\) accepts lengths 1 to 52"):
+        pretrained.main(["--model", str(tmp_path / "absent"), "--tasks", "UF", "--lengths", "60"])
+
+
+def test_a_missing_model_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="no such file or folder"):
+        pretrained.main(["--model", str(tmp_path / "absent.gguf"), "--tasks", "UR", "--lengths", "10"])
