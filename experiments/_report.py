@@ -74,7 +74,9 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
             greedy_checked=sum(b["greedy_checked"] for s in seeds for b in by_seed[s]["bins"]),
             train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1)))
     judged = [row for row in rows if row["agrees"] is not None]
+    first_task_train = config["train"][config["tasks"][0]]
     return dict(pe=config["pe"], preset=config["preset"], threshold=threshold, rows=rows,
+                bins=[list(b) for b in first_task_train["test_bins"]],
                 agreements=sum(row["agrees"] for row in judged), judged=len(judged),
                 missing_tasks=[t for t in config["tasks"] if t not in finals],
                 train_seconds=round(sum(row["train_seconds"] for row in rows), 1))
@@ -84,7 +86,7 @@ def markdown_table(summary: dict) -> str:
     rows = summary["rows"]
     if not rows:
         return "(no finished evaluations yet)\n"
-    bin_names = [f"{b['lo']}-{b['hi']}" for b in rows[0]["bins"]]
+    bin_names = [f"{lo}-{hi}" for lo, hi in summary["bins"]]
     lines = ["| task | predicted | " + " | ".join(bin_names) + " | observed | agrees |",
              "|---|---|" + "---|" * len(bin_names) + "---|---|"]
     for row in rows:
@@ -103,7 +105,8 @@ def report_markdown(summary: dict) -> str:
     parts = [
         f"# Length generalization from scratch: {summary['pe'].upper()}, preset {summary['preset']}\n",
         f"Accuracy = exact match of the whole answer (teacher forcing, argmax), mean ± std over seeds {seeds}. "
-        f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}.\n",
+        f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}. "
+        "Lengths a task's sampler cannot produce (below its minimum) are left out of its bins.\n",
         markdown_table(summary),
         f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks with a prediction.\n",
         f"Greedy KV-cache decoding disagreed with teacher forcing on {disagreements} of {checked} checked strings.\n",
@@ -137,6 +140,7 @@ def draw_figure(summary: dict, path: Path) -> None:
         ax.errorbar(centers, [b["mean"] for b in row["bins"]], yerr=[b["std"] for b in row["bins"]],
                     linestyle=style[row["predicted"]["generalizes"]], marker="o", capsize=3)
         ax.axvspan(row["bins"][0]["lo"], row["bins"][0]["hi"], color="0.92", zorder=0)
+        ax.axhline(summary["threshold"], color="0.6", linewidth=0.8, linestyle=":")
         ax.set_title(row["task"])
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("input length")
@@ -145,7 +149,7 @@ def draw_figure(summary: dict, path: Path) -> None:
     for ax in axes[:, 0]:
         ax.set_ylabel("exact match")
     figure.suptitle(f"{summary['pe'].upper()} ({summary['preset']}): solid = predicted to generalize, "
-                    "dashed = predicted not to; grey = training lengths", fontsize=9)
+                    "dashed = predicted not to; grey = training lengths; dotted = threshold", fontsize=9)
     figure.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     figure.savefig(tmp, dpi=120)

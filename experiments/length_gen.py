@@ -28,7 +28,8 @@ from train.config import PRESETS, ConfigError, TrainConfig
 from train.loop import PE_CHOICES, Job
 from train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
 
-MODEL_FLAGS = {"n_layers": int, "n_heads": int, "d_model": int, "d_ff": int}
+MODEL_FLAGS = {"n_layers": "transformer blocks", "n_heads": "attention heads per block",
+               "d_model": "width of the residual stream", "d_ff": "hidden width of the MLP (default 4 x d_model)"}
 TRAIN_FLAGS = {
     "batch_size": (int, "sequences per training step"),
     "learning_rate": (float, "peak learning rate of AdamW"),
@@ -80,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     model = parser.add_argument_group("model overrides (default: the preset's)")
-    for name, kind in MODEL_FLAGS.items():
-        model.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=f"model {name}")
+    for name, text in MODEL_FLAGS.items():
+        model.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=text)
     model.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
                        help="compute dtype (parameters stay float32)")
     train = parser.add_argument_group("training overrides (default: the preset's)")

@@ -182,3 +182,13 @@ def test_accelerator_path_stacks_seeds_and_matches_single_runs(tmp_path):
         np.testing.assert_allclose([r["loss"] for r in together_records if r["kind"] == "train"],
                                    [r["loss"] for r in alone_records if r["kind"] == "train"], rtol=1e-4)
         assert together_result["steps"] == alone_result["steps"] == 16
+
+
+def test_a_job_folder_is_trained_by_one_process_at_a_time(tmp_path):
+    from train.workers import _lock_folder
+
+    held = _lock_folder(tmp_path)
+    with pytest.raises(SystemExit, match="being trained by another process"):
+        _lock_folder(tmp_path)
+    held.close()
+    _lock_folder(tmp_path).close()

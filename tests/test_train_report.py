@@ -36,7 +36,9 @@ def eval_record(task, seed, step, accuracies):
 
 @pytest.fixture
 def run_dir(tmp_path):
-    config = dict(pe="ape", preset="quick", tasks=["UF", "NF", "NB"], seeds=[0, 1], threshold=0.9)
+    train = dict(test_bins=[[1, 10], [11, 20], [21, 30]])
+    config = dict(pe="ape", preset="quick", tasks=["UF", "NF", "NB"], seeds=[0, 1], threshold=0.9,
+                  train={task: train for task in ("UF", "NF", "NB")})
     (tmp_path / "config.json").write_text(json.dumps(config))
     records = [
         eval_record("UF", 0, 500, [0.5, 0.0, 0.0]),  # superseded by the later evaluation

@@ -17,6 +17,10 @@ import jax
 import numpy as np
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint does not match the state it is loaded into."""
 
@@ -25,6 +29,7 @@ def _atomic_write(path: Path, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes the file private; results are meant to be shared
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

@@ -12,8 +12,11 @@ Run a single job folder by hand with `python -m train.workers JOB_FOLDER` (what 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +30,7 @@ from train.loop import Job, is_done, run_stack
 
 SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 PROGRESS_FILE = "progress.json"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 LOG_FILE = "worker.log"
 
 
@@ -54,6 +58,8 @@ class TaskBars:
 
     def update(self, progress: dict) -> None:
         key = (progress["task"], progress["seed"])
+        if self.status.get(key) == progress:
+            return
         bar = self.bars[progress["task"]]
         bar.update(progress["step"] - self.steps[key])
         self.steps[key] = progress["step"]
@@ -132,8 +138,8 @@ def _launch(job: Job, core: int) -> subprocess.Popen:
     env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
     with open(job.folder / LOG_FILE, "ab") as log:
         # The child pins itself (--core): a preexec_fn would make Python fork this multithreaded process.
-        return subprocess.Popen([sys.executable, "-m", "train.workers", str(job.folder), "--core", str(core)],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen([sys.executable, "-m", "train.workers", str(job.folder), "--core", str(core),
+                                 "--die-with-parent"], env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _read_progress(job: Job) -> dict | None:
@@ -147,9 +153,32 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
 
 
-def _worker_main(folder: str, core: int | None) -> None:
+def _die_with_parent() -> None:
+    """Linux: a worker whose pool is killed (even with -9) is killed too, so a rerun never finds an
+    orphan still writing into the folder it resumes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getppid()
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _lock_folder(folder: Path):
+    """An exclusive lock on the job folder for the life of the process; a second process fails fast."""
+    handle = open(folder / ".lock", "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"{folder} is being trained by another process; wait for it or stop it first")
+    return handle
+
+
+def _worker_main(folder: str, core: int | None, with_parent: bool) -> None:
+    if with_parent:
+        _die_with_parent()
     if core is not None:
         os.sched_setaffinity(0, {core})
+    lock = _lock_folder(Path(folder))  # noqa: F841 (held until exit)
     job = Job.from_dict(json.loads((Path(folder) / "job.json").read_text()))
     last_write = [0.0]
 
@@ -166,5 +195,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Run (or resume) one job folder holding job.json.")
     parser.add_argument("folder", help="the job folder")
     parser.add_argument("--core", type=int, default=None, help="pin this process to this CPU core")
+    parser.add_argument("--die-with-parent", action="store_true", help="exit when the launching process dies")
     arguments = parser.parse_args()
-    _worker_main(arguments.folder, arguments.core)
+    _worker_main(arguments.folder, arguments.core, arguments.die_with_parent)

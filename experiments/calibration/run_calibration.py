@@ -38,6 +38,8 @@ CANDIDATES = {
     "ret16": dict(model=SMALL_MODEL, train_max=20, lr=1e-3, steps=10000, task_overrides=unique_alphabets(16)),
     # Copying: does in-distribution-to-longer transfer keep rising with a longer budget?
     "copy8k": dict(model=SMALL_MODEL, train_max=20, lr=1e-3, steps=8000, task_overrides=unique_alphabets(64)),
+    # Copying with a wider training range: does the reach beyond it grow with the range?
+    "copy30": dict(model=SMALL_MODEL, train_max=30, lr=1e-3, steps=6000, task_overrides=unique_alphabets(96)),
 }
 
 
