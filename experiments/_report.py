@@ -103,10 +103,10 @@ def report_markdown(summary: dict) -> str:
     disagreements = sum(row["greedy_disagreements"] for row in summary["rows"])
     checked = sum(row["greedy_checked"] for row in summary["rows"])
     parts = [
-        f"# Length generalization from scratch: {summary['pe'].upper()}, preset {summary['preset']}\n",
+        f"# Length generalization from scratch: {summary['pe'].upper()}, preset {summary['preset']}\n\n",
         f"Accuracy = exact match of the whole answer (teacher forcing, argmax), mean ± std over seeds {seeds}. "
         f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}. "
-        "Lengths a task's sampler cannot produce (below its minimum) are left out of its bins.\n",
+        "Lengths a task's sampler cannot produce (below its minimum) are left out of its bins.\n\n",
         markdown_table(summary),
         f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks with a prediction.\n",
         f"Greedy KV-cache decoding disagreed with teacher forcing on {disagreements} of {checked} checked strings.\n",

@@ -45,7 +45,6 @@ def test_greedy_continuation_names_paris(smollm2):
     assert continuation.startswith(" Paris"), continuation
 
 
-@pytest.mark.slow  # about 75 s on the 2-core machine: two 135M models loaded
 def test_logits_match_transformers_on_the_same_gguf(smollm2):
     torch = pytest.importorskip("torch", reason="the reference implementation needs torch (pip install -e '.[reference]')")
     transformers = pytest.importorskip("transformers", reason="the reference implementation needs transformers")

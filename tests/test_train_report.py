@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from experiments import length_gen
-from experiments._report import summarize, write_report
+from experiments._report import summarize
 
 
 @dataclass

@@ -65,7 +65,6 @@ def main() -> None:
     candidate = CANDIDATES[args.candidate]
     config = candidate_config(candidate)
     curves_path = HERE / "curves" / f"{args.candidate}-{args.pe}.json"
-    curves = json.loads(curves_path.read_text()) if curves_path.exists() else {}
     for task in args.tasks:
         job = Job(task_code=task, seed=args.seed, pe=args.pe, train=config, model=candidate["model"],
                   task_overrides=candidate.get("task_overrides", {}).get(task, {}),
@@ -73,6 +72,8 @@ def main() -> None:
         start = time.monotonic()
         result = run_job(job)
         records = read_jsonl(job.folder / "metrics.jsonl")
+        # Read just before writing: another process may have added its task meanwhile.
+        curves = json.loads(curves_path.read_text()) if curves_path.exists() else {}
         curves[task] = dict(
             candidate=candidate, seed=args.seed, train_seconds=result["elapsed_s"],
             wall_seconds=round(time.monotonic() - start, 1),
