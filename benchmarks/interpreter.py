@@ -16,7 +16,7 @@ import tracemalloc
 
 import numpy as np
 
-from crasp.check import _to_program_ids
+from crasp.check import to_program_ids
 from crasp.nexttoken import check_teacher_forced
 from crasp.reference import reference_value
 from crasp.tasks import get_task
@@ -27,7 +27,7 @@ REFERENCE_STRINGS = 2
 
 def fast_throughput(task, program, n: int, length: int) -> tuple[float, float, float]:
     examples = task.sample(np.random.default_rng(0), n, length)
-    tokens = _to_program_ids(examples.tokens, task.vocab, program)
+    tokens = to_program_ids(examples.tokens, task.vocab, program)
     tracemalloc.start()
     started = time.perf_counter()
     result = check_teacher_forced(program, tokens, examples.prompt_lengths, examples.lengths)

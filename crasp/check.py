@@ -42,7 +42,7 @@ class CheckReport:
         return self.strings > 0 and self.agreeing == self.strings
 
 
-def _to_program_ids(tokens: np.ndarray, vocab: tuple[str, ...], program: Program) -> np.ndarray:
+def to_program_ids(tokens: np.ndarray, vocab: tuple[str, ...], program: Program) -> np.ndarray:
     ids = program.symbol_ids()
     missing = [s for s in vocab if s not in ids and s != vocab[PAD]]
     if missing:
@@ -75,7 +75,7 @@ def _check_strings(program: Program, strings: list[list[str]], task: Task):
         tokens[row, :len(string)] = [vocab_ids[x] for x in string]
     lengths = np.array([len(s) for s in strings])
     prompt_lengths = np.array([s.index("<sep>") + 1 + int(task.has_query) for s in strings])
-    return check_teacher_forced(program, _to_program_ids(tokens, task.vocab, program), prompt_lengths, lengths)
+    return check_teacher_forced(program, to_program_ids(tokens, task.vocab, program), prompt_lengths, lengths)
 
 
 def _describe(failure, string: list[str]) -> str:
@@ -112,7 +112,7 @@ def check_witness(task: Task, make_witness, samples_per_length: int = 200, seed:
         if task.length_problem(length) is not None:
             continue
         examples = task.sample(rng, samples_per_length, length)
-        result = check_teacher_forced(program, _to_program_ids(examples.tokens, task.vocab, program),
+        result = check_teacher_forced(program, to_program_ids(examples.tokens, task.vocab, program),
                                       examples.prompt_lengths, examples.lengths)
         checked += len(examples)
         agreeing += int(result.correct.sum())
