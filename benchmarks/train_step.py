@@ -1,15 +1,20 @@
-"""Tokens per second of one training step (forward, backward, AdamW), ours against Hugging Face.
+"""Training throughput, ours (JAX) against Hugging Face GPT-2 with torch AdamW, side by side.
 
-For the quick and the paper configurations (GPT-2 blocks with APE, batch 64, the longest
-training string of unique copy: 2 * max_length + 3 tokens), times our jitted step
-(train.steps.make_train_step, a stack of one model) and, when torch and transformers are
-installed, GPT2LMHeadModel with torch.optim.AdamW on the same shapes and the same answer-only
-loss, and prints the ratio. `--compare-workers` also measures the CPU layout choice of
-train.workers: two single-threaded processes pinned to one core each against one process that
-uses every core (total steps per second of the quick configuration).
+1. Equal shapes: one training step (forward, backward, AdamW) of the quick and the paper
+   configurations (GPT-2 blocks with APE, batch 64, the longest training string of unique copy:
+   2 * max_length + 3 tokens) on the same batch, each in its own process on every core (in one
+   process torch's and XLA's thread pools compete and slow each other down many times over). The
+   two are timed in interleaved rounds (ours, HF, ours, HF, ...) so that a change in machine load
+   hits both; the median of the rounds is reported.
+2. Real tokens per second on a quick training stream of unique copy: the non-padding tokens of
+   the batches each side trains on, per second of training. Ours as the lab trains (batches from
+   one length bucket each, `train.data.LengthBuckets`), HF as its users batch (random lengths,
+   each batch padded to its longest string), each in its own process on every core; ours also as
+   the lab runs it on a CPU (one single-threaded process pinned to each core, run at the same
+   time, throughputs summed).
 
-    python benchmarks/train_step.py                 # about two minutes on a 2-core CPU
-    python benchmarks/train_step.py --compare-workers
+    python benchmarks/train_step.py                # about four minutes on a 2-core CPU
+    python benchmarks/train_step.py --presets quick --rounds 5
 """
 
 from __future__ import annotations
@@ -23,156 +28,247 @@ import time
 
 import jax
 import numpy as np
-from flax import nnx
 
+from crasp.tasks import get_task
 from train.config import PRESETS
+from train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
 from train.model import build_model
-from train.steps import make_optimizer, make_train_step
+from train.steps import init_stack, make_optimizer, make_train_step
 from train.workers import SINGLE_THREAD_XLA_FLAGS, available_cores
 
-VOCAB_SIZE = 154  # unique copy over 150 symbols + 4 special tokens
+STREAM_TASK = "UF"
+STREAM_BATCHES = 24  # batches per timed pass over the real-token stream
 
 
-def shapes(preset_name: str) -> tuple[dict, int, int, int]:
-    """(model settings, batch size, sequence length, max_positions) of a preset's longest training batch."""
+def equal_shape_batch(preset_name: str) -> tuple[dict[str, np.ndarray], int]:
+    """(batch, vocabulary size) of the preset's longest unique-copy training batch, without padding."""
     preset = PRESETS[preset_name]
-    longest_input = preset.train.train_lengths[1]
-    longest_test = max(hi for _, hi in preset.train.test_bins)
-    return preset.model, preset.train.batch_size, 2 * longest_input + 3, 2 * longest_test + 3
+    task = get_task(STREAM_TASK, **preset.overrides_for(STREAM_TASK))
+    hi = preset.train_for(STREAM_TASK).train_lengths[1]
+    batch = sample_batch(task, batch_rng(0, 0, 0), preset.train.batch_size, (hi, hi), sequence_length(task, hi),
+                         sequence_length(task, hi), random_offset=False)
+    return batch.as_dict(), len(task.vocab)
 
 
-def random_batch(rng: np.random.Generator, batch: int, length: int) -> dict[str, np.ndarray]:
-    tokens = rng.integers(4, VOCAB_SIZE, size=(batch, length)).astype(np.int32)
-    prompt = length // 2 + 1
-    mask = np.zeros((batch, length), np.float32)
-    mask[:, prompt - 1:length - 1] = 1.0
-    return dict(tokens_BxT=tokens, positions_BxT=np.tile(np.arange(length, dtype=np.int32), (batch, 1)),
-                valid_BxT=np.ones((batch, length), bool), targets_BxT=np.roll(tokens, -1, axis=1), loss_mask_BxT=mask)
+class Ours:
+    """Our jitted step (train.steps.make_train_step, a stack of one model) on the preset's model."""
 
+    def __init__(self, preset_name: str, vocab_size: int, max_positions: int):
+        preset = PRESETS[preset_name]
+        optimizer = make_optimizer(preset.train)
+        model = build_model("ape", preset.model, vocab_size, max_positions, seed=0)
+        graphdef, rest, self.params, self.opt_state = init_stack([model], optimizer)
+        self.step_fn = make_train_step(graphdef, rest, optimizer)
 
-def time_steps(step, warmup: int, repeats: int) -> float:
-    """Median seconds per call of `step()` (which must block until done) after `warmup` calls."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def ours(preset_name: str, repeats: int) -> float:
-    model_settings, batch, length, max_positions = shapes(preset_name)
-    preset = PRESETS[preset_name]
-    model = build_model("ape", model_settings, VOCAB_SIZE, max_positions, seed=0)
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    optimizer = make_optimizer(preset.train)
-    state = [jax.tree.map(lambda x: x[None], params)]
-    state.append(jax.vmap(optimizer.init)(state[0]))
-    train_step = make_train_step(graphdef, rest, optimizer)
-    data = {k: v[None] for k, v in random_batch(np.random.default_rng(0), batch, length).items()}
-
-    def step():
-        state[0], state[1], loss, _ = train_step(state[0], state[1], data)
+    def step(self, batch: dict[str, np.ndarray]) -> None:
+        stacked = {name: array[None] for name, array in batch.items()}
+        self.params, self.opt_state, loss, _ = self.step_fn(self.params, self.opt_state, stacked)
         loss.block_until_ready()
 
-    return time_steps(step, warmup=2, repeats=repeats)
 
+class HuggingFace:
+    """GPT2LMHeadModel of the same shape with torch.optim.AdamW and the same answer-only loss."""
 
-def hugging_face(preset_name: str, repeats: int) -> float | None:
-    try:
+    def __init__(self, preset_name: str, vocab_size: int, max_positions: int):
         import torch
         from transformers import GPT2Config, GPT2LMHeadModel
-    except ImportError:
-        return None
-    model_settings, batch, length, max_positions = shapes(preset_name)
-    preset = PRESETS[preset_name]
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCAB_SIZE, n_positions=max_positions, n_embd=model_settings["d_model"],
-                        n_layer=model_settings["n_layers"], n_head=model_settings["n_heads"],
-                        n_inner=model_settings.get("d_ff", 4 * model_settings["d_model"]),
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new",
-                        bos_token_id=1, eos_token_id=3)
-    model = GPT2LMHeadModel(config)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.train.learning_rate, weight_decay=0.01)
-    data = {k: torch.from_numpy(v) for k, v in random_batch(np.random.default_rng(0), batch, length).items()}
 
-    def step():
-        logits = model(input_ids=data["tokens_BxT"].long(), position_ids=data["positions_BxT"].long()).logits
+        preset = PRESETS[preset_name]
+        settings = preset.model
+        torch.manual_seed(0)
+        config = GPT2Config(vocab_size=vocab_size, n_positions=max_positions, n_embd=settings["d_model"],
+                            n_layer=settings["n_layers"], n_head=settings["n_heads"],
+                            n_inner=settings.get("d_ff", 4 * settings["d_model"]), resid_pdrop=0.0, embd_pdrop=0.0,
+                            attn_pdrop=0.0, activation_function="gelu_new", bos_token_id=1, eos_token_id=3)
+        self.torch = torch
+        self.model = GPT2LMHeadModel(config).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=preset.train.learning_rate,
+                                           weight_decay=preset.train.weight_decay)
+
+    def step(self, batch: dict[str, np.ndarray]) -> None:
+        torch = self.torch
+        data = {name: torch.from_numpy(array) for name, array in batch.items()}
+        logits = self.model(input_ids=data["tokens_BxT"].long(), attention_mask=data["valid_BxT"].long(),
+                            position_ids=data["positions_BxT"].long()).logits
         nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), data["targets_BxT"].long().flatten(),
                                                 reduction="none")
         mask = data["loss_mask_BxT"].flatten()
         loss = (nll * mask).sum() / mask.sum()
-        optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        optimizer.step()
-
-    return time_steps(step, warmup=2, repeats=repeats)
+        self.optimizer.step()
 
 
-def compare_workers(seconds: float) -> dict:
-    """Quick-configuration steps per second: one process on all cores vs one pinned process per core."""
-    cores = available_cores()
-    command = [sys.executable, __file__, "--steps-for", str(seconds)]
-    one = subprocess.run(command, capture_output=True, text=True, check=True)
-    single = json.loads(one.stdout.splitlines()[-1])["steps_per_second"]
-    env = dict(os.environ, XLA_FLAGS=SINGLE_THREAD_XLA_FLAGS)
-    processes = [subprocess.Popen(command + ["--core", str(core)], stdout=subprocess.PIPE, text=True, env=env)
-                 for core in cores]
-    pinned = [json.loads(p.communicate()[0].splitlines()[-1])["steps_per_second"] for p in processes]
-    return dict(cores=len(cores), one_process_all_cores=single, pinned_processes_total=sum(pinned),
-                ratio=sum(pinned) / single)
+def hugging_face_available() -> bool:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
-def steps_for(seconds: float) -> None:
-    """Child of --compare-workers: run quick steps for `seconds` and print the rate as JSON."""
-    model_settings, batch, length, max_positions = shapes("quick")
-    model = build_model("ape", model_settings, VOCAB_SIZE, max_positions, seed=0)
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    optimizer = make_optimizer(PRESETS["quick"].train)
-    params = jax.tree.map(lambda x: x[None], params)
-    opt_state = jax.vmap(optimizer.init)(params)
-    train_step = make_train_step(graphdef, rest, optimizer)
-    data = {k: v[None] for k, v in random_batch(np.random.default_rng(0), batch, length).items()}
-    params, opt_state, loss, _ = train_step(params, opt_state, data)
-    loss.block_until_ready()
-    steps, start = 0, time.perf_counter()
+class StepProcess:
+    """A trainer ("ours" or "hf") in a child process that times one step each time it is asked."""
+
+    def __init__(self, side: str, preset_name: str, core: int | None = None, env: dict | None = None):
+        command = [sys.executable, __file__, "--serve", side, "--presets", preset_name]
+        self.process = subprocess.Popen(command + ([] if core is None else ["--core", str(core)]),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def send(self, request: str) -> None:
+        self.process.stdin.write(request + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict:
+        return json.loads(self.process.stdout.readline())
+
+    def ask(self, request: str) -> dict:
+        self.send(request)
+        return self.receive()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def serve(side: str, preset_name: str) -> None:
+    """Child of StepProcess: answer "step" (time one step at equal shapes) and "stream SECONDS"
+    (real-token rate on the quick stream), one JSON line each."""
+    batch, vocab_size = equal_shape_batch(preset_name)
+    trainer_class = Ours if side == "ours" else HuggingFace
+    trainer = trainer_class(preset_name, vocab_size, batch["tokens_BxT"].shape[1])
+    for request in sys.stdin:
+        command, *arguments = request.split()
+        if command == "step":
+            start = time.perf_counter()
+            trainer.step(batch)
+            answer = dict(seconds=time.perf_counter() - start)
+        else:
+            vocab_size, max_positions = stream_vocab_and_positions(preset_name)
+            streamer = trainer_class(preset_name, vocab_size, max_positions)
+            answer = dict(tokens_per_second=real_tokens_per_second(
+                streamer, stream(preset_name, bucketed=side == "ours"), float(arguments[0])))
+        print(json.dumps(answer), flush=True)
+
+
+def interleaved_medians(processes: dict[str, StepProcess], rounds: int) -> dict[str, float]:
+    """Median seconds of one step of each trainer over `rounds` rounds in which each runs once, in turn."""
+    for process in processes.values():  # compile / warm up
+        process.ask("step")
+        process.ask("step")
+    times = {name: [] for name in processes}
+    for _ in range(rounds):
+        for name, process in processes.items():
+            times[name].append(process.ask("step")["seconds"])
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
+def stream(preset_name: str, bucketed: bool) -> list[dict[str, np.ndarray]]:
+    """The first STREAM_BATCHES training batches of unique copy: from length buckets (ours) or
+    with random lengths padded to each batch's longest string (as HF users batch)."""
+    preset = PRESETS[preset_name]
+    train = preset.train_for(STREAM_TASK)
+    task = get_task(STREAM_TASK, **preset.overrides_for(STREAM_TASK))
+    max_positions = sequence_length(task, max(hi for _, hi in train.test_bins))
+    buckets = LengthBuckets.split(task, train.train_lengths, train.length_buckets if bucketed else 1)
+    batches = []
+    for index in range(STREAM_BATCHES):
+        batch = sample_training_batch(task, batch_rng(0, 0, index), train.batch_size, buckets, max_positions,
+                                      random_offset=True).as_dict()
+        width = int(batch["valid_BxT"].sum(axis=1).max())
+        batches.append({name: array[:, :width] for name, array in batch.items()})
+    return batches
+
+
+def real_tokens_per_second(trainer, batches: list[dict[str, np.ndarray]], seconds: float) -> float:
+    """Non-padding tokens per second over passes of the stream (every shape compiled first)."""
+    for batch in {b["tokens_BxT"].shape: b for b in batches}.values():
+        trainer.step(batch)
+    tokens, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        params, opt_state, loss, _ = train_step(params, opt_state, data)
-        loss.block_until_ready()
-        steps += 1
-    print(json.dumps(dict(steps_per_second=steps / (time.perf_counter() - start))))
+        for batch in batches:
+            trainer.step(batch)
+            tokens += int(batch["valid_BxT"].sum())
+    return tokens / (time.perf_counter() - start)
+
+
+def stream_vocab_and_positions(preset_name: str) -> tuple[int, int]:
+    preset = PRESETS[preset_name]
+    task = get_task(STREAM_TASK, **preset.overrides_for(STREAM_TASK))
+    return len(task.vocab), sequence_length(task, max(hi for _, hi in preset.train_for(STREAM_TASK).test_bins))
+
+
+def pinned_workers_throughput(preset_name: str, seconds: float) -> float:
+    """Sum of the real-token rates of one pinned single-threaded process per core, run together."""
+    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
+    processes = [StepProcess("ours", preset_name, core, env) for core in available_cores()]
+    for process in processes:
+        process.send(f"stream {seconds}")
+    rates = [process.receive()["tokens_per_second"] for process in processes]
+    for process in processes:
+        process.close()
+    return sum(rates)
+
+
+def equal_shapes_table(presets: list[str], rounds: int) -> None:
+    print(f"## One training step at equal shapes ({len(available_cores())} cores, each side in its own process, "
+          f"median of {rounds} interleaved rounds)")
+    print(f"{'config':8} {'batch x T':>10} {'ours ms':>9} {'ours tok/s':>11} {'HF ms':>9} {'HF tok/s':>10} "
+          f"{'ours/HF':>8}")
+    sides = ["ours", "hf"] if hugging_face_available() else ["ours"]
+    for name in presets:
+        B, T = equal_shape_batch(name)[0]["tokens_BxT"].shape
+        processes = {side: StepProcess(side, name) for side in sides}
+        medians = interleaved_medians(processes, rounds)
+        for process in processes.values():
+            process.close()
+        ours_s, hf_s = medians["ours"], medians.get("hf")
+        hf_cells = ("-", "-", "-") if hf_s is None else (f"{hf_s * 1e3:.1f}", f"{B * T / hf_s:.0f}", f"{hf_s / ours_s:.2f}x")
+        print(f"{name:8} {f'{B} x {T}':>10} {ours_s * 1e3:>9.1f} {B * T / ours_s:>11.0f} {hf_cells[0]:>9} "
+              f"{hf_cells[1]:>10} {hf_cells[2]:>8}", flush=True)
+
+
+def stream_rate(side: str, preset_name: str, seconds: float) -> float:
+    process = StepProcess(side, preset_name)
+    rate = process.ask(f"stream {seconds}")["tokens_per_second"]
+    process.close()
+    return rate
+
+
+def real_tokens_table(preset_name: str, seconds: float) -> None:
+    padding = {side: 1 - sum(int(b["valid_BxT"].sum()) for b in batches) / sum(b["valid_BxT"].size for b in batches)
+               for side, batches in (("ours", stream(preset_name, True)), ("hf", stream(preset_name, False)))}
+    print(f"\n## Real (non-padding) training tokens per second, {preset_name} preset, task {STREAM_TASK} "
+          f"({seconds:.0f} s each)")
+    rows = [("ours, buckets, one process", padding["ours"], stream_rate("ours", preset_name, seconds)),
+            ("ours, buckets, pinned per core", padding["ours"], pinned_workers_throughput(preset_name, seconds))]
+    if hugging_face_available():
+        rows.append(("HF, padded to batch's longest", padding["hf"], stream_rate("hf", preset_name, seconds)))
+    baseline = rows[-1][2]
+    print(f"{'trainer':32} {'padding':>8} {'real tok/s':>11} {'vs HF':>7}")
+    for label, pad, rate in rows:
+        print(f"{label:32} {pad:>8.0%} {rate:>11.0f} {rate / baseline:>6.2f}x", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", default=["quick", "paper"], choices=sorted(PRESETS),
-                        help="configurations to time")
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps per measurement (median reported)")
-    parser.add_argument("--compare-workers", action="store_true",
-                        help="also time 1 process on all cores against 1 pinned single-threaded process per core")
-    parser.add_argument("--seconds", type=float, default=20.0, help="duration of each --compare-workers measurement")
-    parser.add_argument("--steps-for", type=float, default=None, help=argparse.SUPPRESS)
+                        help="configurations timed at equal shapes (the real-token stream uses the first)")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds at equal shapes (median reported)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="duration of each real-token measurement")
+    parser.add_argument("--serve", choices=("ours", "hf"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.core is not None:
         os.sched_setaffinity(0, {args.core})
-    if args.steps_for is not None:
-        steps_for(args.steps_for)
+    if args.serve is not None:
+        serve(args.serve, args.presets[0])
         return
-    print(f"{'config':8} {'tokens/step':>11} {'ours ms':>9} {'ours tok/s':>11} {'HF ms':>9} {'HF tok/s':>10} {'ratio':>6}")
-    for name in args.presets:
-        _, batch, length, _ = shapes(name)
-        tokens = batch * length
-        ours_s = ours(name, args.repeats)
-        hf_s = hugging_face(name, args.repeats)
-        hf_cells = ("-", "-", "-") if hf_s is None else (f"{hf_s * 1e3:.1f}", f"{tokens / hf_s:.0f}", f"{hf_s / ours_s:.2f}x")
-        print(f"{name:8} {tokens:>11} {ours_s * 1e3:>9.1f} {tokens / ours_s:>11.0f} {hf_cells[0]:>9} {hf_cells[1]:>10} "
-              f"{hf_cells[2]:>6}", flush=True)
-    if args.compare_workers:
-        print(json.dumps(compare_workers(args.seconds)))
+    print(f"jax {jax.__version__} on {jax.default_backend()}; HF baseline "
+          f"{'present' if hugging_face_available() else 'absent (pip install -e .[reference])'}\n")
+    equal_shapes_table(args.presets, args.rounds)
+    real_tokens_table(args.presets[0], args.seconds)
 
 
 if __name__ == "__main__":

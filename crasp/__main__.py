@@ -1,4 +1,4 @@
-"""Command line: `python -m crasp {run,fragment,check,tasks}`; `--help` on each explains it."""
+"""Command line: `python -m crasp {run,fragment,check,tasks,search}`; `--help` on each explains it."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from crasp.expr import CraspError
+from crasp.search.options import SearchError
 from crasp.tasks import TaskError
 
 
@@ -66,15 +67,22 @@ def _tasks(args) -> None:
     from crasp.tasks import TASK_CODES, get_task
     from crasp.verdicts import prediction
 
-    print(f"{'task':<26} | {'APE (C-RASP[pos])':<17} | {'NoPE (C-RASP[])':<15} | definition")
-    for code in TASK_CODES:
-        task = get_task(code)
-        ape, nope = prediction(code, "ape"), prediction(code, "nope")
-        print(f"{code:<26} | {ape.label:<17} | {nope.label:<15} | {task.description}")
+    rows = [(code, prediction(code, "ape").label, prediction(code, "nope").label, get_task(code).description)
+            for code in TASK_CODES]
+    header = ("task", "APE (C-RASP[pos])", "NoPE (C-RASP[])", "definition")
+    widths = [max(len(row[k]) for row in rows + [header]) for k in range(3)]
+    for row in [header] + rows:
+        print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)) + f" | {row[3]}")
     if args.verbose:
         for code in TASK_CODES:
             for pe in ("ape", "nope"):
                 print(f"{code} {pe}: {prediction(code, pe).reason}")
+
+
+def _search(args) -> int:
+    from crasp.search.command import run
+
+    return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,13 +106,19 @@ def main(argv: list[str] | None = None) -> int:
                                               "(decided by verifying the witnesses)")
     tasks.add_argument("--verbose", action="store_true", help="also print the reason behind each prediction")
     tasks.set_defaults(handler=_tasks)
+    search = commands.add_parser("search", help="enumerate C-RASP programs for a task by increasing size: print a "
+                                                "program verified by `check`, or show that none exists up to a size")
+    from crasp.search.command import add_arguments
+
+    add_arguments(search)
+    search.set_defaults(handler=_search)
     args = parser.parse_args(argv)
     try:
-        args.handler(args)
-    except (CraspError, TaskError) as error:
+        status = args.handler(args)
+    except (CraspError, TaskError, SearchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

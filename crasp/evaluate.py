@@ -19,6 +19,15 @@ Three rewrites keep families over large alphabets cheap, each exact:
   symbols costs V, not V * V.
 Anything else falls back to dense evaluation. `crasp.reference` is the independent slow evaluator
 the tests compare this one against.
+
+Counts are int64, exact from -(2**63) to 2**63 - 1: a count is at most the string's length and
+every constant lies within +-2**40 (crasp.expr.MAX_CONSTANT), so only a sum of very many of them
+can leave that range; `+` and `-` check it at every real position of every string and raise
+CraspRangeError instead of wrapping around.
+
+Rules that need the values of other nodes are generators run by `crasp.trampoline`, so the depth
+of a program (nested expressions, chains of definitions) is bounded by memory, not by Python's
+recursion limit.
 """
 
 from __future__ import annotations
@@ -29,8 +38,9 @@ import numpy as np
 
 from crasp import expr as E
 from crasp.program import Program
+from crasp.trampoline import Computation, trampoline
 
-COUNT_DTYPE = np.int32
+COUNT_DTYPE = np.int64
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of intermediate values per chunk
 
 
@@ -109,9 +119,15 @@ def keyed_prefix_sum(keys_BxT: np.ndarray, values: np.ndarray, queries_BxT: np.n
 
 
 def _conjuncts(node: E.Expr) -> list[E.Expr]:
-    if isinstance(node, E.And):
-        return _conjuncts(node.left) + _conjuncts(node.right)
-    return [node]
+    """The operands of a chain of `and`, left to right (a loop: chains may be thousands long)."""
+    found, stack = [], [node]
+    while stack:
+        part = stack.pop()
+        if isinstance(part, E.And):
+            stack += [part.right, part.left]
+        else:
+            found.append(part)
+    return found
 
 
 def _and_all(nodes: list[E.Expr]) -> E.Expr:
@@ -127,8 +143,9 @@ _MEANS_ONE = {(">=", 1), (">", 0), ("!=", 0), ("=", 1)}  # for a 0/1-valued loca
 class BatchEvaluator:
     """Evaluates nodes on one chunk of strings; `env` binds index variables to per-position symbols."""
 
-    def __init__(self, tokens_BxT: np.ndarray, symbol_ids: dict[str, int]):
+    def __init__(self, tokens_BxT: np.ndarray, symbol_ids: dict[str, int], first_string: int = 0):
         self.tokens = tokens_BxT
+        self.first_string = first_string  # the index of tokens_BxT[0] in the whole batch, for messages
         self.B, self.T = tokens_BxT.shape
         self.symbol_ids = symbol_ids
         self.V = len(symbol_ids)
@@ -136,29 +153,28 @@ class BatchEvaluator:
         self.keep_alive: list[np.ndarray] = []  # key arrays whose id() is part of a memo key
 
     # ------------------------------------------------------------ entry
-    def value(self, node: E.Expr, env: dict[str, np.ndarray]) -> Value:
+    def value(self, node: E.Expr, env: dict[str, np.ndarray]) -> Computation[Value]:
         used = tuple(sorted((name, id(env[name])) for name in node.free if name in env))
         key = (id(node), used)
         found = self.memo.get(key)
         if found is None:
-            found = self._compute(node, {name: env[name] for name in node.free if name in env})
+            found = _RULES[type(node)](self, node, {name: env[name] for name in node.free if name in env})
+            if not isinstance(found, Value):  # the rule needs other values: a generator
+                found = yield found
             self.memo[key] = found
         return found
 
     def full(self, node: E.Expr, axes: tuple[str, ...]) -> Value:
         """The node's value broadcast to (B, T, V, ...) with one axis per name in `axes`
         (a family parameter its body ignores still gets its axis)."""
-        array = _align(self.value(node, {}), axes)
+        array = _align(trampoline(self.value(node, {})), axes)
         return Value(np.broadcast_to(array, (self.B, self.T) + (self.V,) * len(axes)), axes)
 
     def bind(self, key_BxT: np.ndarray) -> np.ndarray:
         self.keep_alive.append(key_BxT)
         return key_BxT
 
-    # ------------------------------------------------------------ dispatch
-    def _compute(self, node: E.Expr, env: dict[str, np.ndarray]) -> Value:
-        return _RULES[type(node)](self, node, env)
-
+    # ------------------------------------------------------------ rules
     def _token(self, node: E.Token, env) -> Value:
         symbol = node.symbol
         if isinstance(symbol, str):
@@ -195,16 +211,36 @@ class BatchEvaluator:
         positions = np.arange(1, self.T + 1)  # BOS is position 1
         return Value((positions % node.modulus == node.residue)[None, :], ())
 
-    def _not(self, node: E.Not, env) -> Value:
-        inner = self.value(node.operand, env)
+    def _not(self, node: E.Not, env) -> Computation[Value]:
+        inner = yield self.value(node.operand, env)
         return Value(~inner.array, inner.axes)
 
-    def _binary(self, node, env) -> Value:
-        axes, (left, right) = _joint(self.value(node.left, env), self.value(node.right, env))
-        return Value(_BINARY_OPS[node.op if hasattr(node, "op") else node.word](left, right), axes)
+    def _binary(self, node, env) -> Computation[Value]:
+        axes, (left, right) = _joint((yield self.value(node.left, env)), (yield self.value(node.right, env)))
+        op = node.op if hasattr(node, "op") else node.word
+        result = _BINARY_OPS[op](left, right)
+        if op in ("+", "-"):
+            self._check_range(node, left, right, result)
+        return Value(result, axes)
 
-    def _conditional(self, node: E.Conditional, env) -> Value:
-        axes, (c, a, b) = _joint(*(self.value(n, env) for n in (node.condition, node.if_true, node.if_false)))
+    def _check_range(self, node: E.Arith, left: np.ndarray, right: np.ndarray, result: np.ndarray) -> None:
+        """int64 wraps around silently: a sum overflowed where its sign differs from both addends'
+        (a - b: from a's, where a and b differ in sign). Positions after a string do not count."""
+        other = right if node.op == "+" else ~right
+        wrapped = ((left ^ result) & (other ^ result)) < 0
+        wrapped = wrapped & (self.tokens >= 0).reshape(self.tokens.shape + (1,) * (wrapped.ndim - 2))
+        if wrapped.any():
+            b, i = np.argwhere(wrapped)[0][:2]
+            raise E.CraspRangeError(
+                f"`{E.show(node)}` leaves the exact range of counts, -2**63 .. 2**63 - 1, at position {i + 1} "
+                f"of string {self.first_string + b} (the fast evaluator computes counts as int64); "
+                "keep sums of counts smaller")
+
+    def _conditional(self, node: E.Conditional, env) -> Computation[Value]:
+        parts = []
+        for part in (node.condition, node.if_true, node.if_false):
+            parts.append((yield self.value(part, env)))
+        axes, (c, a, b) = _joint(*parts)
         return Value(np.where(c, a, b), axes)
 
     def _body_scope(self, node: E.Named, env) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -221,20 +257,20 @@ class BatchEvaluator:
                 renames[param] = arg.name
         return inner_env, renames
 
-    def _named(self, node: E.Named, env) -> Value:
+    def _named(self, node: E.Named, env) -> Computation[Value]:
         inner_env, renames = self._body_scope(node, env)
-        return _rename(self.value(node.body, inner_env), renames)
+        return _rename((yield self.value(node.body, inner_env)), renames)
 
-    def _quantified(self, node: E.Quantified, env) -> Value:
+    def _quantified(self, node: E.Quantified, env) -> Computation[Value]:
         name = node.index.name
         if node.kind == "any":
-            bound = self._bind_by_conjunct(node.body, name, env)
+            bound = yield self._bind_by_conjunct(node.body, name, env)
             if bound is not None:
                 return bound
-        reduced = self._monotone_reduction(node, env)
+        reduced = yield self._monotone_reduction(node, env)
         if reduced is not None:
             return reduced
-        body = self.value(node.body, env)
+        body = yield self.value(node.body, env)
         if name not in body.axes:
             return body
         axis = 2 + body.axes.index(name)
@@ -244,23 +280,23 @@ class BatchEvaluator:
             array = np.broadcast_to(array, array.shape[:axis] + (self.V,) + array.shape[axis + 1:])
         return Value(reduce(array, axis=axis), tuple(a for a in body.axes if a != name))
 
-    def _bind_by_conjunct(self, body: E.Expr, name: str, env) -> Value | None:
+    def _bind_by_conjunct(self, body: E.Expr, name: str, env) -> Computation[Value | None]:
         """`any t: K[t] and rest` where K is one-hot in t: evaluate rest with t bound to K's key."""
         parts = _conjuncts(body)
         for k, part in enumerate(parts):
-            key = self.onehot_key(part, name, env)
+            key = yield self.onehot_key(part, name, env)
             if key is None:
                 continue
             found = key >= 0
             rest = parts[:k] + parts[k + 1:]
             if not rest:
                 return Value(found, ())
-            inner = self.value(_and_all(rest), {**env, name: self.bind(key)})
+            inner = yield self.value(_and_all(rest), {**env, name: self.bind(key)})
             axes, (r,) = _joint(inner)
             return Value(r & found.reshape(found.shape + (1,) * len(axes)), axes)
         return None
 
-    def _monotone_reduction(self, node: E.Quantified, env) -> Value | None:
+    def _monotone_reduction(self, node: E.Quantified, env) -> Computation[Value | None]:
         """`all u: A >= B[u]` = `A >= max_u B[u]`, and the other one-sided order comparisons."""
         body, name = node.body, node.index.name
         if not isinstance(body, E.Compare) or body.op not in ("<", "<=", ">", ">="):
@@ -273,7 +309,7 @@ class BatchEvaluator:
         # `left op right[u]` for all u holds iff it holds for the extreme right[u] in op's direction.
         wants_large = op in (">", ">=")
         use_max = wants_large if node.kind == "all" else not wants_large
-        values = self.value(right, env)
+        values = yield self.value(right, env)
         axis = 2 + values.axes.index(name)
         array = values.array
         if array.shape[axis] == 1:
@@ -281,25 +317,25 @@ class BatchEvaluator:
         else:
             extreme = array.max(axis=axis) if use_max else array.min(axis=axis)
         reduced = Value(extreme, tuple(a for a in values.axes if a != name))
-        axes, (a, b) = _joint(self.value(left, env), reduced)
+        axes, (a, b) = _joint((yield self.value(left, env)), reduced)
         return Value(E.COMPARISONS[op](a, b), axes)
 
-    def _count(self, node: E.CountOf, env) -> Value:
+    def _count(self, node: E.CountOf, env) -> Computation[Value]:
         depends = sorted(name for name in node.body.free if name in env)
         if node.offset is not None:
             # The body is read at j = i - c with the indices bound at i: shift the keys, then the value.
             shifted_env = {n: self.bind(_shift_left(env[n], node.offset, -1)) for n in depends}
-            body = self.value(node.body, shifted_env)
+            body = yield self.value(node.body, shifted_env)
             array = np.broadcast_to(body.array, (body.array.shape[0], self.T) + body.array.shape[2:])
             return Value(_shift_right(array.astype(COUNT_DTYPE), node.offset, 0), body.axes)
         if not depends:
-            body = self.value(node.body, env)
+            body = yield self.value(node.body, env)
             array = np.broadcast_to(body.array, (body.array.shape[0], self.T) + body.array.shape[2:])
             return Value(np.cumsum(array, axis=1, dtype=COUNT_DTYPE), body.axes)
-        keyed = self._keyed_count(node.body, depends, env)
-        return keyed if keyed is not None else self._dense_count_then_select(node.body, depends, env)
+        keyed = yield self._keyed_count(node.body, depends, env)
+        return keyed if keyed is not None else (yield self._dense_count_then_select(node.body, depends, env))
 
-    def _keyed_count(self, body: E.Expr, depends: list[str], env) -> Value | None:
+    def _keyed_count(self, body: E.Expr, depends: list[str], env) -> Computation[Value | None]:
         parts = _conjuncts(body)
         by_index: dict[str, list[E.Expr]] = {name: [] for name in depends}
         rest: list[E.Expr] = []
@@ -310,7 +346,7 @@ class BatchEvaluator:
             (by_index[uses[0]] if uses else rest).append(part)
         keys, queries = [], []
         for name in depends:
-            key = self.onehot_key(_and_all(by_index[name]), name, {})
+            key = yield self.onehot_key(_and_all(by_index[name]), name, {})
             if key is None:
                 return None
             keys.append(key)
@@ -320,14 +356,14 @@ class BatchEvaluator:
         for key, q in zip(keys, queries):
             code = np.where((code >= 0) & (key >= 0), code * self.V + key, -1)
             query = np.where((query >= 0) & (q >= 0), query * self.V + q, -1)
-        weights = self.value(_and_all(rest), {}) if rest else Value(np.ones((1, 1), bool), ())
+        weights = (yield self.value(_and_all(rest), {})) if rest else Value(np.ones((1, 1), bool), ())
         axes, (w,) = _joint(weights)
         w = np.broadcast_to(w, (self.B, self.T) + w.shape[2:])
         return Value(keyed_prefix_sum(code, w, query), axes)
 
-    def _dense_count_then_select(self, body: E.Expr, depends: list[str], env) -> Value:
+    def _dense_count_then_select(self, body: E.Expr, depends: list[str], env) -> Computation[Value]:
         free_env = {n: k for n, k in env.items() if n not in depends}
-        dense = self.value(body, free_env)
+        dense = yield self.value(body, free_env)
         array = np.broadcast_to(dense.array, (self.B, self.T) + dense.array.shape[2:])
         counts = np.cumsum(array, axis=1, dtype=COUNT_DTYPE)
         axes = dense.axes
@@ -346,7 +382,7 @@ class BatchEvaluator:
         return Value(counts, axes)
 
     # ------------------------------------------------------------ one-hot keys
-    def onehot_key(self, node: E.Expr, name: str, env) -> np.ndarray | None:
+    def onehot_key(self, node: E.Expr, name: str, env) -> Computation[np.ndarray | None]:
         """If node, as a family over `name`, is [key(i) == name] (key -1: false for every symbol),
         return key as a (B, T) array; else None. Other indices of node must be bound in env."""
         if not (node.free - {name}) <= set(env) or name not in node.free:
@@ -363,33 +399,33 @@ class BatchEvaluator:
                 and (node.op, node.right.value) in _MEANS_ONE:
             offset = node.left.offset
             shifted_env = {n: self.bind(_shift_left(k, offset, -1)) for n, k in env.items()}
-            inner = self.onehot_key(node.left.body, name, shifted_env)
+            inner = yield self.onehot_key(node.left.body, name, shifted_env)
             return None if inner is None else _shift_right(inner, offset, -1)
         if isinstance(node, E.And):
-            left = self.onehot_key(node.left, name, env) if name in node.left.free else None
-            right = self.onehot_key(node.right, name, env) if name in node.right.free else None
+            left = (yield self.onehot_key(node.left, name, env)) if name in node.left.free else None
+            right = (yield self.onehot_key(node.right, name, env)) if name in node.right.free else None
             if left is not None and right is not None:
                 return np.where(left == right, left, -1)
             key, other = (left, node.right) if left is not None else (right, node.left)
             if key is None or name in other.free or (other.free - set(env)):
                 return None
-            mask = np.broadcast_to(self.value(other, env).array, key.shape)
+            mask = np.broadcast_to((yield self.value(other, env)).array, key.shape)
             return np.where(mask, key, -1)
         if isinstance(node, E.Named):
             inner_env, renames = self._body_scope(node, env)
             if list(renames.values()) == [name]:
-                key = self.onehot_key(node.body, next(iter(renames)), inner_env)
+                key = yield self.onehot_key(node.body, next(iter(renames)), inner_env)
                 if key is not None:
                     return key
-        return self._observed_onehot_key(node, name, env)
+        return (yield self._observed_onehot_key(node, name, env))
 
-    def _observed_onehot_key(self, node: E.Expr, name: str, env) -> np.ndarray | None:
+    def _observed_onehot_key(self, node: E.Expr, name: str, env) -> Computation[np.ndarray | None]:
         """The family over `name` evaluated (cost V per position) and found one-hot on these very
         strings (e.g. `#[j <= i] (#[k <= j] Q(t) >= 1) = 2`, true only for t = w_{i-1} at its first
         occurrence): exact for this batch, which is all the evaluator needs."""
         if node.type != E.BOOL:
             return None
-        value = self.value(node, env)
+        value = yield self.value(node, env)
         if value.axes != (name,):
             return None
         array = np.broadcast_to(value.array, (self.B, self.T, self.V))
@@ -453,7 +489,7 @@ def evaluate(program: Program, tokens_BxT: np.ndarray, names: list[str] | None =
     start, chunk = 0, min(8, max(1, len(tokens_BxT)))
     ids = program.symbol_ids()
     while start < len(tokens_BxT):
-        evaluator = BatchEvaluator(tokens_BxT[start:start + chunk], ids)
+        evaluator = BatchEvaluator(tokens_BxT[start:start + chunk], ids, first_string=start)
         for d in chosen:
             value = evaluator.full(d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params)))
             results[d.name].append(np.ascontiguousarray(value.array))

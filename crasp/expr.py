@@ -15,6 +15,16 @@ Families indexed by alphabet symbols use index variables (`Var("t")`), which app
 `Q(t)`, in the arguments of a named family `prev(t)`, in `t.is_symbol("a")` and `u.precedes(t)`
 (alphabet order), and are bound by
 the finite quantifiers `any_(t, body)` / `all_(t, body)` or by the parameters of a family.
+
+Every integer written in a program (a count constant, the distance c of `j = i - c`, MOD's m and r)
+lies within +-MAX_CONSTANT = 2**40. A count is at most the length of the string, so sums of
+counts and such constants stay far inside the int64 range (+-2**63) in which the fast evaluator
+computes; a sum that leaves it nevertheless (definitions each doubling the previous one) is an
+error there, never a wrapped value.
+
+Programs may nest deeply (thousands of brackets or of chained definitions): the recursive
+algorithms over nodes (printing, parsing, evaluating) run on `crasp.trampoline`, and nodes check
+only their direct children, so no depth limit applies beyond memory.
 """
 
 from __future__ import annotations
@@ -22,8 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator, Union
 
+from crasp.trampoline import Computation, trampoline
+
 BOOL = "Boolean"
 COUNT = "Count"
+MAX_CONSTANT = 2**40
 
 
 class CraspError(Exception):
@@ -36,6 +49,20 @@ class CraspTypeError(CraspError, TypeError):
 
 class CraspScopeError(CraspError, ValueError):
     """An index variable is used where it is not bound, or is bound twice."""
+
+
+class CraspRangeError(CraspError, ValueError):
+    """An integer outside the range the lab computes exactly (see MAX_CONSTANT)."""
+
+
+def out_of_range(what: str, written: str) -> CraspRangeError:
+    return CraspRangeError(f"{what} {written} is outside the accepted range: integers from -{MAX_CONSTANT} to "
+                           f"{MAX_CONSTANT} (2**40), which keeps every count exact")
+
+
+def require_constant(what: str, value: int) -> None:
+    if abs(value) > MAX_CONSTANT:
+        raise out_of_range(what, str(value))
 
 
 @dataclass(frozen=True)
@@ -308,6 +335,7 @@ class Periodic(BoolExpr):
         m, r = self.modulus, self.residue
         if not (isinstance(m, int) and isinstance(r, int) and m >= 1 and 0 <= r < m):
             raise CraspTypeError(f"MOD({m}, {r}) needs integers m >= 1 and 0 <= r < m")
+        require_constant("the modulus m of MOD(m, r)", m)
         self._set(BOOL)
 
 
@@ -341,8 +369,10 @@ class CountOf(CountExpr):
 
     def _check(self):
         _need(self, "the body of a count #[j <= i]", self.body, BOOL)
-        if self.offset is not None and not (isinstance(self.offset, int) and self.offset >= 0):
-            raise CraspTypeError(f"the local relation j = i - c needs an integer c >= 0, got {self.offset!r}")
+        if self.offset is not None:
+            if not (isinstance(self.offset, int) and self.offset >= 0):
+                raise CraspTypeError(f"the local relation j = i - c needs an integer c >= 0, got {self.offset!r}")
+            require_constant("the distance c of j = i - c", self.offset)
         self._set(COUNT, self.body.free, self.body.quantified)
 
 
@@ -353,6 +383,7 @@ class Number(CountExpr):
     def _check(self):
         if isinstance(self.value, bool) or not isinstance(self.value, int):
             raise CraspTypeError(f"a count constant must be an integer, got {self.value!r}")
+        require_constant("the count constant", self.value)
         self._set(COUNT)
 
 
@@ -493,8 +524,11 @@ def family(name: str, params: list[str] | tuple[str, ...], build: Callable[..., 
     return use
 
 
-def walk(root: Expr) -> Iterator[Expr]:
-    """Every node reachable from root (into named bodies too), each once, children first."""
+def walk(root: Expr, into_definitions: bool = True) -> Iterator[Expr]:
+    """Every node reachable from root, each once, children first. With into_definitions=False
+    the uses of named definitions are visited but not their bodies: walking every definition of
+    a program so costs the program's size, where following the bodies would cost quadratic time
+    on a chain of definitions each using the previous one."""
     seen: set[int] = set()
     stack: list[tuple[Expr, bool]] = [(root, False)]
     while stack:
@@ -506,13 +540,15 @@ def walk(root: Expr) -> Iterator[Expr]:
             yield node
         else:
             stack.append((node, True))
-            stack.extend((child, False) for child in reversed(node.children()))
+            if into_definitions or not isinstance(node, Named):
+                stack.extend((child, False) for child in reversed(node.children()))
 
 
 def symbols_used(root: Expr) -> set[str]:
-    """Literal symbols that appear in Q(...), index tests and family arguments."""
+    """Literal symbols that appear in Q(...), index tests and family arguments of root's own
+    definition (not in the bodies of the definitions it uses)."""
     found: set[str] = set()
-    for node in walk(root):
+    for node in walk(root, into_definitions=False):
         if isinstance(node, Token) and isinstance(node.symbol, str):
             found.add(node.symbol)
         elif isinstance(node, SymbolRelation):
@@ -552,13 +588,17 @@ def _precedence(node: Expr) -> int:
     return _ATOM
 
 
-def _wrapped(node: Expr, at_least: int) -> str:
-    text = show(node)
+def show(node: Expr) -> str:
+    """The expression in the text syntax (the parser reads it back to the same node)."""
+    return trampoline(_show(node))
+
+
+def _wrapped(node: Expr, at_least: int) -> Computation[str]:
+    text = yield _show(node)
     return f"({text})" if _precedence(node) < at_least else text
 
 
-def show(node: Expr) -> str:
-    """The expression in the text syntax (the parser reads it back to the same node)."""
+def _show(node: Expr) -> Computation[str]:
     if isinstance(node, BoolConst):
         return "true" if node.value else "false"
     if isinstance(node, Token):
@@ -566,29 +606,29 @@ def show(node: Expr) -> str:
     if isinstance(node, SymbolRelation):
         return f"{show_symbol(node.left)} {node.op} {show_symbol(node.right)}"
     if isinstance(node, Not):
-        return f"not {_wrapped(node.operand, _NOT)}"
+        return f"not {(yield _wrapped(node.operand, _NOT))}"
     if isinstance(node, (And, Or)):
         level = _precedence(node)
         # Left-nested chains print without parentheses; the parser builds them left-nested too.
-        return f"{_wrapped(node.left, level)} {node.word} {_wrapped(node.right, level + 1)}"
+        return f"{(yield _wrapped(node.left, level))} {node.word} {(yield _wrapped(node.right, level + 1))}"
     if isinstance(node, Compare):
-        return f"{_wrapped(node.left, _SUM)} {node.op} {_wrapped(node.right, _SUM)}"
+        return f"{(yield _wrapped(node.left, _SUM))} {node.op} {(yield _wrapped(node.right, _SUM))}"
     if isinstance(node, Periodic):
         return f"MOD({node.modulus}, {node.residue})"
     if isinstance(node, Quantified):
-        return f"{node.kind} {node.index.name}: {show(node.body)}"
+        return f"{node.kind} {node.index.name}: {(yield _show(node.body))}"
     if isinstance(node, CountOf):
         relation = "" if node.offset is None else f", j = i - {node.offset}"
-        return f"#[j <= i{relation}] {_wrapped(node.body, _ATOM)}"
+        return f"#[j <= i{relation}] {(yield _wrapped(node.body, _ATOM))}"
     if isinstance(node, Number):
         return str(node.value)
     if isinstance(node, Arith):
         if node.op in ("min", "max"):
-            return f"{node.op}({show(node.left)}, {show(node.right)})"
-        return f"{_wrapped(node.left, _SUM)} {node.op} {_wrapped(node.right, _SUM + 1)}"
+            return f"{node.op}({(yield _show(node.left))}, {(yield _show(node.right))})"
+        return f"{(yield _wrapped(node.left, _SUM))} {node.op} {(yield _wrapped(node.right, _SUM + 1))}"
     if isinstance(node, Conditional):
-        return (f"{_wrapped(node.condition, _OR)} ? {_wrapped(node.if_true, _OR)}"
-                f" : {_wrapped(node.if_false, _LOOSEST)}")
+        return (f"{(yield _wrapped(node.condition, _OR))} ? {(yield _wrapped(node.if_true, _OR))}"
+                f" : {(yield _wrapped(node.if_false, _LOOSEST))}")
     if isinstance(node, Named):
         if not node.params:
             return node.name

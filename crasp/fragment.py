@@ -49,7 +49,7 @@ class Fragment:
 def fragment_of(program: Program) -> Fragment:
     local = periodic = False
     for definition in program.definitions:
-        for node in E.walk(definition.body):
+        for node in E.walk(definition.body, into_definitions=False):  # the ones it uses come in their turn
             local |= isinstance(node, E.CountOf) and node.offset is not None
             periodic |= isinstance(node, E.Periodic)
     return Fragment(local=local, periodic=periodic)

@@ -21,5 +21,5 @@ def load_program(name_or_path: str) -> Program:
     if name_or_path in example_names():
         text = resources.files("crasp.programs").joinpath(f"{name_or_path}.crasp").read_text()
         return parse(text, f"{name_or_path}.crasp")
-    raise CraspProgramError(f"no program file {name_or_path!r}, and no shipped example of that name; "
-                            f"examples: {', '.join(example_names())}")
+    raise CraspProgramError(f"no program file {name_or_path!r} (expected a .crasp file), and no shipped example "
+                            f"of that name; examples: {', '.join(example_names())}")

@@ -66,12 +66,15 @@ class Program:
                                     f"like `{target}[s] := ...`; it has parameters {list(chosen.params)}")
         if self.accept and chosen.params:
             raise CraspProgramError(f"the accepted Boolean `{target}` must have no parameters")
+        earlier: dict[str, Definition] = {}
         for definition in self.definitions:
+            _check_uses(definition, earlier)
             unknown = symbols_used(definition.body) - set(self.alphabet)
             if unknown:
                 raise CraspProgramError(
                     f"`{definition.name}` uses symbol(s) {', '.join(sorted(unknown))} outside the "
                     f"alphabet ({' '.join(self.alphabet)})")
+            earlier[definition.name] = definition
 
     @classmethod
     def build(cls, alphabet, *, output: Callable[..., Named] | Named | None = None,
@@ -123,6 +126,17 @@ class Program:
 
     def __str__(self) -> str:
         return print_program(self)
+
+
+def _check_uses(definition: Definition, earlier: dict[str, Definition]) -> None:
+    """Every definition used is an earlier one of the program: so checking each definition's own
+    body (not the bodies it uses) checks the whole program once."""
+    for node in walk(definition.body, into_definitions=False):
+        if isinstance(node, Named):
+            used = earlier.get(node.name)
+            if used is None or used.body is not node.body or used.params != node.params:
+                raise CraspProgramError(f"`{definition.name}` uses `{node.name}`, which is not one of the "
+                                        "program's earlier definitions (they are listed in dependency order)")
 
 
 def _check_alphabet(alphabet: tuple[str, ...]) -> None:

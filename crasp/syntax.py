@@ -9,17 +9,20 @@
 
 Literal symbols are quoted ("a"); bare names are index variables (bound by `any t:`, `all t:` or
 a definition's parameters) or definitions. A definition may continue on indented lines.
-Definitions may appear in any order as long as they form no cycle.
+Definitions may appear in any order as long as they form no cycle. Integers lie within +-2**40
+(crasp.expr.MAX_CONSTANT). Program files are UTF-8 text; a byte-order mark is accepted.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from crasp import expr as E
 from crasp.expr import CraspError
 from crasp.program import CraspProgramError, Definition, Program
+from crasp.trampoline import Computation, trampoline
 
 KEYWORDS = {"and", "or", "not", "true", "false", "any", "all", "min", "max", "Q", "MOD", "alphabet",
             "output", "accept"}
@@ -130,14 +133,11 @@ def parse(text: str, source: str = "<program>") -> Program:
         raise src.error("missing `alphabet: ...` (the symbols the program reads, separated by spaces)", 1, 1)
     if target is None:
         raise src.error("missing `output: NAME` (a next-token family O[s]) or `accept: NAME`", 1, 1)
-    resolver = _Resolver(src, statements, set(alphabet))
-    definitions = [resolver.resolve(name) for name in statements]
-    order = resolver.order
-    by_name = {d.name: d for d in definitions}
-    if target[1].text not in by_name:
+    definitions = _Resolver(src, statements, set(alphabet)).resolve_all()
+    if target[1].text not in statements:
         raise src.error(f"`{target[1].text}` is not defined", target[1].line, target[1].column)
     try:
-        return Program(alphabet, tuple(by_name[n] for n in order),
+        return Program(alphabet, tuple(definitions),
                        output=target[1].text if target[0] == "output" else None,
                        accept=target[1].text if target[0] == "accept" else None,
                        title="\n".join(title_lines))
@@ -190,38 +190,78 @@ def _definition_header(src: _Source, tokens: list[_Tok]) -> _Statement:
 
 
 class _Resolver:
-    """Parses definition bodies on demand, so definitions may come in any order; finds cycles."""
+    """Parses every definition after the definitions it uses, so definitions may come in any
+    order; finds cycles. The order is found on the tokens first, without recursion, so chains of
+    thousands of definitions each using the next one are fine."""
 
     def __init__(self, src: _Source, statements: dict[str, _Statement], alphabet: set[str]):
         self.src, self.statements, self.alphabet = src, statements, alphabet
         self.done: dict[str, Definition] = {}
-        self.in_progress: list[str] = []
-        self.order: list[str] = []
 
-    def resolve(self, name: str, at: _Tok | None = None) -> Definition:
-        if name in self.done:
-            return self.done[name]
+    def resolve_all(self) -> list[Definition]:
+        """Every definition, each after those it uses (the order of a depth-first visit)."""
+        return [self._parse(name) for name in self._dependency_order()]
+
+    def _dependency_order(self) -> list[str]:
+        order: list[str] = []
+        placed: set[str] = set()
+        for root in self.statements:
+            if root in placed:
+                continue
+            path, on_path = [root], {root}  # the definitions being visited, each using the next
+            pending = [iter(self._uses(root))]  # the uses of each that are still to visit
+            while path:
+                use = next(pending[-1], None)
+                if use is None:
+                    order.append(path.pop())
+                    on_path.remove(order[-1])
+                    placed.add(order[-1])
+                    pending.pop()
+                elif use.text in on_path:
+                    cycle = path[path.index(use.text):] + [use.text]
+                    raise self.src.error(f"definitions form a cycle: {' -> '.join(cycle)}", use.line, use.column)
+                elif use.text not in placed:
+                    path.append(use.text)
+                    on_path.add(use.text)
+                    pending.append(iter(self._uses(use.text)))
+        return order
+
+    def _uses(self, name: str) -> list[_Tok]:
+        """The tokens of the body of `name` that use a definition, in order. A name is an index,
+        not a use, after `any` / `all`, in Q(...) and within square brackets (a count's range
+        `#[j <= i]` or a family's arguments); the parser reports any misplaced name later."""
+        uses: list[_Tok] = []
+        in_brackets = False
+        body = self.statements[name].body
+        for k, tok in enumerate(body):
+            if tok.kind == "op" and tok.text in ("[", "]"):
+                in_brackets = tok.text == "["
+            elif tok.kind == "name" and tok.text in self.statements and not in_brackets:
+                after = [t.text for t in body[max(k - 2, 0):k]]
+                if after[-1:] not in (["any"], ["all"]) and after != ["Q", "("]:
+                    uses.append(tok)
+        return uses
+
+    def _parse(self, name: str) -> Definition:
         statement = self.statements[name]
-        if name in self.in_progress:
-            cycle = self.in_progress[self.in_progress.index(name):] + [name]
-            raise self.src.error(f"definitions form a cycle: {' -> '.join(cycle)}", at.line, at.column)
         clash = [p for p in statement.params if p in self.statements]
         if clash:
             raise self.src.error(f"parameter `{clash[0]}` has the name of a definition; rename one of them",
                                  statement.head.line, statement.head.column)
-        self.in_progress.append(name)
-        body = _ExpressionParser(self, statement.body, set(statement.params)).parse_all()
-        self.in_progress.pop()
+        body = trampoline(_ExpressionParser(self, statement.body, set(statement.params)).parse_all())
+        definition = Definition(name, statement.params, body)
         try:
-            Definition(name, statement.params, body).use(*(E.Var(p) for p in statement.params))
+            definition.use(*(E.Var(p) for p in statement.params))
         except CraspError as error:
             raise self.src.error(str(error), statement.head.line, statement.head.column) from None
-        self.done[name] = Definition(name, statement.params, body)
-        self.order.append(name)
-        return self.done[name]
+        self.done[name] = definition
+        return definition
 
 
 class _ExpressionParser:
+    """Recursive descent, with the grammar's methods written as generators (see crasp.trampoline),
+    so that brackets may nest deeper than Python's recursion limit."""
+
     def __init__(self, resolver: _Resolver, tokens: list[_Tok], scope: set[str]):
         self.resolver, self.src, self.tokens = resolver, resolver.src, tokens
         self.pos = 0
@@ -255,24 +295,35 @@ class _ExpressionParser:
         except CraspError as error:
             raise self.error(str(error), at) from None
 
+    def integer(self, what: str, minus: _Tok | None = None) -> int:
+        """The number at the current token (negated after `minus`), within the range of constants;
+        an error points at it. Python's int() refuses thousands of digits: those are refused first."""
+        tok = self.tok
+        at, written = (minus, "-" + tok.text) if minus else (tok, tok.text)
+        if len(tok.text.lstrip("0")) > len(str(E.MAX_CONSTANT)):
+            raise self.error(str(E.out_of_range(what, written)), at)
+        self.pos += 1
+        self.build(at, E.require_constant, what, int(written))
+        return int(written)
+
     # -- grammar, loosest first
-    def parse_all(self) -> E.Expr:
-        node = self.expression()
+    def parse_all(self) -> Computation[E.Expr]:
+        node = yield self.expression()
         if self.tok.kind != "end":
             raise self.error(f"unexpected `{self.tok.text}` after a complete expression")
         return node
 
-    def expression(self) -> E.Expr:
+    def expression(self) -> Computation[E.Expr]:
         if self.tok.text in ("any", "all") and self.tok.kind == "name":
-            return self.quantifier()
+            return (yield self.quantifier())
         start = self.tok
-        node = self.disjunction()
+        node = yield self.disjunction()
         question = self.accept("?")
         if question is None:
             return node
-        if_true = self.disjunction()
+        if_true = yield self.disjunction()
         self.expect(":", "between the two values of `P ? C1 : C2`")
-        if_false = self.expression()
+        if_false = yield self.expression()
         return self.build(question, E.Conditional, self._typed(node, start, E.BOOL),
                           self._typed(if_true, start, E.COUNT), self._typed(if_false, start, E.COUNT))
 
@@ -281,7 +332,7 @@ class _ExpressionParser:
             raise self.error(f"`{E.show(node)}` is a {node.type}, but a {wanted} is needed here", at)
         return node
 
-    def quantifier(self) -> E.Expr:
+    def quantifier(self) -> Computation[E.Expr]:
         kind_tok = self.tok
         self.pos += 1
         index = self.tok
@@ -294,18 +345,18 @@ class _ExpressionParser:
         self.pos += 1
         self.expect(":", f"after `{kind_tok.text} {index.text}`")
         self.scope.add(index.text)
-        body = self.expression()
+        body = yield self.expression()
         self.scope.discard(index.text)
         return self.build(kind_tok, E.Quantified, kind_tok.text, E.Var(index.text), body)
 
-    def _binary_chain(self, word: str, operand, make):
+    def _binary_chain(self, word: str, operand, make) -> Computation[E.Expr]:
         start = self.tok
-        node = operand()
+        node = yield operand()
         while True:
             at = self.accept(word)
             if at is None:
                 return node
-            right = self.quantifier() if self.tok.text in ("any", "all") else operand()
+            right = yield (self.quantifier() if self.tok.text in ("any", "all") else operand())
             node = self.build(at, make, node, right) if node.type == right.type == E.BOOL else self._type_error(
                 at, word, node, right, start)
 
@@ -313,27 +364,27 @@ class _ExpressionParser:
         culprit = left if left.type != E.BOOL else right
         raise self.error(f"`{word}` needs two Booleans, but `{E.show(culprit)}` is a {culprit.type}", at)
 
-    def disjunction(self) -> E.Expr:
-        return self._binary_chain("or", self.conjunction, E.Or)
+    def disjunction(self) -> Computation[E.Expr]:
+        return (yield self._binary_chain("or", self.conjunction, E.Or))
 
-    def conjunction(self) -> E.Expr:
-        return self._binary_chain("and", self.negation, E.And)
+    def conjunction(self) -> Computation[E.Expr]:
+        return (yield self._binary_chain("and", self.negation, E.And))
 
-    def negation(self) -> E.Expr:
+    def negation(self) -> Computation[E.Expr]:
         at = self.accept("not")
         if at is None:
-            return self.comparison()
-        operand = self.quantifier() if self.tok.text in ("any", "all") else self.negation()
+            return (yield self.comparison())
+        operand = yield (self.quantifier() if self.tok.text in ("any", "all") else self.negation())
         return self.build(at, E.Not, operand)
 
-    def comparison(self) -> E.Expr:
+    def comparison(self) -> Computation[E.Expr]:
         if self._is_symbol_side(self.tok) and self.tokens[self.pos + 1].text in _SYMBOL_RELATIONS:
             return self.symbol_relation()
-        left = self.sum()
+        left = yield self.sum()
         if self.tok.text in _COMPARE_OPS and self.tok.kind == "op":
             op_tok = self.tok
             self.pos += 1
-            right = self.sum()
+            right = yield self.sum()
             op = "=" if op_tok.text == "==" else op_tok.text
             return self.build(op_tok, E.Compare, op, left, right)
         return left
@@ -353,36 +404,33 @@ class _ExpressionParser:
         node = E.SymbolRelation(relation, *((right, left) if swapped else (left, right)))
         return E.Not(node) if negated else node
 
-    def sum(self) -> E.Expr:
-        node = self.term()
+    def sum(self) -> Computation[E.Expr]:
+        node = yield self.term()
         while self.tok.text in ("+", "-") and self.tok.kind == "op":
             op_tok = self.tok
             self.pos += 1
-            node = self.build(op_tok, E.Arith, op_tok.text, node, self.term())
+            node = self.build(op_tok, E.Arith, op_tok.text, node, (yield self.term()))
         return node
 
-    def term(self) -> E.Expr:
+    def term(self) -> Computation[E.Expr]:
         minus = self.accept("-")
-        if minus is not None:
-            if self.tok.kind != "number":
-                raise self.error("expected a number after `-` (negative constants are written -3)")
-            value = -int(self.tok.text)
-            self.pos += 1
-            return E.Number(value)
-        return self.atom()
+        if minus is None:
+            return (yield self.atom())
+        if self.tok.kind != "number":
+            raise self.error("expected a number after `-` (negative constants are written -3)")
+        return E.Number(self.integer("the count constant", minus))
 
-    def atom(self) -> E.Expr:
+    def atom(self) -> Computation[E.Expr]:
         tok = self.tok
         if tok.kind == "number":
-            self.pos += 1
-            return E.Number(int(tok.text))
+            return E.Number(self.integer("the count constant"))
         if tok.text == "(" and tok.kind == "op":
             self.pos += 1
-            node = self.expression()
+            node = yield self.expression()
             self.expect(")", "to close `(`")
             return node
         if tok.text == "#" and tok.kind == "op":
-            return self.count()
+            return (yield self.count())
         if tok.kind == "name":
             if tok.text in ("true", "false"):
                 self.pos += 1
@@ -398,15 +446,15 @@ class _ExpressionParser:
             if tok.text in ("min", "max"):
                 self.pos += 1
                 self.expect("(", f"after {tok.text}")
-                left = self.expression()
+                left = yield self.expression()
                 self.expect(",", f"between the two counts of {tok.text}(...)")
-                right = self.expression()
+                right = yield self.expression()
                 self.expect(")", f"to close {tok.text}(")
                 return self.build(tok, E.Arith, tok.text, left, right)
             if tok.text == "not":
-                return self.negation()
+                return (yield self.negation())
             if tok.text in ("any", "all"):
-                return self.quantifier()
+                return (yield self.quantifier())
             if tok.text in KEYWORDS:
                 raise self.error(f"`{tok.text}` cannot start an expression here")
             return self.reference()
@@ -423,14 +471,13 @@ class _ExpressionParser:
         for what in ("the modulus m", "the residue r"):
             if self.tok.kind != "number":
                 raise self.error(f"expected {what} of MOD(m, r), an integer")
-            numbers.append(int(self.tok.text))
-            self.pos += 1
+            numbers.append(self.integer(f"{what} of MOD(m, r)"))
             if what.startswith("the modulus"):
                 self.expect(",", "between m and r in MOD(m, r)")
         self.expect(")", "to close MOD(")
         return self.build(at, E.Periodic, *numbers)
 
-    def count(self) -> E.Expr:
+    def count(self) -> Computation[E.Expr]:
         at = self.tok
         self.pos += 1
         self.expect("[", "after # (a count is written #[j <= i] P)")
@@ -448,10 +495,9 @@ class _ExpressionParser:
             if self.accept("-"):
                 if self.tok.kind != "number":
                     raise self.error("expected a constant distance c in j = i - c")
-                offset = int(self.tok.text)
-                self.pos += 1
+                offset = self.integer("the distance c of j = i - c")
         self.expect("]", "to close the count's range")
-        body = self.negation() if self.tok.text == "not" else self.atom()
+        body = yield (self.negation() if self.tok.text == "not" else self.atom())
         return self.build(at, E.CountOf, body, offset)
 
     def _name(self, what: str) -> str:
@@ -489,7 +535,7 @@ class _ExpressionParser:
             known = ", ".join(self.resolver.statements) or "none"
             raise self.error(f"unknown name `{tok.text}` (defined: {known})")
         self.pos += 1
-        definition = self.resolver.resolve(tok.text, tok)
+        definition = self.resolver.done[tok.text]  # parsed first: the resolver follows the uses
         args: list[E.SymbolArg] = []
         if self.accept("["):
             while True:
@@ -504,11 +550,19 @@ class _ExpressionParser:
 
 
 def parse_file(path) -> Program:
-    from pathlib import Path
-
+    """Read a program file: UTF-8 text (a byte-order mark is accepted), any line endings."""
     path = Path(path)
+    expected = "expected a C-RASP program: a UTF-8 text file (.crasp)"
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as error:
-        raise CraspProgramError(f"cannot read program file {path}: {error.strerror}") from None
-    return parse(text, str(path))
+        raise CraspProgramError(f"cannot read program file {path}: {error.strerror}; {expected}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        read, at = error.object, error.start  # the bytes after any byte-order mark
+        line, column = read.count(b"\n", 0, at) + 1, at - read.rfind(b"\n", 0, at)
+        raise CraspProgramError(f"{path}:{line}:{column}: byte 0x{read[at]:02x} is not UTF-8 "
+                                f"(is this a binary file?); {expected}") from None
+    # As Python's text mode reads them: \r\n and \r end lines too.
+    return parse(text.replace("\r\n", "\n").replace("\r", "\n"), str(path))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from crasp.evaluate import evaluate
-from crasp.expr import BOOL
+from crasp.expr import BOOL, CraspError
 from crasp.nexttoken import AMBIGUOUS, NO_PREDICTION, encode, predictions
 from crasp.program import Program
 
@@ -45,6 +45,9 @@ def trace_rows(program: Program, symbols: list[str]) -> list[tuple[str, list[str
 
 
 def format_trace(program: Program, symbols: list[str]) -> str:
+    if not symbols:  # no column to show, and no last position for a language program to read
+        raise CraspError("the input is empty: a trace needs at least one symbol, separated by spaces, of the "
+                         f"program's alphabet ({' '.join(program.alphabet)})")
     rows = [("position", [str(i + 1) for i in range(len(symbols))]), ("input", list(symbols))]
     rows += trace_rows(program, symbols)
     name_width = max(len(name) for name, _ in rows)

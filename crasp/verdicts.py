@@ -2,10 +2,13 @@
 
 A task whose witness program agrees with the task on every string checked is predicted to
 length-generalize: for APE when the witness lies in C-RASP[periodic, local], for NoPE when it
-lies in C-RASP[]; RoPE takes the APE prediction, marked "no theorem". A task without a verified
-witness is predicted not to generalize only where the literature has an impossibility argument;
-otherwise the prediction is unknown ("no program known"). Inexpressibility is never inferred
-from a failed check.
+lies in C-RASP[]; RoPE takes the APE prediction, marked "no theorem". Witnesses are the
+hand-written ones (crasp.witnesses) and the programs found by `python -m crasp search --record`
+(crasp/search_results.json), each verified here again. A task without a verified witness is
+predicted not to generalize only where the literature has an impossibility argument; otherwise
+the prediction is unknown: "no program known", or "none up to size k" where a recorded search
+enumerated every program up to size k in the fragment without finding one. Inexpressibility is
+never inferred from a failed check or from a search.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ from functools import lru_cache
 
 from crasp.check import CheckReport, check_witness
 from crasp.fragment import POSITION_ENCODINGS
+from crasp.search.results import load as load_search_results
 from crasp.tasks import get_task
 from crasp.witnesses import WITNESSES
 
 # A quick verification for predictions (the `check` command runs the full one).
 QUICK_LENGTHS = (1, 2, 3, 5, 8, 13, 30, 60, 150)
 QUICK_SAMPLES = 50
+# The search fragment whose exhausted search speaks for each prediction: C-RASP[] for NoPE,
+# C-RASP[periodic, local] for APE (a search in a smaller fragment says nothing about it).
+SEARCH_FRAGMENT = {"nope": "none", "ape": "all", "rope": "all"}
 
 
 @dataclass(frozen=True)
@@ -30,12 +37,30 @@ class Prediction:
     reason: str  # the witness's fragment, or the impossibility argument and its source
 
 
+@dataclass(frozen=True)
+class Witness:
+    report: CheckReport
+    found_by_search: str | None  # "found by search, size k", or None for a hand-written witness
+
+
+def _makers(code: str) -> list[tuple[object, str | None]]:
+    hand_written = [(make, None) for make in WITNESSES.get(code, ())]
+    found = [(record.make_witness(), f"found by search, size {record.size}")
+             for record in load_search_results().values() if record.task == code and record.program]
+    return hand_written + found
+
+
 @lru_cache(maxsize=None)
-def verified_witnesses(code: str) -> tuple[CheckReport, ...]:
+def verified_witnesses(code: str) -> tuple[Witness, ...]:
     task = get_task(code)
-    reports = (check_witness(task, make, samples_per_length=QUICK_SAMPLES, exhaustive_max_length=4,
-                             lengths=QUICK_LENGTHS) for make in WITNESSES.get(task.code, ()))
-    return tuple(r for r in reports if r.verified)
+    checked = ((check_witness(task, make, samples_per_length=QUICK_SAMPLES, exhaustive_max_length=4,
+                              lengths=QUICK_LENGTHS), source) for make, source in _makers(task.code))
+    return tuple(Witness(report, source) for report, source in checked if report.verified)
+
+
+def _exhausted_search(code: str, pe: str):
+    record = load_search_results().get(f"{code} {SEARCH_FRAGMENT[pe]}")
+    return record if record is not None and record.claim else None
 
 
 def prediction(code: str, pe: str) -> Prediction:
@@ -44,16 +69,23 @@ def prediction(code: str, pe: str) -> Prediction:
     task = get_task(code)
     witnesses = verified_witnesses(task.code)
     fragment_key = "none" if pe == "nope" else "pos"
-    covering = [w for w in witnesses if w.fragment.predicts_generalization(pe)]
+    fragment_name = "C-RASP[]" if pe == "nope" else "C-RASP[pos]"
+    covering = [w for w in witnesses if w.report.fragment.predicts_generalization(pe)]
     if covering:
-        best = min(covering, key=lambda w: (w.fragment.local + w.fragment.periodic))
+        # The smallest fragment decides; among equals a hand-written witness is named first.
+        best = min(covering, key=lambda w: (w.report.fragment.local + w.report.fragment.periodic,
+                                            w.found_by_search is not None))
         label = "yes" if pe != "rope" else "yes (no theorem)"
-        return Prediction(True, label, best.fragment.why(pe))
+        found = f"; {best.found_by_search}" if best.found_by_search else ""
+        return Prediction(True, label, best.report.fragment.why(pe) + found)
     claim = task.literature[fragment_key]
     if claim.expressible is False:
         label = "no" if pe != "rope" else "no (no theorem)"
-        return Prediction(False, label, f"not in {'C-RASP[]' if pe == 'nope' else 'C-RASP[pos]'}: "
-                                        f"{claim.argument} ({claim.source})")
-    known = ", ".join(w.fragment.name for w in witnesses) or "none"
-    return Prediction(None, "unknown", f"no program known in {'C-RASP[]' if pe == 'nope' else 'C-RASP[pos]'}"
-                                       f" (verified witnesses: {known})")
+        return Prediction(False, label, f"not in {fragment_name}: {claim.argument} ({claim.source})")
+    known = ", ".join(w.report.fragment.name for w in witnesses) or "none"
+    reason = f"no program known in {fragment_name} (verified witnesses: {known})"
+    search = _exhausted_search(task.code, pe)
+    if search is None:
+        return Prediction(None, "unknown", reason)
+    return Prediction(None, f"none up to size {search.complete_through}",
+                      f"{reason}; search (`{search.command}`): {search.claim}")

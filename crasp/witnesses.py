@@ -171,8 +171,3 @@ WITNESSES: dict[str, tuple[Callable[..., Program], ...]] = {
     "Sort": (sort,),
     "BinaryMajorityInterleave": (binary_majority_interleave,),
 }
-
-
-def witnesses_for(code: str, symbols) -> list[Program]:
-    """The witness programs of a task (empty when none is known), over the task's symbols."""
-    return [make(tuple(symbols)) for make in WITNESSES.get(code, ())]

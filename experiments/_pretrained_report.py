@@ -19,9 +19,12 @@ from pathlib import Path
 from experiments._report import predict
 from train.checkpoint import read_jsonl, write_json, write_text
 
+CONFIG_FILE = "config.json"
 FIGURE_FILE = "accuracy_by_length.png"
 LEFT_OR_BACKWARD = frozenset({"UL", "NLFirst", "NLLast", "UB", "NB"})
 RESULTS_FILE = "results.jsonl"
+# What the report reads from config.json; a run writes these and more.
+REPORTED_SETTINGS = ("model", "architecture", "tasks", "lengths", "n")
 Z_95 = 1.959963984540054
 
 # (kind, better-by-hypothesis, other): the paper reports right/forward above left/backward and
@@ -38,6 +41,26 @@ GAPS = (
     ("uniqueness", "UF", "NF"),
     ("uniqueness", "UB", "NB"),
 )
+
+
+class RunFolderError(ValueError):
+    """A folder that does not hold a run this experiment wrote."""
+
+
+def read_run_config(run_dir: Path) -> dict:
+    """The settings a run wrote into its folder."""
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise RunFolderError(f"{run_dir} holds no run: it has no {CONFIG_FILE}; give the folder a run wrote "
+                             "(runs/pretrained/<model name> unless --out said otherwise)")
+    try:
+        config = json.loads(path.read_text())
+    except ValueError:  # not JSON, or not even UTF-8 text
+        config = None
+    if not (isinstance(config, dict) and set(REPORTED_SETTINGS) <= config.keys()):
+        raise RunFolderError(f"{path} is not the settings of a run of experiments/pretrained.py (a JSON object with "
+                             f"{', '.join(REPORTED_SETTINGS)}); for a new run, give another --out")
+    return config
 
 
 def wilson_interval(correct: int, total: int, z: float = Z_95) -> tuple[float, float]:
@@ -91,7 +114,7 @@ def _gap(kind: str, first: str, second: str, counts: dict, lengths: list[int]) -
 
 def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
+    config = read_run_config(run_dir)
     records = read_jsonl(run_dir / RESULTS_FILE)
     counts = _counts(records)
     lengths = list(config["lengths"])
@@ -213,7 +236,8 @@ def draw_figure(summary: dict, path: Path) -> None:
         ax.set_title(f"{title} (dashed: left/backward)")
         ax.set_xlabel("input length")
         ax.set_ylim(-0.05, 1.05)
-        ax.legend(fontsize=8)
+        if ax.lines:  # a run without this group's tasks leaves its panel empty
+            ax.legend(fontsize=8)
     axes[0].set_ylabel("exact match")
     gaps = summary["gaps"]
     positions = range(len(gaps))

@@ -19,6 +19,8 @@ import numpy as np
 from train.checkpoint import read_jsonl, write_json, write_text
 
 FIGURE_FILE = "accuracy_by_length.png"
+# A task generalizes when the mean exact match of its last (longest) bin reaches this.
+DEFAULT_THRESHOLD = 0.9
 
 
 def predict(task_code: str, pe: str) -> dict:
@@ -46,10 +48,33 @@ def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
     return finals
 
 
+# A model below this on its own training lengths has not learned the task, so its longer bins say
+# nothing about length generalization: it is reported apart and left out of the agreement count.
+FIT_THRESHOLD = 0.99
+
+
+def length_curve(records_by_seed: list[dict]) -> dict | None:
+    """Accuracy at each input length (mean and std over seeds), from the per-length results of
+    every bin; None for runs made before evaluations recorded them."""
+    if not all("lengths" in b for record in records_by_seed for b in record["bins"]):
+        return None
+    lengths = [n for b in records_by_seed[0]["bins"] for n in b["lengths"]]
+    accuracy_SxN = np.array([[a for b in record["bins"] for a in b["length_accuracy"]] for record in records_by_seed])
+    return dict(lengths=lengths, mean=[round(float(a), 4) for a in accuracy_SxN.mean(axis=0)],
+                std=[round(float(a), 4) for a in accuracy_SxN.std(axis=0)])
+
+
+def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> str:
+    if train_bin_mean < FIT_THRESHOLD:
+        return "did not fit"
+    return "generalizes" if last_bin_mean >= threshold else "does not generalize"
+
+
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
+    """The run's summary; `threshold` overrides the one stored in config.json (the run's own)."""
     run_dir = Path(run_dir)
     config = json.loads((run_dir / "config.json").read_text())
-    threshold = config.get("threshold", 0.9) if threshold is None else threshold
+    threshold = config.get("threshold", DEFAULT_THRESHOLD) if threshold is None else threshold
     finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
     rows = []
     for task in config["tasks"]:
@@ -60,13 +85,21 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
         bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
         predicted = predict(task, config["pe"])
-        observed = bool(accuracy_SxK[:, -1].mean() >= threshold)
+        # Seeds that did not fit their training lengths say nothing about longer ones: the verdict
+        # is made from the seeds that fit (none: the task did not fit).
+        fit_S = accuracy_SxK[:, 0] >= FIT_THRESHOLD
+        observed = ("did not fit" if not fit_S.any()
+                    else observe(accuracy_SxK[fit_S, 0].mean(), accuracy_SxK[fit_S, -1].mean(), threshold))
+        judged = predicted["generalizes"] is not None and observed != "did not fit"
         rows.append(dict(
-            task=task, predicted=predicted, observed_generalizes=observed,
-            agrees=None if predicted["generalizes"] is None else predicted["generalizes"] == observed,
+            task=task, predicted=predicted, observed=observed, seeds_fit=int(fit_S.sum()),
+            agrees=(predicted["generalizes"] == (observed == "generalizes")) if judged else None,
+            seeds_agreeing=None if not judged else sum(
+                (observe(a[0], a[-1], threshold) == "generalizes") == predicted["generalizes"] for a in accuracy_SxK[fit_S]),
             bins=[dict(lo=lo, hi=hi, mean=round(float(accuracy_SxK[:, k].mean()), 4),
                        std=round(float(accuracy_SxK[:, k].std()), 4),
                        per_seed=[float(a) for a in accuracy_SxK[:, k]]) for k, (lo, hi) in enumerate(bins)],
+            curve=length_curve([by_seed[s] for s in seeds]),
             seeds=seeds, steps=[by_seed[s]["step"] for s in seeds],
             stopped_early=[by_seed[s]["stopped_early"] for s in seeds],
             finished=all(by_seed[s]["finished"] for s in seeds),
@@ -75,9 +108,10 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
             train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1)))
     judged = [row for row in rows if row["agrees"] is not None]
     first_task_train = config["train"][config["tasks"][0]]
-    return dict(pe=config["pe"], preset=config["preset"], threshold=threshold, rows=rows,
-                bins=[list(b) for b in first_task_train["test_bins"]],
+    return dict(pe=config["pe"], preset=config["preset"], threshold=threshold, fit_threshold=FIT_THRESHOLD,
+                rows=rows, bins=[list(b) for b in first_task_train["test_bins"]],
                 agreements=sum(row["agrees"] for row in judged), judged=len(judged),
+                did_not_fit=[row["task"] for row in rows if row["observed"] == "did not fit"],
                 missing_tasks=[t for t in config["tasks"] if t not in finals],
                 train_seconds=round(sum(row["train_seconds"] for row in rows), 1))
 
@@ -86,14 +120,22 @@ def markdown_table(summary: dict) -> str:
     rows = summary["rows"]
     if not rows:
         return "(no finished evaluations yet)\n"
-    bin_names = [f"{lo}-{hi}" for lo, hi in summary["bins"]]
-    lines = ["| task | predicted | " + " | ".join(bin_names) + " | observed | agrees |",
-             "|---|---|" + "---|" * len(bin_names) + "---|---|"]
+    asked = [tuple(b) for b in summary["bins"]]
+    lines = ["| task | predicted | " + " | ".join(f"{lo}-{hi}" for lo, hi in asked) + " | observed | agrees |",
+             "|---|---|" + "---|" * len(asked) + "---|---|"]
     for row in rows:
-        cells = [f"{b['mean']:.3f} ± {b['std']:.3f}" for b in row["bins"]]
+        # A bin the task's sampler could not fill entirely is shown with the lengths it really holds.
+        spread = len(row["seeds"]) > 1
+        cells = [f"{b['mean']:.3f}" + (f" ± {b['std']:.3f}" if spread else "")
+                 + ("" if (b["lo"], b["hi"]) == wanted else f" ({b['lo']}-{b['hi']})")
+                 for b, wanted in zip(row["bins"], asked)]
         agrees = "-" if row["agrees"] is None else ("yes" if row["agrees"] else "NO")
+        if row["seeds_agreeing"] is not None and len(row["seeds"]) > 1:
+            agrees += f" ({row['seeds_agreeing']} of {row['seeds_fit']} fit seeds)"
+        observed = row["observed"] + (f" ({row['seeds_fit']}/{len(row['seeds'])} seeds fit)"
+                                      if 0 < row["seeds_fit"] < len(row["seeds"]) else "")
         lines.append(f"| {row['task']} | {row['predicted']['label']} | " + " | ".join(cells)
-                     + f" | {'generalizes' if row['observed_generalizes'] else 'does not'} | {agrees} |")
+                     + f" | {observed} | {agrees} |")
     return "\n".join(lines) + "\n"
 
 
@@ -104,11 +146,18 @@ def report_markdown(summary: dict) -> str:
     checked = sum(row["greedy_checked"] for row in summary["rows"])
     parts = [
         f"# Length generalization from scratch: {summary['pe'].upper()}, preset {summary['preset']}\n\n",
-        f"Accuracy = exact match of the whole answer (teacher forcing, argmax), mean ± std over seeds {seeds}. "
-        f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}. "
-        "Lengths a task's sampler cannot produce (below its minimum) are left out of its bins.\n\n",
+        f"Accuracy = exact match of the whole answer (teacher forcing, argmax), the same number of test strings "
+        f"at every input length; mean ± std over seeds {seeds}. "
+        f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}; "
+        f"did not fit when the training bin's mean accuracy is below {summary['fit_threshold']} (such a model "
+        "has not learned the task, so it says nothing about length generalization). "
+        "Lengths a task's sampler cannot produce are left out of its bins (the cell then names the lengths "
+        "it holds).\n\n",
         markdown_table(summary),
-        f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks with a prediction.\n",
+        f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks that have a "
+        f"prediction and fit their training lengths.\n",
+        (f"Did not fit the training lengths, left out of the agreement count: {len(summary['did_not_fit'])} "
+         f"({', '.join(summary['did_not_fit'])}).\n" if summary["did_not_fit"] else ""),
         f"Greedy KV-cache decoding disagreed with teacher forcing on {disagreements} of {checked} checked strings.\n",
         f"Training time (sum over jobs): {summary['train_seconds']:.0f} s.\n",
     ]
@@ -123,7 +172,8 @@ def report_markdown(summary: dict) -> str:
 
 
 def draw_figure(summary: dict, path: Path) -> None:
-    """Accuracy against length per task; solid: predicted to generalize, dashed: not, dotted: unknown."""
+    """Accuracy against input length per task (mean over seeds, band: ± std); line style: solid
+    predicted to generalize, dashed predicted not to, dotted no prediction."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,12 +186,18 @@ def draw_figure(summary: dict, path: Path) -> None:
                                 sharey=True)
     style = {True: "-", False: "--", None: ":"}
     for ax, row in zip(axes.flat, rows):
-        centers = [(b["lo"] + b["hi"]) / 2 for b in row["bins"]]
-        ax.errorbar(centers, [b["mean"] for b in row["bins"]], yerr=[b["std"] for b in row["bins"]],
-                    linestyle=style[row["predicted"]["generalizes"]], marker="o", capsize=3)
+        line = style[row["predicted"]["generalizes"]]
+        if row["curve"] is not None:
+            lengths, mean, std = (np.array(row["curve"][key]) for key in ("lengths", "mean", "std"))
+            ax.plot(lengths, mean, linestyle=line, marker=".", markersize=3)
+            ax.fill_between(lengths, mean - std, mean + std, alpha=0.25, linewidth=0)
+        else:  # runs evaluated per bin only
+            centers = [(b["lo"] + b["hi"]) / 2 for b in row["bins"]]
+            ax.errorbar(centers, [b["mean"] for b in row["bins"]], yerr=[b["std"] for b in row["bins"]],
+                        linestyle=line, marker="o", capsize=3)
         ax.axvspan(row["bins"][0]["lo"], row["bins"][0]["hi"], color="0.92", zorder=0)
         ax.axhline(summary["threshold"], color="0.6", linewidth=0.8, linestyle=":")
-        ax.set_title(row["task"])
+        ax.set_title(f"{row['task']}: {row['observed']}", fontsize=9)
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("input length")
     for ax in axes.flat[len(rows):]:

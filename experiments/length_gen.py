@@ -22,10 +22,11 @@ from pathlib import Path
 
 import jax
 
-from experiments._report import markdown_table, write_report
+from crasp.tasks import TASK_CODES
+from experiments._report import DEFAULT_THRESHOLD, markdown_table, write_report
 from train.checkpoint import read_jsonl, write_json, write_jsonl
 from train.config import PRESETS, ConfigError, TrainConfig
-from train.loop import PE_CHOICES, Job
+from train.loop import PE_CHOICES, Job, TaskSetup
 from train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
 
 MODEL_FLAGS = {"n_layers": "transformer blocks", "n_heads": "attention heads per block",
@@ -40,7 +41,9 @@ TRAIN_FLAGS = {
     "eval_every": (int, "evaluate every this many steps (and at the last step)"),
     "stop_after_perfect_evals": (int, "stop once the training bin is at 100%% in this many consecutive "
                                       "evaluations (0: never stop early)"),
-    "eval_examples_per_bin": (int, "test strings per length bin"),
+    "length_buckets": (int, "training batches come from this many contiguous ranges of the training lengths, "
+                            "each padded to its own longest string (1: every batch mixes all lengths)"),
+    "eval_examples_per_length": (int, "test strings at each input length of each bin"),
     "greedy_examples_per_bin": (int, "strings per bin also decoded greedily with the KV cache, whose verdict "
                                      "must agree with teacher forcing"),
     "checkpoint_every": (int, "save a checkpoint every this many steps (and at every evaluation)"),
@@ -66,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="experiment scale; default: paper on an accelerator, quick on a CPU. "
                              + " ".join(f"{p.name}: {p.description}" for p in PRESETS.values()))
-    parser.add_argument("--tasks", nargs="+", default=None, metavar="CODE",
-                        help="task codes (default: the preset's ten retrieval and copying tasks)")
+    parser.add_argument("--tasks", nargs="+", default=None, metavar="CODE", choices=TASK_CODES,
+                        help="task codes (default: the preset's ten retrieval and copying tasks); accepted: "
+                             + ", ".join(TASK_CODES))
     parser.add_argument("--seeds", nargs="+", type=int, default=None, metavar="SEED",
                         help="training seeds (default: the preset's)")
     parser.add_argument("--out", type=Path, default=None,
@@ -75,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None,
                         help="CPU only: jobs run at once, each in a single-threaded process pinned to one core "
                              "(default: one per available core)")
-    parser.add_argument("--threshold", type=float, default=0.9,
-                        help="a task generalizes when the mean accuracy of the last bin is at least this")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="a task generalizes when the mean accuracy of the last bin is at least this "
+                             f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)")
     parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
                         help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -111,7 +116,10 @@ def run_settings(args: argparse.Namespace) -> dict:
         model["dtype"] = args.dtype
     tasks = args.tasks or list(preset.tasks)
     seeds = args.seeds if args.seeds is not None else list(preset.seeds)
-    return dict(pe=args.pe, preset=preset.name, tasks=tasks, seeds=seeds, threshold=args.threshold,
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {' '.join(map(str, seeds))}: each seed may appear once")
+    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+    return dict(pe=args.pe, preset=preset.name, tasks=tasks, seeds=seeds, threshold=threshold,
                 train={task: preset.train_for(task, **changes).to_dict() for task in tasks}, model=model,
                 task_overrides={task: preset.overrides_for(task) for task in tasks})
 
@@ -138,10 +146,19 @@ def check_same_run(run_dir: Path, settings: dict) -> None:
 
 
 def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
-    """The run's metrics.jsonl: every job's records tagged with task and seed, then its result."""
+    """The run's metrics.jsonl: every job's records tagged with task and seed, then its result.
+
+    The job folders are the primary record, but a job whose folder is gone (deleted, or not copied
+    along with the run) keeps the records the run-level file already holds: rebuilding never loses
+    what was measured.
+    """
+    previous = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
     records = []
     for job in jobs:
         tag = dict(task=job.task_code, seed=job.seed)
+        if not (job.folder / "metrics.jsonl").exists():
+            records += [r for r in previous if (r.get("task"), r.get("seed")) == (job.task_code, job.seed)]
+            continue
         records += [dict(record, **tag) for record in read_jsonl(job.folder / "metrics.jsonl")]
         result_path = job.folder / "result.json"
         if result_path.exists():
@@ -149,9 +166,20 @@ def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
     write_jsonl(run_dir / "metrics.jsonl", records)
 
 
+def check_jobs(jobs: list[Job], run_dir: Path) -> None:
+    """Everything that could fail once training has started, checked before a file is written."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir} is a file; give a folder (a new one, or the folder of a run to resume)")
+    for job in jobs:
+        TaskSetup.for_job(job)  # task parameters, lengths the sampler can produce, the position table
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.report_only is not None:
+        if not (args.report_only / "config.json").is_file():
+            raise SystemExit(f"error: {args.report_only} holds no run (no config.json); give the folder that "
+                             "length_gen.py wrote (runs/length_gen/<pe>-<preset> unless --out said otherwise)")
         settings = json.loads((args.report_only / "config.json").read_text())
         # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
         if any((args.report_only / task).is_dir() for task in settings["tasks"]):
@@ -161,12 +189,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     try:
         settings = run_settings(args)
+        run_dir = args.out or Path("runs") / "length_gen" / f"{settings['pe']}-{settings['preset']}"
+        jobs = make_jobs(settings, run_dir)
+        check_jobs(jobs, run_dir)
     except (ConfigError, ValueError) as error:
         raise SystemExit(f"error: {error}")
-    run_dir = args.out or Path("runs") / "length_gen" / f"{settings['pe']}-{settings['preset']}"
     check_same_run(run_dir, settings)
     write_json(run_dir / "config.json", settings)
-    jobs = make_jobs(settings, run_dir)
     start = time.monotonic()
     try:
         if jax.default_backend() == "cpu":

@@ -23,23 +23,33 @@ stopped; the examples are fixed by the seed, per task and length.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from crasp.tasks import TaskError, get_task
-from experiments._pretrained_report import RESULTS_FILE, report_markdown, write_report
+from crasp.tasks import TASK_CLASSES, UNBOUNDED, TaskError, get_task
+from crasp.tasks.copying import Copy, RepeatCopy
+from crasp.tasks.retrieval import Retrieval
+from experiments._pretrained_report import (CONFIG_FILE, RESULTS_FILE, RunFolderError, read_run_config, report_markdown,
+                                            write_report)
 from models.generate import generate
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_pretrained
 from train.checkpoint import read_jsonl, write_json, write_jsonl
 
-RETRIEVAL_TASKS = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast")
-COPYING_TASKS = ("UF", "UB", "NF", "NB")
+
+def _paper_tasks(family: type) -> tuple[str, ...]:
+    # The paper's tasks of a family in the registry's order, which also seeds each task's prompts;
+    # repeat copy is Huang et al.'s copying over {a, b}, not one of the paper's.
+    return tuple(cls.code for cls in TASK_CLASSES if issubclass(cls, family) and cls is not RepeatCopy)
+
+
+RETRIEVAL_TASKS = _paper_tasks(Retrieval)
+COPYING_TASKS = _paper_tasks(Copy)
 TASKS = RETRIEVAL_TASKS + COPYING_TASKS
 RETRIEVAL_ALPHABET = 62  # crasp.tasks' 62 symbols: ASCII letters, then digits
 COPYING_ALPHABET = 52  # ASCII letters
@@ -143,19 +153,29 @@ def check_lengths(args: argparse.Namespace) -> None:
         for flag, lengths in (("--lengths", args.lengths), ("demonstration length", [demo_length])):
             bad = [length for length in lengths if not task.min_length() <= length <= task.max_length()]
             if bad:
+                accepted = (f"{task.min_length()} or more" if task.max_length() == UNBOUNDED
+                            else f"{task.min_length()} to {task.max_length()}")
                 raise SystemExit(f"error: {flag} {bad}: task {code} (alphabet of {task.alphabet_size}) accepts "
-                                 f"lengths {task.min_length()} to {task.max_length()}")
+                                 f"lengths {accepted}")
+
+
+def run_folder(args: argparse.Namespace) -> Path:
+    """The folder the run writes to, refused before loading anything if it cannot be one."""
+    out = args.out or Path("runs/pretrained") / Path(str(args.model)).stem
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: --out {out} is a file; give a new folder, or the folder of a run to resume")
+    return out
 
 
 def open_run_folder(out: Path, config: dict) -> list[dict]:
     """Write config.json, or check it against a previous run's; return the records so far."""
-    if (out / "config.json").exists():
-        saved = json.loads((out / "config.json").read_text())
+    if (out / CONFIG_FILE).exists():
+        saved = read_run_config(out)
         changed = sorted(key for key in config.keys() | saved.keys() if config.get(key) != saved.get(key))
         if changed:
             raise SystemExit(f"error: {out} holds a run with other settings ({', '.join(changed)}); "
                              "use another --out or the original flags to resume it")
-    write_json(out / "config.json", config)
+    write_json(out / CONFIG_FILE, config)
     return read_jsonl(out / RESULTS_FILE)
 
 
@@ -175,6 +195,7 @@ def pending_batches(args: argparse.Namespace, done: set[tuple[str, int, int]]) -
 def evaluate(args: argparse.Namespace) -> Path:
     """Evaluate every prompt the run folder lacks, saving after each batch; return the folder."""
     check_lengths(args)
+    out = run_folder(args)
     started = time.perf_counter()
     try:
         pretrained = load_pretrained(args.model, dtype=args.dtype)
@@ -183,7 +204,6 @@ def evaluate(args: argparse.Namespace) -> Path:
     if pretrained.tokenizer is None:
         raise SystemExit(f"error: {pretrained.path} has no tokenizer.json; the prompts need the model's tokenizer")
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.perf_counter() - started:.1f} s")
-    out = args.out or Path("runs/pretrained") / Path(str(args.model)).stem
     records = open_run_folder(out, run_config(args, pretrained))
     batches = pending_batches(args, {(r["task"], r["length"], r["index"]) for r in records})
     newline_id = pretrained.tokenizer.encode("\n")[-1]
@@ -216,6 +236,22 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """The module docstring as written, and every flag's default."""
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum`, so that a bad count stops the command while
+    its flags are parsed, before a run folder is written that the corrected command would refuse."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", default="smollm2",
@@ -226,16 +262,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lengths", nargs="+", type=int, default=[10, 20, 40], metavar="L",
                         help="test input lengths (context length for retrieval, source length for copying); "
                              "unique copying needs L <= 52")
-    parser.add_argument("--n", type=int, default=40, help="prompts per task and length")
-    parser.add_argument("--seed", type=int, default=0, help="fixes every prompt")
-    parser.add_argument("--batch-size", type=int, default=16,
+    parser.add_argument("--n", type=at_least(1), default=40, help="prompts per task and length")
+    parser.add_argument("--seed", type=at_least(0), default=0, help="fixes every prompt")
+    parser.add_argument("--batch-size", type=at_least(1), default=16,
                         help="prompts decoded together (plus one filler row that fixes the compiled shape)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="compute dtype (parameters stay float32)")
-    parser.add_argument("--retrieval-demonstrations", type=int, default=4, help="demonstrations before a retrieval item")
-    parser.add_argument("--retrieval-demo-length", type=int, default=4, help="context length of retrieval demonstrations")
-    parser.add_argument("--copying-demonstrations", type=int, default=5, help="demonstrations before a copying item")
-    parser.add_argument("--copying-demo-length", type=int, default=5, help="source length of copying demonstrations")
+    parser.add_argument("--retrieval-demonstrations", type=at_least(1), default=4,
+                        help="demonstrations before a retrieval item")
+    parser.add_argument("--retrieval-demo-length", type=at_least(1), default=4,
+                        help="context length of retrieval demonstrations")
+    parser.add_argument("--copying-demonstrations", type=at_least(1), default=5,
+                        help="demonstrations before a copying item")
+    parser.add_argument("--copying-demo-length", type=at_least(1), default=5,
+                        help="source length of copying demonstrations")
     parser.add_argument("--out", type=Path, default=None, help="run folder (None: runs/pretrained/<model name>)")
     parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
                         help="rebuild summary.json, report.md and the figure of an existing run folder; evaluate nothing")
@@ -244,13 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.n < 1 or args.batch_size < 1:
-        raise SystemExit("--n and --batch-size must be at least 1")
     try:
         out = args.report_only or evaluate(args)
-    except TaskError as error:
+        summary = write_report(out)
+    except (TaskError, RunFolderError) as error:
         raise SystemExit(f"error: {error}")
-    summary = write_report(out)
     print(report_markdown(summary))
     print(f"report: {out / 'report.md'}")
 

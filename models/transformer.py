@@ -17,6 +17,10 @@ from flax import nnx, struct
 from models.config import ModelConfig
 from models.interventions import Interventions, LayerInterventions
 
+# The logit bias of a key a query may not see: exp underflows to exactly 0 against any allowed key,
+# and a row with no allowed key at all (a left-padding query) gets finite uniform weights, not NaN.
+MASKED_LOGIT = -1e30
+
 
 @struct.dataclass
 class KVCache:
@@ -92,14 +96,27 @@ class Attention(nnx.Module):
         self.v = _dense(config, rngs, config.d_model, kv_width, qkv_bias, std)
         self.o = _dense(config, rngs, q_width, config.d_model, config.block == "gpt2", _residual_std(config))
 
-    def __call__(self, x_BxTxD, positions_BxT, allowed_BxTxS, interventions: LayerInterventions, cache_kv, cache_index):
+    def _project_qkv(self, x_BxTxD):
+        """Queries, keys and values from one matrix product with the three kernels side by side:
+        on a CPU one wider product (and one in the backward pass) costs less than three narrow ones."""
+        c = self.config
+        B, T, _ = x_BxTxD.shape
+        projections = (self.q, self.k, self.v)
+        kernel_DxW = jnp.concatenate([p.kernel[...] for p in projections], axis=1)
+        qkv_BxTxW = jnp.dot(x_BxTxD, kernel_DxW.astype(c.compute_dtype))
+        if self.q.bias is not None:
+            qkv_BxTxW = qkv_BxTxW + jnp.concatenate([p.bias[...] for p in projections]).astype(c.compute_dtype)
+        q_width, kv_width = c.n_heads * c.head_dim, c.kv_heads * c.head_dim
+        q, k, v = jnp.split(qkv_BxTxW, [q_width, q_width + kv_width], axis=-1)
+        return (q.reshape(B, T, c.n_heads, c.head_dim), k.reshape(B, T, c.kv_heads, c.head_dim),
+                v.reshape(B, T, c.kv_heads, c.head_dim))
+
+    def __call__(self, x_BxTxD, positions_BxT, mask_bias_Bx1xTxS, interventions: LayerInterventions, cache_kv, cache_index):
         """Returns (output_BxTxD, weights_BxHxTxS, heads_BxTxHxK, (keys_BxSxNxK, values_BxSxNxK))."""
         c = self.config
         B, T, _ = x_BxTxD.shape
         H, N, K = c.n_heads, c.kv_heads, c.head_dim
-        q_BxTxHxK = self.q(x_BxTxD).reshape(B, T, H, K)
-        k_BxTxNxK = self.k(x_BxTxD).reshape(B, T, N, K)
-        v_BxTxNxK = self.v(x_BxTxD).reshape(B, T, N, K)
+        q_BxTxHxK, k_BxTxNxK, v_BxTxNxK = self._project_qkv(x_BxTxD)
         if c.position == "rope":
             q_BxTxHxK = apply_rope(q_BxTxHxK, positions_BxT, c.rope_base, c.rotary_dim)
             k_BxTxNxK = apply_rope(k_BxTxNxK, positions_BxT, c.rope_base, c.rotary_dim)
@@ -109,19 +126,25 @@ class Attention(nnx.Module):
             keys_BxSxNxK = jax.lax.dynamic_update_slice(cache_kv[0], k_BxTxNxK.astype(cache_kv[0].dtype), (0, cache_index, 0, 0))
             values_BxSxNxK = jax.lax.dynamic_update_slice(cache_kv[1], v_BxTxNxK.astype(cache_kv[1].dtype), (0, cache_index, 0, 0))
         S = keys_BxSxNxK.shape[1]
-        # Query head h reads kv head h // G (grouped-query attention, as Hugging Face's repeat_kv).
-        q_BxTxNxGxK = q_BxTxHxK.reshape(B, T, N, H // N, K)
-        logits_BxNxGxTxS = jnp.einsum("btngk,bsnk->bngts", q_BxTxNxGxK, keys_BxSxNxK, preferred_element_type=jnp.float32)
-        logits_BxHxTxS = logits_BxNxGxTxS.reshape(B, H, T, S) / math.sqrt(K)
+        G = H // N
+        # Scaling the queries (B*T*H*K numbers) is cheaper than scaling the logits (B*H*T*S).
+        q_BxTxHxK = q_BxTxHxK * jnp.asarray(1 / math.sqrt(K), q_BxTxHxK.dtype)
+        if G == 1:
+            logits_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, keys_BxSxNxK, preferred_element_type=jnp.float32)
+        else:
+            # Query head h reads kv head h // G (grouped-query attention, as Hugging Face's repeat_kv).
+            logits_BxHxTxS = jnp.einsum("btngk,bsnk->bngts", q_BxTxHxK.reshape(B, T, N, G, K), keys_BxSxNxK,
+                                        preferred_element_type=jnp.float32).reshape(B, H, T, S)
+        logits_BxHxTxS = logits_BxHxTxS + mask_bias_Bx1xTxS
         if interventions.attn_bias_BxHxTxS is not None:
-            logits_BxHxTxS = logits_BxHxTxS + interventions.attn_bias_BxHxTxS
-        # A finite floor instead of -inf keeps rows with no allowed key (left padding) free of NaN.
-        lowest = jnp.finfo(jnp.float32).min
-        allowed_Bx1xTxS = allowed_BxTxS[:, None]
-        logits_BxHxTxS = jnp.where(allowed_Bx1xTxS, jnp.maximum(logits_BxHxTxS, lowest), lowest)
-        weights_BxHxTxS = jnp.where(allowed_Bx1xTxS, jax.nn.softmax(logits_BxHxTxS, axis=-1), 0.0)
-        weights_BxNxGxTxS = weights_BxHxTxS.reshape(B, N, H // N, T, S).astype(values_BxSxNxK.dtype)
-        heads_BxTxHxK = jnp.einsum("bngts,bsnk->btngk", weights_BxNxGxTxS, values_BxSxNxK).reshape(B, T, H, K)
+            # A finite floor: a row whose every key is knocked out (-inf) gets uniform weights, not NaN.
+            logits_BxHxTxS = jnp.maximum(logits_BxHxTxS + interventions.attn_bias_BxHxTxS, MASKED_LOGIT)
+        weights_BxHxTxS = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(values_BxSxNxK.dtype)
+        if G == 1:
+            heads_BxTxHxK = jnp.einsum("bhts,bshk->bthk", weights_BxHxTxS, values_BxSxNxK)
+        else:
+            heads_BxTxHxK = jnp.einsum("bngts,bsnk->btngk", weights_BxHxTxS.reshape(B, N, G, T, S),
+                                       values_BxSxNxK).reshape(B, T, H, K)
         if interventions.head_mask_H is not None:
             keep_Hx1 = jnp.asarray(interventions.head_mask_H, heads_BxTxHxK.dtype)[:, None]
             replacement = 0.0 if interventions.head_mean_HxK is None else interventions.head_mean_HxK
@@ -158,9 +181,9 @@ class Block(nnx.Module):
         self.mlp_norm = _norm(config, rngs)
         self.mlp = GeluMLP(config, rngs) if config.block == "gpt2" else SwiGLU(config, rngs)
 
-    def __call__(self, x_BxTxD, positions_BxT, allowed_BxTxS, interventions, cache_kv, cache_index):
+    def __call__(self, x_BxTxD, positions_BxT, mask_bias_Bx1xTxS, interventions, cache_kv, cache_index):
         attended, weights, heads, kv = self.attn(
-            self.attn_norm(x_BxTxD), positions_BxT, allowed_BxTxS, interventions, cache_kv, cache_index
+            self.attn_norm(x_BxTxD), positions_BxT, mask_bias_Bx1xTxS, interventions, cache_kv, cache_index
         )
         x_BxTxD = x_BxTxD + attended
         return x_BxTxD + self.mlp(self.mlp_norm(x_BxTxD)), weights, heads, kv
@@ -254,12 +277,14 @@ class Transformer(nnx.Module):
         query_slots_T = first_slot + jnp.arange(T)
         key_slots_S = jnp.arange(key_valid_BxS.shape[1])
         allowed_BxTxS = key_valid_BxS[:, None, :] & (key_slots_S[None, None, :] <= query_slots_T[None, :, None])
+        # Added to every layer's logits: computed once here, not as a select in each layer.
+        mask_bias_Bx1xTxS = jnp.where(allowed_BxTxS, 0.0, MASKED_LOGIT)[:, None]
 
         all_weights, all_heads, all_keys, all_values = [], [], [], []
         for layer_index, layer in enumerate(self.layers):
             cache_kv = None if cache is None else (cache.keys_BxSxNxK[layer_index], cache.values_BxSxNxK[layer_index])
             x_BxTxD, weights, heads, (keys, values) = layer(
-                x_BxTxD, positions_BxT, allowed_BxTxS, interventions.for_layer(layer_index), cache_kv, first_slot
+                x_BxTxD, positions_BxT, mask_bias_Bx1xTxS, interventions.for_layer(layer_index), cache_kv, first_slot
             )
             all_weights.append(weights)
             all_heads.append(heads)

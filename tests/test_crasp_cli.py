@@ -61,3 +61,41 @@ def test_teacher_forced_check_agrees_with_generation(letters, length):
     result = check_teacher_forced(program, encode(program, [full, wrong]), np.array([len(prompt)] * 2),
                                   np.array([len(full)] * 2))
     assert result.correct[0] and result.correct[1] == (length == 1)
+
+
+ACCEPT_A = 'alphabet: a b\naccept: top\ntop := Q("a")\n'
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_unreadable_program_files_are_one_line_errors_naming_the_file(tmp_path, capsys):
+    binary = tmp_path / "binary.crasp"
+    binary.write_bytes(b"alphabet: a b\n\x00\xff\xfe")
+    assert main(["run", str(binary), "--input", "a"]) == 2
+    assert f"{binary}:2:2: byte 0xff is not UTF-8 (is this a binary file?); expected a C-RASP program: " \
+           "a UTF-8 text file (.crasp)" in _one_line_error(capsys)
+    assert main(["run", str(tmp_path), "--input", "a"]) == 2
+    assert f"cannot read program file {tmp_path}: Is a directory; expected a C-RASP program" in _one_line_error(capsys)
+    missing = tmp_path / "missing.crasp"
+    assert main(["run", str(missing), "--input", "a"]) == 2
+    assert f"no program file '{missing}' (expected a .crasp file)" in _one_line_error(capsys)
+
+
+def test_byte_order_mark_and_windows_line_endings_are_accepted(tmp_path, capsys):
+    program = tmp_path / "windows.crasp"
+    program.write_bytes(b"\xef\xbb\xbf" + ACCEPT_A.replace("\n", "\r\n").encode())
+    assert main(["run", str(program), "--input", "b a"]) == 0
+    assert capsys.readouterr().out.endswith("accepted (top at the last position): yes\n")
+
+
+@pytest.mark.parametrize("given", ["", "   "])
+def test_empty_input_is_an_error(tmp_path, capsys, given):
+    program = tmp_path / "accept.crasp"
+    program.write_text(ACCEPT_A)
+    assert main(["run", str(program), "--input", given]) == 2
+    assert "the input is empty: a trace needs at least one symbol, separated by spaces, of the program's " \
+           "alphabet (a b)" in _one_line_error(capsys)

@@ -5,7 +5,7 @@ import pytest
 from crasp import expr as E
 from crasp.expr import CraspScopeError, CraspTypeError, Q, Var, count, family
 from crasp.nexttoken import PredictionError, check_teacher_forced, encode, generate
-from crasp.program import CraspProgramError, Program
+from crasp.program import CraspProgramError, Definition, Program
 from crasp.syntax import CraspSyntaxError, parse
 
 HEADER = "alphabet: a b <sep>\naccept: top\n"
@@ -92,6 +92,13 @@ def test_dsl_scope_errors():
         E.any_(Var("t"), E.any_(Var("t"), Q(Var("t"))))
     with pytest.raises(CraspProgramError, match="outside the alphabet"):
         Program.build(["a"], accept=Q("b").named("top"))
+
+
+def test_a_program_lists_every_definition_it_uses_before_its_use():
+    uses_b = Q("b").named("b_here")
+    with pytest.raises(CraspProgramError, match="`top` uses `b_here`, which is not one of the program's earlier "
+                                                "definitions"):
+        Program(("a", "b"), (Definition("top", (), ~uses_b),), accept="top")
 
 
 def test_zero_or_several_outputs_are_reported_with_position_and_outputs():

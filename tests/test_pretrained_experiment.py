@@ -195,3 +195,63 @@ def test_lengths_a_task_cannot_sample_are_refused_before_loading(tmp_path):
 def test_a_missing_model_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="no such file or folder"):
         pretrained.main(["--model", str(tmp_path / "absent.gguf"), "--tasks", "UR", "--lengths", "10"])
+
+
+def test_the_tasks_are_the_papers_ten_in_the_order_that_seeds_their_prompts():
+    assert pretrained.TASKS == ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
+
+
+def test_a_bad_demonstration_count_writes_nothing_and_the_corrected_command_runs(tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    out = tmp_path / "run"
+    flags = ["--model", str(write_tiny_llama(tmp_path / "model")), "--tasks", "UR", "--lengths", "6", "--n", "1",
+             "--batch-size", "1", "--out", str(out)]
+    with pytest.raises(SystemExit):
+        pretrained.main(flags + ["--retrieval-demonstrations", "-1"])
+    assert "argument --retrieval-demonstrations: must be at least 1, got -1" in capsys.readouterr().err
+    assert not out.exists()
+    pretrained.main(flags + ["--retrieval-demonstrations", "1"])
+    assert len(_records(out)) == 1
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--copying-demonstrations", "0"], "argument --copying-demonstrations: must be at least 1, got 0"),
+        (["--retrieval-demo-length", "-3"], "argument --retrieval-demo-length: must be at least 1, got -3"),
+        (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
+        (["--n", "0"], "argument --n: must be at least 1, got 0"),
+        (["--batch-size", "two"], "argument --batch-size: 'two' is not an integer"),
+        (["--tasks", "XYZ"], "argument --tasks: invalid choice: 'XYZ'"),
+        (["--tasks", "Majority"], "argument --tasks: invalid choice: 'Majority'"),  # a task without a prompt format
+    ],
+)
+def test_invalid_settings_are_refused_while_parsing_before_anything_is_written(tmp_path, capsys, flags, message):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit):
+        pretrained.main(["--model", str(tmp_path / "absent.gguf"), "--out", str(out), *flags])
+    error = capsys.readouterr().err
+    assert message in error and not out.exists()
+    if "--tasks" in flags:
+        accepted = error.split("choose from", 1)[1]
+        assert all(code in accepted for code in pretrained.TASKS)
+
+
+def test_lengths_without_an_upper_bound_are_described_so(tmp_path):
+    with pytest.raises(SystemExit, match="task UR \\(alphabet of 62\\) accepts lengths 2 or more$"):
+        pretrained.main(["--model", str(tmp_path / "absent"), "--tasks", "UR", "--lengths", "1"])
+
+
+def test_an_out_that_is_a_file_is_refused_before_loading(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a run")
+    with pytest.raises(SystemExit, match="--out .*notes.txt is a file; give a new folder"):
+        pretrained.main(["--model", str(tmp_path / "absent"), "--tasks", "UR", "--out", str(tmp_path / "notes.txt")])
+
+
+@pytest.mark.parametrize("config", [None, "{broken", '{"model": "m"}'], ids=["absent", "invalid-json", "other-settings"])
+def test_report_only_on_a_folder_without_a_run_is_a_clear_error(tmp_path, config):
+    if config is not None:
+        (tmp_path / "config.json").write_text(config)
+    expected = "holds no run: it has no config.json" if config is None else "is not the settings of a run"
+    with pytest.raises(SystemExit, match=f"^error: {re.escape(str(tmp_path))}.*{expected}"):
+        pretrained.main(["--report-only", str(tmp_path)])

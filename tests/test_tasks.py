@@ -249,6 +249,21 @@ def test_literature_claims_follow_the_spec_table(code):
         assert claims["none"].verdict is Verdict.NOT_EXPRESSIBLE
 
 
+@pytest.mark.parametrize("codes, cited", [
+    (("NLLast", "NRLast"), ["Lemma 6", "Lemmas 35-36"]),
+    (("NF", "NB", "RepeatCopy"), ["Theorem 12", "Lemma 8"]),
+    (("Parity", "Addition"), ["not a checked citation"]),
+])
+def test_impossibility_claims_cite_their_proofs(codes, cited):
+    for code in codes:
+        claim = get_task(code).literature["pos"]
+        assert claim.verdict is Verdict.NOT_EXPRESSIBLE
+        assert all(reference in claim.argument for reference in cited), claim.argument
+    # Communication complexity cannot separate last-occurrence retrieval: each side can send, for
+    # every symbol, its neighbour at its last occurrence in constantly many bits.
+    assert "communication" not in get_task("NLLast").literature["pos"].argument
+
+
 def test_a_claim_cannot_contradict_the_table_or_lack_an_argument():
     with pytest.raises(ValueError, match="contradicts"):
         Claim(Verdict.NOT_EXPRESSIBLE, True, "argument", "source")
@@ -266,9 +281,15 @@ def test_a_claim_cannot_contradict_the_table_or_lack_an_argument():
     ("NLLast", {"occurrences": (4, 3)}, r"parameter occurrences=\(4, 3\) is invalid"),
     ("NLLast", {"occurrences": "often"}, r"parameter occurrences='often' is invalid"),
     ("NRFirst", {"non_adjacent": "yes"}, r"task NRFirst: parameter non_adjacent='yes' is invalid; accepted: True"),
+    ("UL", {"alphabet_size": 10**12},
+     r"task UL: parameter alphabet_size=1000000000000 is invalid; accepted: an integer >= 2 and <= 4096"),
+    ("NLLast", {"occurrences": (9000, 9000), "non_adjacent": True},
+     r"task NLLast: no input length from 1 to 16384 can be sampled with alphabet_size=5, "
+     r"occurrences=\(9000, 9000\), non_adjacent=True"),
+    (["UL"], {}, r"a task code is a string, got \['UL'\] \(list\); accepted codes: UL, UR, NLFirst"),
 ])
 def test_bad_task_requests_name_the_task_and_parameter(code, params, pattern):
-    error = UnknownTaskError if code == "Nope" else ParameterError
+    error = UnknownTaskError if code in ("Nope", ["UL"]) else ParameterError
     with pytest.raises(error, match=pattern):
         get_task(code, **params)
 
@@ -285,6 +306,8 @@ def test_bad_task_requests_name_the_task_and_parameter(code, params, pattern):
     ("BinaryMajorityInterleave", {}, 2, r"task BinaryMajorityInterleave: cannot sample length=2"),
     ("Parity", {}, 0, r"task Parity: cannot sample length=0: inputs have at least one symbol; accepted lengths"),
     ("Majority", {}, 2.5, r"task Majority: length=2.5 is not an integer"),
+    ("NF", {}, 10**9, r"task NF: cannot sample length=1000000000: inputs have at most MAX_LENGTH=16384 symbols; "
+                      r"accepted lengths with alphabet_size=5: 1 to 16384"),
 ])
 def test_unsatisfiable_lengths_raise_sampler_errors(code, params, length, pattern):
     with pytest.raises(SamplerError, match=pattern):
@@ -295,6 +318,9 @@ def test_bad_sample_arguments():
     task = get_task("UF")
     with pytest.raises(SamplerError, match="task UF: n=0 is not a valid number of examples"):
         task.sample(np.random.default_rng(0), 0, 5)
+    with pytest.raises(SamplerError, match=r"task UF: n=1000000000 is not a valid number of examples; accepted: "
+                                           r"integers from 1 to 111848 at length=5 \(at most MAX_SAMPLE_ELEMENTS="):
+        task.sample(np.random.default_rng(0), 10**9, 5)
     with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
         task.sample(0, 1, 5)
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from crasp.tasks import PAD, get_task
 from train.checkpoint import CheckpointError, load_checkpoint, read_jsonl, save_checkpoint
 from train.config import ConfigError, TrainConfig
-from train.data import TRAIN_STREAM, batch_rng, effective_range, sample_batch, sequence_length
+from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_batch, sample_training_batch,
+                        sequence_length)
 from train.steps import learning_rate_schedule
 
 TASKS = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
@@ -57,6 +58,37 @@ def test_batches_depend_only_on_seed_and_step():
     assert not np.array_equal(make(3, 17), make(4, 17))
 
 
+@settings(max_examples=25, deadline=None)
+@given(lo=st.integers(1, 8), width=st.integers(0, 30), count=st.integers(1, 12))
+def test_length_buckets_partition_the_training_lengths(lo, width, count):
+    task = get_task("UF", alphabet_size=64)
+    buckets = LengthBuckets.split(task, (lo, lo + width), count)
+    covered = [n for a, b in buckets.ranges for n in range(a, b + 1)]
+    assert covered == list(range(lo, lo + width + 1))  # every length exactly once, in order
+    assert len(buckets.ranges) == min(count, width + 1)
+    assert buckets.sizes().max() - buckets.sizes().min() <= 1
+    assert buckets.padded_lengths == tuple(sequence_length(task, b) for _, b in buckets.ranges)
+
+
+def test_every_training_length_keeps_its_share_and_batches_are_tight():
+    """A bucket is drawn in proportion to its number of lengths (then a length uniformly inside
+    it: sample_batch), so each length gets 1/n of the examples, as with uniform lengths; and a
+    batch is padded only to its own bucket's longest string."""
+    task = get_task("UF", alphabet_size=64)
+    buckets = LengthBuckets.split(task, (1, 20), 6)  # sizes 3 and 4
+    rng = np.random.default_rng(0)
+    draws = 40_000
+    frequency = np.bincount([buckets.draw(rng) for _ in range(draws)], minlength=6) / draws
+    expected = buckets.sizes() / 20
+    # Within 5 standard deviations; drawing buckets equally often would be 0.02 off for each.
+    assert np.abs(frequency - expected).max() < 5 * np.sqrt(0.2 * 0.8 / draws)
+    for step in range(100):
+        batch = sample_training_batch(task, batch_rng(0, TRAIN_STREAM, step), 32, buckets, 80, True)
+        input_lengths = (batch.lengths_B - 3) // 2  # copying: BOS, input, SEP, copy, EOS
+        assert any(lo <= input_lengths.min() and input_lengths.max() <= hi and batch.tokens_BxT.shape[1] == pad
+                   for (lo, hi), pad in zip(buckets.ranges, buckets.padded_lengths))
+
+
 def test_schedule_warms_up_then_decays_to_zero():
     config = TrainConfig(train_lengths=(1, 5), test_bins=((1, 5),), learning_rate=1e-3, warmup_steps=10,
                          max_steps=110).validate()
@@ -88,6 +120,22 @@ def test_checkpoint_round_trip_and_structure_check(tmp_path):
         load_checkpoint(tmp_path / "c.npz", {"a": state["a"]})
     with pytest.raises(CheckpointError, match="shape"):
         load_checkpoint(tmp_path / "c.npz", {"a": np.zeros((3, 2)), "b": [np.ones(2)]})
+
+
+def test_a_damaged_checkpoint_names_the_file_and_the_way_back(tmp_path):
+    state = {"a": np.arange(6, dtype=np.float32)}
+    save_checkpoint(tmp_path / "checkpoint.npz", state, {"step": 7})
+    whole = (tmp_path / "checkpoint.npz").read_bytes()
+    (tmp_path / "checkpoint.npz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(CheckpointError, match="checkpoint.npz: not a readable checkpoint.*delete it"):
+        load_checkpoint(tmp_path / "checkpoint.npz", state)
+
+
+def test_a_corrupt_metrics_line_names_the_file_and_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": oops}\n{"step": 3}\n')
+    with pytest.raises(CheckpointError, match="metrics.jsonl:2: not a JSON record"):
+        read_jsonl(path)
 
 
 def test_torn_last_line_of_metrics_is_ignored(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 
 from experiments import length_gen
 from experiments._report import summarize
+from train.config import TrainConfig
 
 
 @dataclass
@@ -36,9 +37,10 @@ def eval_record(task, seed, step, accuracies):
 
 @pytest.fixture
 def run_dir(tmp_path):
-    train = dict(test_bins=[[1, 10], [11, 20], [21, 30]])
+    train = TrainConfig(train_lengths=(1, 10), test_bins=((1, 10), (11, 20), (21, 30))).to_dict()
     config = dict(pe="ape", preset="quick", tasks=["UF", "NF", "NB"], seeds=[0, 1], threshold=0.9,
-                  train={task: train for task in ("UF", "NF", "NB")})
+                  train={task: train for task in ("UF", "NF", "NB")}, model={},
+                  task_overrides={task: {} for task in ("UF", "NF", "NB")})
     (tmp_path / "config.json").write_text(json.dumps(config))
     records = [
         eval_record("UF", 0, 500, [0.5, 0.0, 0.0]),  # superseded by the later evaluation
@@ -50,7 +52,7 @@ def run_dir(tmp_path):
         dict(kind="result", task="UF", seed=0, stopped_early=True, elapsed_s=10.0),
         dict(kind="result", task="UF", seed=1, stopped_early=False, elapsed_s=12.0),
     ]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     return tmp_path
 
 
@@ -59,19 +61,57 @@ def test_summary_uses_last_evaluation_mean_over_seeds_and_threshold(run_dir, ver
     rows = {row["task"]: row for row in summary["rows"]}
     assert rows["UF"]["bins"][2]["mean"] == pytest.approx(0.91)
     assert rows["UF"]["bins"][2]["std"] == pytest.approx(0.03)
-    assert rows["UF"]["observed_generalizes"] and rows["UF"]["agrees"]
+    assert rows["UF"]["observed"] == "generalizes" and rows["UF"]["agrees"]
+    assert rows["UF"]["seeds_agreeing"] == 1  # seed 1 ends at 0.88
     # NF: one seed generalizes, the mean (0.475) does not reach 0.9 -> does not; agrees with "no".
-    assert not rows["NF"]["observed_generalizes"] and rows["NF"]["agrees"]
+    assert rows["NF"]["observed"] == "does not generalize" and rows["NF"]["agrees"]
     assert rows["NB"]["agrees"] is None
     assert (summary["agreements"], summary["judged"]) == (2, 2)
     assert rows["UF"]["finished"] and not rows["NF"]["finished"]
     assert summarize(run_dir, threshold=0.95)["agreements"] == 1  # UF's 0.91 is no longer enough
 
 
+def test_a_model_that_did_not_fit_is_not_judged(run_dir, verdicts):
+    """Below 0.99 on its training lengths a model says nothing about length generalization: its
+    seed is left out of the verdict, and a task none of whose seeds fit is reported as such and
+    left out of the agreement count, whatever its longer bins show."""
+    def add(record):
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    add(eval_record("NF", 1, 2000, [0.95, 0.0, 0.0]))  # NF seed 1 no longer fits: seed 0 decides
+    rows = {row["task"]: row for row in summarize(run_dir)["rows"]}
+    assert (rows["NF"]["observed"], rows["NF"]["seeds_fit"], rows["NF"]["agrees"]) == ("generalizes", 1, False)
+    add(eval_record("NF", 0, 2000, [0.5, 0.9, 0.9]))
+    summary = summarize(run_dir)
+    rows = {row["task"]: row for row in summary["rows"]}
+    assert rows["NF"]["observed"] == "did not fit" and rows["NF"]["agrees"] is None
+    assert summary["did_not_fit"] == ["NF"] and (summary["agreements"], summary["judged"]) == (1, 1)
+
+
+def test_report_only_judges_with_the_runs_own_threshold(run_dir, verdicts, capsys):
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps(dict(config, threshold=0.95)))
+    length_gen.main(["--report-only", str(run_dir)])
+    assert json.loads((run_dir / "summary.json").read_text())["threshold"] == 0.95
+    assert "agrees" in capsys.readouterr().out
+    assert json.loads((run_dir / "summary.json").read_text())["agreements"] == 1  # UF's 0.91 < 0.95
+
+
+def test_rebuilding_the_report_never_loses_records_of_a_missing_job_folder(run_dir, verdicts):
+    """The run-level metrics.jsonl keeps the records of jobs whose folders are gone."""
+    before = (run_dir / "metrics.jsonl").read_text()
+    (run_dir / "UF" / "seed0").mkdir(parents=True)  # one job folder exists (and is empty of records)
+    length_gen.main(["--report-only", str(run_dir)])
+    after = (run_dir / "metrics.jsonl").read_text()
+    assert sorted(after.splitlines()) == sorted(before.splitlines())
+
+
 def test_report_only_rebuilds_files_and_prints_the_table(run_dir, verdicts, capsys):
     length_gen.main(["--report-only", str(run_dir)])
     table = capsys.readouterr().out
-    assert "| UF | yes (C-RASP[local] witness) | 1.000 ± 0.000 | 0.930 ± 0.030 | 0.910 ± 0.030 | generalizes | yes |" in table
+    assert ("| UF | yes (C-RASP[local] witness) | 1.000 ± 0.000 | 0.930 ± 0.030 | 0.910 ± 0.030 | generalizes "
+            "| yes (1 of 2 fit seeds) |") in table
     assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(summarize(run_dir)))
     assert "2 of 2" in (run_dir / "report.md").read_text()
     assert (run_dir / "accuracy_by_length.png").read_bytes()[:4] == b"\x89PNG"
@@ -104,12 +144,32 @@ def test_bad_bins_and_changed_settings_are_refused(tmp_path, capsys):
         length_gen.check_same_run(tmp_path, dict(settings, tasks=["UB"]))
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--tasks", "ZZ"], "invalid choice: 'ZZ'"),
+    (["--seeds", "0", "0"], "each seed may appear once"),
+    (["--tasks", "UF", "--test-bins", "1-20,400-500"], "outside what its sampler produces"),
+])
+def test_bad_settings_are_refused_before_anything_is_written(tmp_path, capsys, flags, message):
+    """A typo must not leave a config.json behind that then refuses the corrected command."""
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_:
+        length_gen.main(["--out", str(out), "--no-progress"] + flags)
+    assert message in capsys.readouterr().err + str(exit_.value)
+    assert not out.exists()
+
+
+def test_an_out_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit, match="is a file"):
+        length_gen.main(["--out", str(tmp_path / "file"), "--tasks", "UF"])
+
+
 def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdicts):
     """A tiny end-to-end run through the worker pool; the second invocation finds every job done."""
     out = tmp_path / "run"
     argv = ["--pe", "ape", "--preset", "quick", "--tasks", "UF", "NF", "--seeds", "0", "--out", str(out),
             "--n-layers", "1", "--n-heads", "2", "--d-model", "16", "--d-ff", "32", "--train-lengths", "1", "4",
-            "--test-bins", "1-4,5-8", "--max-steps", "20", "--warmup-steps", "2", "--eval-every", "10", "--eval-examples-per-bin", "20",
+            "--test-bins", "1-4,5-8", "--max-steps", "20", "--warmup-steps", "2", "--eval-every", "10", "--eval-examples-per-length", "5",
             "--greedy-examples-per-bin", "4", "--checkpoint-every", "10", "--workers", "2", "--no-progress"]
     length_gen.main(argv)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 
 import jax
@@ -60,10 +61,14 @@ def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return []
     records = []
-    for line in path.read_text().splitlines(keepends=True):
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(keepends=True), start=1):
         if not line.endswith("\n"):
             break
-        records.append(json.loads(line))
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise CheckpointError(f"{path}:{number}: not a JSON record ({error.msg}); expected one JSON object "
+                                  "per line as the lab writes them. Delete or repair that line") from None
     return records
 
 
@@ -78,15 +83,22 @@ def save_checkpoint(path: Path, state, meta: dict) -> None:
 
 def load_checkpoint(path: Path, template):
     """(state, meta): the saved leaves placed into `template`'s structure."""
-    with np.load(path) as data:
-        saved_structure = bytes(data["structure"]).decode()
-        expected_structure = str(jax.tree.structure(template))
-        if saved_structure != expected_structure:
-            raise CheckpointError(f"{path}: the checkpoint was written for a different model or optimizer "
-                                  "structure; delete the run folder or use the settings it was made with")
-        template_leaves = jax.tree.leaves(template)
-        leaves = [data[f"leaf_{i:05d}"] for i in range(len(template_leaves))]
-        meta = json.loads(bytes(data["meta_json"]).decode())
+    try:
+        with np.load(path) as data:
+            saved_structure = bytes(data["structure"]).decode()
+            template_leaves = jax.tree.leaves(template)
+            leaves = [data[f"leaf_{i:05d}"] for i in range(len(template_leaves))]
+            meta = json.loads(bytes(data["meta_json"]).decode())
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        # Our own writes are atomic, so this is a file damaged or cut short elsewhere (a full disk,
+        # a copy that did not finish).
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint ({type(error).__name__}: {error}); expected the .npz file "
+            "that training writes. To recover, delete it and run the same command again: that job then "
+            "trains again from scratch (same seed, same result), or restore the file from a copy") from None
+    if saved_structure != str(jax.tree.structure(template)):
+        raise CheckpointError(f"{path}: the checkpoint was written for a different model or optimizer "
+                              "structure; delete the run folder or use the settings it was made with")
     for i, (saved, expected) in enumerate(zip(leaves, template_leaves)):
         if saved.shape != np.shape(expected):
             raise CheckpointError(f"{path}: leaf {i} has shape {saved.shape}, the model expects "

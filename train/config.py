@@ -29,6 +29,10 @@ class TrainConfig:
     train_lengths: tuple[int, int] = (1, 50)
     test_bins: tuple[tuple[int, int], ...] = ((1, 50), (51, 100), (101, 150))
     batch_size: int = 64
+    # Every training batch holds strings from one of this many contiguous ranges of the training
+    # lengths and is padded to that range's longest string (train.data.LengthBuckets); 1: every
+    # batch mixes all lengths and is padded to the longest training string.
+    length_buckets: int = 1
     learning_rate: float = 1e-4
     weight_decay: float = 0.01
     # Linear warmup then linear decay to zero at max_steps ("linear"), or warmup then constant.
@@ -39,7 +43,8 @@ class TrainConfig:
     # Stop once the training bin (bin 0 must equal the training range) has been at 100%
     # in this many consecutive evaluations; 0 disables early stopping.
     stop_after_perfect_evals: int = 1
-    eval_examples_per_bin: int = 2_000
+    # Test strings at each input length of each bin (a bin's accuracy is the mean over its lengths).
+    eval_examples_per_length: int = 40
     # Greedy KV-cache decoding on this many strings per bin; its exact match must agree with
     # the teacher-forced one (a disagreement is counted and reported).
     greedy_examples_per_bin: int = 64
@@ -65,8 +70,8 @@ class TrainConfig:
                 f"the first test bin {self.test_bins[0]} must equal train_lengths {self.train_lengths}: "
                 "it is the in-distribution bin the stopping rule watches")
         require(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        for name in ("batch_size", "max_steps", "eval_every", "eval_examples_per_bin", "eval_batch_size",
-                     "log_every", "checkpoint_every"):
+        for name in ("batch_size", "length_buckets", "max_steps", "eval_every", "eval_examples_per_length",
+                     "eval_batch_size", "log_every", "checkpoint_every"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("warmup_steps", "greedy_examples_per_bin", "stop_after_perfect_evals", "max_positions"):
             require(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
@@ -138,7 +143,7 @@ QUICK = Preset(
     train=TrainConfig(
         train_lengths=(1, 20), test_bins=((1, 20), (21, 30), (31, 40)), batch_size=64, learning_rate=1e-3,
         schedule="linear", warmup_steps=200, max_steps=6000, eval_every=500, stop_after_perfect_evals=1,
-        eval_examples_per_bin=500, greedy_examples_per_bin=32, eval_batch_size=250, log_every=100,
+        length_buckets=5, eval_examples_per_length=25, greedy_examples_per_bin=32, eval_batch_size=250, log_every=100,
         checkpoint_every=500,
     ).validate(),
     model=dict(n_layers=2, n_heads=4, d_model=64, d_ff=256),

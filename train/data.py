@@ -54,6 +54,48 @@ def sequence_length(task, input_length: int) -> int:
     return int(examples.lengths[0])
 
 
+@dataclass(frozen=True)
+class LengthBuckets:
+    """The training lengths split into contiguous ranges, each batch drawn from one range.
+
+    A batch padded to its own longest string wastes little on padding when its strings are of
+    nearly equal length: the step then costs what its real tokens cost, and there is one compiled
+    shape per bucket. A bucket is drawn with probability proportional to how many lengths it
+    holds and a length uniformly inside it, so every training length keeps its share 1/n of the
+    examples, as with lengths drawn uniformly from the whole range.
+    """
+
+    ranges: tuple[tuple[int, int], ...]
+    padded_lengths: tuple[int, ...]  # tokens of the longest string of each range
+
+    @classmethod
+    def split(cls, task, length_range: tuple[int, int], count: int) -> LengthBuckets:
+        """`count` ranges of lengths (as equal in size as possible) covering `length_range`."""
+        lo, hi = length_range
+        count = min(count, hi - lo + 1)
+        edges = np.linspace(lo, hi + 1, count + 1).round().astype(int)
+        ranges = tuple((int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:]))
+        return cls(ranges=ranges, padded_lengths=tuple(sequence_length(task, b) for _, b in ranges))
+
+    def sizes(self) -> np.ndarray:
+        return np.array([b - a + 1 for a, b in self.ranges])
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """The index of the bucket of the next batch (one bucket: no draw, so the stream is unchanged)."""
+        if len(self.ranges) == 1:
+            return 0
+        sizes = self.sizes()
+        return int(rng.choice(len(sizes), p=sizes / sizes.sum()))
+
+
+def sample_training_batch(task, rng: np.random.Generator, batch_size: int, buckets: LengthBuckets,
+                          max_positions: int, random_offset: bool) -> Batch:
+    """A batch from one length bucket (drawn first), padded to that bucket's longest string."""
+    index = buckets.draw(rng)
+    return sample_batch(task, rng, batch_size, buckets.ranges[index], buckets.padded_lengths[index],
+                        max_positions, random_offset)
+
+
 def sample_batch(task, rng: np.random.Generator, batch_size: int, length_range: tuple[int, int],
                  padded_length: int, max_positions: int, random_offset: bool) -> Batch:
     """`batch_size` examples with input lengths uniform in `length_range`, padded to `padded_length`.

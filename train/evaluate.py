@@ -19,21 +19,29 @@ from train.data import EVAL_STREAM, Batch, batch_rng, make_batch, stack_batches
 
 @dataclass(frozen=True)
 class EvalSet:
-    """The test strings of one bin for one seed, at position offset 0."""
+    """The test strings of one bin for one seed, at position offset 0: the same number of strings
+    at every input length of the bin, so the bin's accuracy is the mean over its lengths and the
+    accuracy at each length can be drawn as a curve."""
 
     lo: int
     hi: int
     batch: Batch
     prompt_lengths_N: np.ndarray
+    input_lengths_N: np.ndarray
+
+    def by_length(self, exact_N: np.ndarray) -> dict:
+        """{"lengths": [...], "length_accuracy": [...]}: exact match at each input length of the bin."""
+        lengths = np.arange(self.lo, self.hi + 1)
+        return dict(lengths=[int(n) for n in lengths],
+                    length_accuracy=[round(float(exact_N[self.input_lengths_N == n].mean()), 6) for n in lengths])
 
 
-def build_eval_sets(task, seed: int, bins: list[tuple[int, int]], examples_per_bin: int,
+def build_eval_sets(task, seed: int, bins: list[tuple[int, int]], examples_per_length: int,
                     max_positions: int) -> list[EvalSet]:
     sets = []
     for index, (lo, hi) in enumerate(bins):
         rng = batch_rng(seed, EVAL_STREAM, index)
-        input_lengths_N = rng.integers(lo, hi + 1, size=examples_per_bin)
-        parts = [task.sample(rng, int((input_lengths_N == n).sum()), int(n)) for n in np.unique(input_lengths_N)]
+        parts = [task.sample(rng, examples_per_length, n) for n in range(lo, hi + 1)]
         width = max(p.tokens.shape[1] for p in parts)
         tokens_NxT = np.concatenate([np.pad(p.tokens, ((0, 0), (0, width - p.tokens.shape[1]))) for p in parts])
         prompt_lengths_N = np.concatenate([p.prompt_lengths for p in parts]).astype(np.int64)
@@ -42,7 +50,8 @@ def build_eval_sets(task, seed: int, bins: list[tuple[int, int]], examples_per_b
             raise ValueError(f"task {task.code}: test bin {lo}-{hi} has {lengths_N.max()}-token strings, "
                              f"more than max_positions={max_positions}")
         batch = make_batch(tokens_NxT, prompt_lengths_N, lengths_N, np.zeros_like(lengths_N), max_positions)
-        sets.append(EvalSet(lo=lo, hi=hi, batch=batch, prompt_lengths_N=prompt_lengths_N))
+        sets.append(EvalSet(lo=lo, hi=hi, batch=batch, prompt_lengths_N=prompt_lengths_N,
+                            input_lengths_N=np.repeat(np.arange(lo, hi + 1), examples_per_length)))
     return sets
 
 
@@ -63,7 +72,8 @@ def teacher_forced_exact(eval_step, params_S, stacked_sets: list[EvalSet], chunk
 
 
 def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: int, decode) -> int:
-    """How many of the first `count` strings get a different verdict from greedy decoding.
+    """How many of `count` strings, spread evenly over the bin (so over its lengths), get a
+    different verdict from greedy decoding.
 
     `decode(model, tokens_NxT, prompt_lengths_N, max_new_tokens) -> generated_NxM` is the model's
     KV-cache greedy decoding; the answer is right when the first (length - prompt_length) tokens
@@ -72,16 +82,17 @@ def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: i
     count = min(count, len(exact_N))
     if count == 0:
         return 0
-    batch = eval_set.batch
-    lengths_N = batch.lengths_B[:count]
-    prompts_N = eval_set.prompt_lengths_N[:count]
+    rows = np.linspace(0, len(exact_N) - 1, count).round().astype(int)
+    tokens_NxT = eval_set.batch.tokens_BxT[rows]
+    lengths_N = eval_set.batch.lengths_B[rows]
+    prompts_N = eval_set.prompt_lengths_N[rows]
     answer_lengths_N = lengths_N - prompts_N
-    generated_NxM = np.asarray(decode(model, batch.tokens_BxT[:count], prompts_N, int(answer_lengths_N.max())))
+    generated_NxM = np.asarray(decode(model, tokens_NxT, prompts_N, int(answer_lengths_N.max())))
     disagreements = 0
-    for i in range(count):
-        reference = batch.tokens_BxT[i, prompts_N[i]:lengths_N[i]]
+    for i, row in enumerate(rows):
+        reference = tokens_NxT[i, prompts_N[i]:lengths_N[i]]
         greedy_right = np.array_equal(generated_NxM[i, :answer_lengths_N[i]], reference)
-        disagreements += int(greedy_right != bool(exact_N[i]))
+        disagreements += int(greedy_right != bool(exact_N[row]))
     return disagreements
 
 

@@ -24,10 +24,12 @@ from flax import nnx
 from crasp.tasks import get_task
 from train.checkpoint import load_checkpoint, read_jsonl, save_checkpoint, write_json, write_jsonl
 from train.config import TrainConfig
-from train.data import TRAIN_STREAM, batch_rng, effective_range, sample_batch, sequence_length, stack_batches
+from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
+                        stack_batches)
 from train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
 from train.model import build_model, greedy_decode
-from train.steps import check_divisible, data_mesh, make_eval_step, make_optimizer, make_train_step, replicate, shard_batch
+from train.steps import (check_divisible, data_mesh, init_stack, make_eval_step, make_optimizer, make_train_step, replicate,
+                         shard_batch)
 
 PE_CHOICES = ("ape", "rope", "nope")
 
@@ -76,7 +78,7 @@ class TaskSetup:
     task: object
     train_range: tuple[int, int]
     bins: list[tuple[int, int]]
-    padded_length: int
+    buckets: LengthBuckets
     max_positions: int
 
     @classmethod
@@ -89,8 +91,8 @@ class TaskSetup:
         if max_positions < longest:
             raise ValueError(f"task {task.code}: max_positions={max_positions} is below the longest "
                              f"string ({longest} tokens); raise max_positions or shorten the test bins")
-        return cls(task=task, train_range=train_range, bins=bins,
-                   padded_length=sequence_length(task, train_range[1]), max_positions=max_positions)
+        return cls(task=task, train_range=train_range, bins=bins, max_positions=max_positions,
+                   buckets=LengthBuckets.split(task, train_range, job.train.length_buckets))
 
 
 ProgressCallback = Callable[[dict], None]
@@ -122,19 +124,16 @@ class _StackRun:
         self.setup = TaskSetup.for_job(jobs[0])
         self.mesh = data_mesh()
         check_divisible(self.mesh, self.config.batch_size, "batch_size")
-        check_divisible(self.mesh, min(self.config.eval_batch_size, self.config.eval_examples_per_bin),
-                        "eval_batch_size")
+        check_divisible(self.mesh, self.config.eval_batch_size, "eval_batch_size")
         models = [build_model(job.pe, job.model, len(self.setup.task.vocab), self.setup.max_positions, job.seed)
                   for job in jobs]
-        self.graphdef, _, self.rest = nnx.split(models[0], nnx.Param, ...)
-        params_S = jax.tree.map(lambda *leaves: np.stack(leaves), *[nnx.split(m, nnx.Param, ...)[1] for m in models])
         optimizer = make_optimizer(self.config)
-        opt_state_S = jax.vmap(optimizer.init)(params_S)
+        self.graphdef, self.rest, params_S, opt_state_S = init_stack(models, optimizer)
         self.state = replicate(self.mesh, (params_S, opt_state_S))
         self.train_step = make_train_step(self.graphdef, self.rest, optimizer)
         self.eval_step = make_eval_step(self.graphdef, self.rest)
         self.eval_sets = [build_eval_sets(self.setup.task, job.seed, self.setup.bins,
-                                          self.config.eval_examples_per_bin, self.setup.max_positions)
+                                          self.config.eval_examples_per_length, self.setup.max_positions)
                           for job in jobs]
         self.step = 0
         self.elapsed_s = [0.0] * len(jobs)
@@ -168,7 +167,7 @@ class _StackRun:
             write_jsonl(job.folder / "metrics.jsonl", [])
             write_json(job.folder / "task.json", dict(
                 task=job.task_code, train_range=self.setup.train_range, bins=self.setup.bins,
-                max_positions=self.setup.max_positions, padded_length=self.setup.padded_length,
+                max_positions=self.setup.max_positions, length_buckets=self.setup.buckets.ranges,
                 vocab_size=len(self.setup.task.vocab)))
 
     def _append(self, index: int, record: dict) -> None:
@@ -200,8 +199,8 @@ class _StackRun:
         window_losses, window_accuracies = [], []
         clock = time.monotonic()
         while self.step < config.max_steps and not all(self.finished):
-            batches = [sample_batch(setup.task, batch_rng(job.seed, TRAIN_STREAM, self.step), config.batch_size,
-                                    setup.train_range, setup.padded_length, setup.max_positions, random_offset)
+            batches = [sample_training_batch(setup.task, batch_rng(job.seed, TRAIN_STREAM, self.step),
+                                             config.batch_size, setup.buckets, setup.max_positions, random_offset)
                        for job in self.jobs]
             params_S, opt_state_S = self.state
             params_S, opt_state_S, loss_S, accuracy_S = self.train_step(
@@ -245,17 +244,17 @@ class _StackRun:
         config = self.config
         params_S = self.state[0]
         put = lambda part: shard_batch(self.mesh, part)  # noqa: E731
-        chunk = min(config.eval_batch_size, config.eval_examples_per_bin)
         bin_records = [[] for _ in self.jobs]
         for b, (lo, hi) in enumerate(self.setup.bins):
             exact_SxN = teacher_forced_exact(self.eval_step, params_S, [sets[b] for sets in self.eval_sets],
-                                             chunk, put)
+                                             config.eval_batch_size, put)
             for i in self._active():
                 model = nnx.merge(self.graphdef, unstack(params_S, i), self.rest)
                 disagreements = greedy_disagreements(model, self.eval_sets[i][b], exact_SxN[i],
                                                      config.greedy_examples_per_bin, greedy_decode)
                 bin_records[i].append(dict(lo=lo, hi=hi, accuracy=round(float(exact_SxN[i].mean()), 6),
                                            n=int(exact_SxN.shape[1]),
+                                           **self.eval_sets[i][b].by_length(exact_SxN[i]),
                                            greedy_checked=min(config.greedy_examples_per_bin, exact_SxN.shape[1]),
                                            greedy_disagreements=disagreements))
         for i in self._active():

@@ -34,6 +34,14 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
                        weight_decay=config.weight_decay)
 
 
+def init_stack(models: list[nnx.Module], optimizer: optax.GradientTransformation):
+    """(graphdef, rest, params_S, opt_state_S): models of one architecture as a stack of S for
+    the vmapped steps (the parameters stacked along a leading axis, one optimizer state each)."""
+    graphdef, _, rest = nnx.split(models[0], nnx.Param, ...)
+    params_S = jax.tree.map(lambda *leaves: np.stack(leaves), *[nnx.split(m, nnx.Param, ...)[1] for m in models])
+    return graphdef, rest, params_S, jax.vmap(optimizer.init)(params_S)
+
+
 def data_mesh() -> Mesh:
     return Mesh(np.array(jax.local_devices()), ("data",))
 

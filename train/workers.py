@@ -25,7 +25,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from crasp.tasks import get_task
 from train.checkpoint import write_json
+from train.data import sequence_length
 from train.loop import Job, is_done, run_stack
 
 SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -87,7 +89,8 @@ def run_on_cpu_cores(jobs: list[Job], workers: int, show_progress: bool = True) 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     cores = available_cores()
-    queue = [job for job in jobs if not is_done(job)]
+    # Longest first: a long job started last would leave the other cores idle while it finishes.
+    queue = sorted((job for job in jobs if not is_done(job)), key=expected_cost, reverse=True)
     bars = TaskBars(jobs, enabled=show_progress)
     for job in jobs:
         if is_done(job):
@@ -115,6 +118,13 @@ def run_on_cpu_cores(jobs: list[Job], workers: int, show_progress: bool = True) 
         for process, _ in running.values():
             process.kill()
         bars.close()
+
+
+def expected_cost(job: Job) -> int:
+    """A job's cost at its step cap, in token-steps (the step cost grows with the string length)."""
+    task = get_task(job.task_code, **job.task_overrides)
+    longest = min(job.train.train_lengths[1], task.max_length())
+    return job.train.max_steps * sequence_length(task, longest)
 
 
 def run_stacked_in_process(jobs: list[Job], show_progress: bool = True) -> None:

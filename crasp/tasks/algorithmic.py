@@ -72,8 +72,9 @@ class Majority(AlphabetTask):
             counts_NxA = counts(symbols_NxM)
             return (counts_NxA == counts_NxA.max(axis=1, keepdims=True)).sum(axis=1) == 1
 
-        symbols_NxM, = sample_by_rejection(n, length, lambda count: (rng.integers(alphabet, size=(count, length)),),
-                                           unique_argmax)
+        # A round's counts hold a row of `alphabet` entries per drawn string.
+        symbols_NxM, = sample_by_rejection(n, max(length, alphabet),
+                                           lambda count: (rng.integers(alphabet, size=(count, length)),), unique_argmax)
         return Draw(symbols_NxM, *one_answer(counts(symbols_NxM).argmax(axis=1)))
 
     def _reference(self, inputs: list[int], query: int | None = None) -> list[int]:
@@ -142,7 +143,7 @@ class Addition(BinaryTask):
     def length_problem(self, length: int) -> str | None:
         if length < 3:
             return "the input x+y has at least one bit per number and the '+', so length >= 3"
-        return None
+        return super().length_problem(length)
 
     def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
         first_lengths_N = rng.integers(1, length - 1, size=n)
@@ -199,7 +200,7 @@ class BinaryMajorityInterleave(BinaryTask):
     def length_problem(self, length: int) -> str | None:
         if length < 3:
             return "each of the 3 interleaved strings needs at least one bit, so length >= 3"
-        return None
+        return super().length_problem(length)
 
     def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
         bits_NxM = np.empty((n, length), dtype=np.int64)

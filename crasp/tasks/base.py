@@ -4,6 +4,12 @@ Format (Huang et al. 2025): `<bos> input <sep> answer <eos>`; retrieval puts the
 `<bos> c_1 .. c_m <sep> q answer <eos>`. Token ids are positions in `task.vocab`: the four special
 tokens first, then the task's symbols. Samplers work on symbol indices (0 .. |symbols|-1) and add
 NUM_SPECIALS once, when the batch is assembled.
+
+Limits, so that a request cannot exhaust memory (the papers use at most 150 symbols and inputs of
+a few hundred tokens): alphabet_size <= MAX_ALPHABET_SIZE = 4,096; input lengths <= MAX_LENGTH =
+16,384, for every task, also those whose definition has no upper bound (max_length() is UNBOUNDED);
+and one call to `sample` draws at most MAX_SAMPLE_ELEMENTS = 2**24 elements, counted as
+n * max(length, number of symbols) because some samplers hold a row per symbol for each example.
 """
 
 import dataclasses
@@ -22,8 +28,11 @@ PAD, BOS, SEP, EOS = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<sep>", "<eos>")
 NUM_SPECIALS = len(SPECIAL_TOKENS)
 
-# max_length() of a task whose sampler has no upper bound: an int, so min(hi, task.max_length()) works.
+# max_length() of a task whose definition has no upper bound: an int, so min(hi, task.max_length()) works.
 UNBOUNDED = sys.maxsize
+MAX_ALPHABET_SIZE = 4096
+MAX_LENGTH = 16384
+MAX_SAMPLE_ELEMENTS = 1 << 24
 
 # Alphabets of up to 62 symbols are single characters, letters first: 2 symbols are {a, b} (repeat
 # copy), 26 the lowercase letters (majority), 52 the ASCII letters (pretrained copying prompts),
@@ -147,10 +156,6 @@ def sample_by_rejection(n: int, width: int, draw: Callable[[int], tuple[np.ndarr
     return tuple(np.concatenate(column)[:n] for column in zip(*parts))
 
 
-def describe_bound(value: int) -> str:
-    return "no upper bound" if value == UNBOUNDED else str(value)
-
-
 @dataclass(frozen=True)
 class Task:
     """A task: symbols, a seeded sampler, the exact reference answer and literature claims.
@@ -166,6 +171,9 @@ class Task:
 
     def __post_init__(self):
         self._check_parameters()
+        if self.min_length() > MAX_LENGTH:
+            raise ParameterError(f"task {self.code}: no input length from 1 to {MAX_LENGTH} can be sampled with "
+                                 f"{self._parameter_summary()}")
 
     @property
     def name(self) -> str:
@@ -196,26 +204,30 @@ class Task:
         """Why the sampler cannot produce inputs of this length, or None if it can."""
         if length < 1:
             return "inputs have at least one symbol"
+        if length > MAX_LENGTH:
+            return f"inputs have at most MAX_LENGTH={MAX_LENGTH} symbols"
         return None
 
     def min_length(self) -> int:
+        """The shortest length the sampler can produce (MAX_LENGTH + 1 if none)."""
         length = 1
-        while self.length_problem(length) is not None:
+        while length <= MAX_LENGTH and self.length_problem(length) is not None:
             length += 1
         return length
 
     def max_length(self) -> int:
+        """The longest input the task's definition allows; sampling also stops at MAX_LENGTH."""
         return UNBOUNDED
 
     def check_length(self, length) -> None:
+        accepted = f"{self.min_length()} to {min(self.max_length(), MAX_LENGTH)}"
         if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
             raise SamplerError(f"task {self.code}: length={length!r} is not an integer; accepted: integers from "
-                               f"{self.min_length()} to {describe_bound(self.max_length())}")
+                               f"{accepted}")
         problem = self.length_problem(int(length))
         if problem is not None:
             raise SamplerError(f"task {self.code}: cannot sample length={length}: {problem}; accepted lengths with "
-                               f"{self._parameter_summary()}: {self.min_length()} to "
-                               f"{describe_bound(self.max_length())}")
+                               f"{self._parameter_summary()}: {accepted}")
 
     def _parameter_summary(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.params.items()) or "no parameters"
@@ -225,9 +237,12 @@ class Task:
         """n examples of input length `length` (context length for retrieval, source length for copying)."""
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"task {self.code}: rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise SamplerError(f"task {self.code}: n={n!r} is not a valid number of examples; accepted: integers >= 1")
         self.check_length(length)
+        most = MAX_SAMPLE_ELEMENTS // max(int(length), len(self.symbols))
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= most:
+            raise SamplerError(f"task {self.code}: n={n!r} is not a valid number of examples; accepted: integers "
+                               f"from 1 to {most} at length={length} (at most MAX_SAMPLE_ELEMENTS={MAX_SAMPLE_ELEMENTS} "
+                               f"elements per call, n * max(length, {len(self.symbols)} symbols); sample in batches)")
         return assemble(self._draw(rng, int(n), int(length)), self.vocab)
 
     def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
@@ -284,7 +299,7 @@ class AlphabetTask(Task):
         return symbol_names(self.alphabet_size)
 
     def _check_parameters(self) -> None:
-        self._require_int("alphabet_size", 2)
+        self._require_int("alphabet_size", 2, MAX_ALPHABET_SIZE)
 
 
 class BinaryTask(Task):

@@ -88,14 +88,14 @@ class NonUniqueCopyForward(NonUniqueCopy):
     code = "NF"
     backward = False
     description = "copy an input whose tokens may repeat, in the same order"
-    literature = literature.copy_with_repeats(literature.VEITSMAN)
+    literature = literature.copy_with_repeats()
 
 
 class NonUniqueCopyBackward(NonUniqueCopy):
     code = "NB"
     backward = True
     description = "copy an input whose tokens may repeat, in reverse order"
-    literature = literature.copy_with_repeats(literature.VEITSMAN)
+    literature = literature.copy_with_repeats()
 
 
 @dataclass(frozen=True)
@@ -103,4 +103,4 @@ class RepeatCopy(NonUniqueCopyForward):
     code = "RepeatCopy"
     alphabet_size: int = 2
     description = "copy a string over {a, b} (tokens repeat), in the same order"
-    literature = literature.copy_with_repeats(literature.HUANG)
+    literature = literature.copy_with_repeats()

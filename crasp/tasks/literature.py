@@ -12,7 +12,6 @@ says "no" but no argument is recorded, the verdict is "no program known".
 import enum
 from dataclasses import dataclass
 
-FRAGMENTS = ("pos", "none")
 FRAGMENT_NAMES = {"pos": "C-RASP[pos]", "none": "C-RASP[]"}
 
 HUANG = ("Huang et al. 2025, A Formal Framework for Understanding Length Generalization in "
@@ -80,8 +79,8 @@ CONSTANT_DISTANCE_REMARK = ("a C-RASP[] program may exist: the distance from the
                             "#[k <= j] (#[l <= k] Q_t(l) >= 1), equals 2 exactly at the position right after it "
                             "(unverified; the interpreter decides)")
 
-COMMUNICATION_COMPLEXITY = ("a C-RASP[pos] program's predictions on one half of the input depend on the other "
-                            "half only through O(log n) bits (communication complexity, Huang et al. 2025)")
+LOG_COMMUNICATION = "C-RASP[pos] has logarithmic communication complexity (Huang et al. 2025, Theorem 12)"
+NOT_CHECKED = "a summary of the paper, not a checked citation of a numbered result"
 
 
 def local_retrieval(side: str, which: str) -> dict[str, Claim]:
@@ -95,10 +94,11 @@ def local_retrieval(side: str, which: str) -> dict[str, Claim]:
 
 
 def last_occurrence_retrieval() -> dict[str, Claim]:
+    # Not communication complexity: one half of the input can send, for each symbol, its neighbour
+    # at its last occurrence in constantly many bits, which is all the other half needs.
     return inexpressible_in_both(
-        COMMUNICATION_COMPLEXITY + ", while Veitsman et al. reduce a problem of linear communication complexity to "
-        "retrieval at the last occurrence (no operation compares a count at j with the total at the query)",
-        VEITSMAN)
+        "Veitsman et al. (Lemma 6) reduce retrieval at the last occurrence to a language that Huang et al. 2025 "
+        "show is outside C-RASP[pos] (their Lemmas 35-36)", VEITSMAN + "; " + HUANG)
 
 
 def unique_copy() -> dict[str, Claim]:
@@ -108,10 +108,11 @@ def unique_copy() -> dict[str, Claim]:
                                                    + " (every token is a first occurrence)", VEITSMAN)}
 
 
-def copy_with_repeats(source: str) -> dict[str, Claim]:
+def copy_with_repeats() -> dict[str, Claim]:
+    """NF, NB and repeat copy."""
     return inexpressible_in_both(
-        COMMUNICATION_COMPLEXITY + ", but copying a string with repeated tokens needs all of its bits on the "
-        "output side", source)
+        LOG_COMMUNICATION + ", while copying a string whose tokens repeat needs linear communication "
+        "(Veitsman et al., Lemma 8)", HUANG + "; " + VEITSMAN)
 
 
 def counting_only(argument: str) -> dict[str, Claim]:
@@ -120,9 +121,10 @@ def counting_only(argument: str) -> dict[str, Claim]:
 
 
 PARITY = inexpressible_in_both("parity needs the number of ones modulo 2; C-RASP has no modulo on counts and "
-                               "Huang et al. prove that periodic and local predicates do not recover it", HUANG)
-ADDITION = inexpressible_in_both(COMMUNICATION_COMPLEXITY + ", but the sum reveals the first operand to the side "
-                                 "that holds the second, which needs linear communication", HUANG)
+                               "Huang et al. state that periodic and local predicates do not recover it "
+                               f"({NOT_CHECKED})", HUANG)
+ADDITION = inexpressible_in_both(LOG_COMMUNICATION + ", but the sum reveals the first operand to the side that "
+                                 f"holds the second, which needs linear communication ({NOT_CHECKED})", HUANG)
 BINARY_MAJORITY_INTERLEAVE = {
     "pos": expressible("periodic predicates MOD_3 assign every bit to its string; each majority is a comparison "
                        "of two counts", HUANG),

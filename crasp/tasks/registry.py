@@ -29,6 +29,9 @@ def parameters_of(cls: type[Task]) -> dict:
 
 def get_task(code: str, **params) -> Task:
     """The task with this code (or class name), with sampler parameters overridden by keyword."""
+    if not isinstance(code, str):
+        raise UnknownTaskError(f"a task code is a string, got {code!r} ({type(code).__name__}); "
+                               f"accepted codes: {', '.join(TASK_CODES)}")
     cls = TASKS.get(code) or _ALIASES.get(code)
     if cls is None:
         raise UnknownTaskError(f"unknown task {code!r}; accepted codes: {', '.join(TASK_CODES)}")

@@ -64,7 +64,7 @@ class UniqueRetrieval(Retrieval):
     def length_problem(self, length: int) -> str | None:
         if length < 2:
             return "the query needs a neighbour inside the context, so the context has at least 2 tokens"
-        return None
+        return super().length_problem(length)
 
     def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
         queries_N = rng.integers(self.alphabet_size, size=n)

@@ -24,6 +24,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 # Every candidate: a model, a training length range with bins 1x / 2x / 3x of it, and a budget.
+# The curves in curves/ were measured before evaluation became per length (200 random-length
+# strings per bin then; 10 strings at each length now) and before length buckets (1: mixed batches).
 def unique_alphabets(size: int) -> dict:
     """Unique-token tasks need at least as many symbols as the longest test input."""
     return {code: dict(alphabet_size=size) for code in ("UL", "UR", "UF", "UB")}
@@ -50,7 +52,8 @@ def candidate_config(candidate: dict) -> TrainConfig:
         train_lengths=(1, n), test_bins=bins, batch_size=64,
         learning_rate=candidate["lr"], schedule=candidate.get("schedule", "linear"),
         warmup_steps=candidate.get("warmup", 200), max_steps=candidate["steps"], eval_every=candidate.get("eval_every", 500),
-        stop_after_perfect_evals=0, eval_examples_per_bin=200, greedy_examples_per_bin=16, eval_batch_size=200,
+        stop_after_perfect_evals=0, eval_examples_per_length=10, greedy_examples_per_bin=16, eval_batch_size=200,
+        length_buckets=candidate.get("length_buckets", 1),
         log_every=100, checkpoint_every=candidate["steps"], max_positions=candidate.get("max_positions", 0),
     ).validate()
 

@@ -19,9 +19,10 @@ Sources
 
 Conversion is one declarative table per architecture (tables.py: source-name pattern ->
 parameter paths -> transforms) applied by one function, build_model. Every problem (missing file,
-not a GGUF, unsupported architecture, tensor type or hyperparameter, a tensor without a rule, a
-wrong shape, a parameter left without a tensor) raises UnsupportedModelError naming what is
-supported.
+not a GGUF, a damaged or truncated GGUF or safetensors file, a JSON file that is not the object it
+should be, a hyperparameter missing or of the wrong kind, unsupported architecture, tensor type or
+hyperparameter, a tensor without a rule, a wrong shape, a parameter left without a tensor) raises
+UnsupportedModelError naming the file and what is supported.
 """
 
 from models.loading.errors import UnsupportedModelError

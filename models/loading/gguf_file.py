@@ -25,6 +25,12 @@ SUPPORTED_TENSOR_TYPES = (
     GGMLQuantizationType.Q4_1,
 )
 
+# GGUFReader parses a file without checking it against the file's size, so damage shows as whatever
+# the parse trips over: an IndexError (a read past the end), a ValueError (an unknown type code,
+# bad UTF-8, tensor data shorter than its shape) or a KeyError (a duplicate key, an unknown
+# quantization type).
+_DAMAGED_GGUF_ERRORS = (IndexError, ValueError, KeyError)
+
 
 def is_gguf(path: Path) -> bool:
     with open(path, "rb") as file:
@@ -66,9 +72,13 @@ def read_gguf(path: Path) -> GGUFFile:
         raise UnsupportedModelError(str(path), "not a GGUF file (its first bytes are not the GGUF magic)")
     try:
         reader = GGUFReader(path)
-    except ValueError as error:
-        raise UnsupportedModelError(str(path), f"unreadable GGUF ({error})") from error
-    metadata = {key: field.contents() for key, field in reader.fields.items()}
+        metadata = {key: field.contents() for key, field in reader.fields.items()}
+    except _DAMAGED_GGUF_ERRORS as error:
+        raise UnsupportedModelError(
+            str(path),
+            f"damaged or truncated GGUF ({type(error).__name__}: {error}); expected a complete GGUF file as "
+            "llama.cpp or the gguf package writes it: re-download or re-convert it",
+        ) from error
     if "general.architecture" not in metadata:
         raise UnsupportedModelError(str(path), "GGUF without general.architecture metadata")
     return GGUFFile(path=path, metadata=metadata, _tensors={tensor.name: tensor for tensor in reader.tensors})

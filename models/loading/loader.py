@@ -89,21 +89,33 @@ def load_pretrained(name_or_path: str | Path, dtype: str = "float32") -> Pretrai
     if path.is_dir():
         folder = read_checkpoint_folder(path)
         architecture = _architecture(HF_ARCHITECTURES, folder.model_type, "config.json model_type", str(path))
-        config = architecture.config(folder.config, frozenset(folder.tensor_names), str(path))
+        config = _model_config(architecture, folder.config, folder.tensor_names, str(folder.config_path))
         source, tokenizer, kind = folder, tokenizer_from_folder(path), "huggingface"
     else:
         gguf = read_gguf(path)
         architecture = _architecture(GGUF_ARCHITECTURES, gguf.architecture, "GGUF general.architecture", str(path))
-        config = architecture.config(gguf.metadata, frozenset(gguf.tensor_names), str(path))
+        config = _model_config(architecture, gguf.metadata, gguf.tensor_names, str(path))
         source, tokenizer, kind = gguf, tokenizer_from_gguf_metadata(gguf.metadata, str(path)), "gguf"
     model = build_model(config.replace(dtype=dtype), source, architecture.rules, str(path))
     return Pretrained(model=model, tokenizer=tokenizer, path=path, architecture=f"{kind}/{architecture.name}")
 
 
-def _architecture(table: dict[str, Architecture], name: str | None, field: str, where: str) -> Architecture:
-    if name not in table:
+def _architecture(table: dict[str, Architecture], name: object, field: str, where: str) -> Architecture:
+    # A malformed file may name its architecture with a list or a number, which no table holds.
+    if not isinstance(name, str) or name not in table:
         raise UnsupportedModelError(where, f"unsupported architecture {name!r} ({field}); supported: {sorted(table)}")
     return table[name]
+
+
+def _model_config(
+    architecture: Architecture, hyperparameters: dict, tensor_names: tuple[str, ...], where: str
+) -> ModelConfig:
+    try:
+        return architecture.config(hyperparameters, frozenset(tensor_names), where)
+    except UnsupportedModelError:  # a ValueError too, already saying what is wrong
+        raise
+    except ValueError as error:  # ModelConfig's own checks: values that fit no model together
+        raise UnsupportedModelError(where, f"hyperparameters that make no valid model: {error}") from error
 
 
 def build_model(config: ModelConfig, source: TensorSource, rules: tuple[Rule, ...], where: str) -> Transformer:

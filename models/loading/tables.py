@@ -62,38 +62,61 @@ class Architecture:
 _REQUIRED = object()
 
 
-def _value(values: dict[str, Any], key: str, where: str, default: Any = _REQUIRED):
-    if key in values and values[key] is not None:
-        return values[key]
-    if default is _REQUIRED:
-        raise UnsupportedModelError(where, f"missing hyperparameter {key!r}")
-    return default
+def _value(values: dict[str, Any], key: str, where: str, default: Any, expected: str, valid: Callable[[Any], bool]):
+    """values[key], or `default` where it is absent or null; a value the file gives must be `valid`."""
+    value = values.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise UnsupportedModelError(where, f"missing hyperparameter {key!r} (expected {expected})")
+        return default
+    if not valid(value):
+        raise UnsupportedModelError(where, f"hyperparameter {key!r} is {value!r}; expected {expected}")
+    return value
+
+
+def _size(values: dict[str, Any], key: str, where: str, default: Any = _REQUIRED) -> int:
+    """A count or a width: every integer hyperparameter of these tables is one."""
+    return _value(values, key, where, default, "a positive integer",
+                  lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+def _real(values: dict[str, Any], key: str, where: str, default: Any = _REQUIRED) -> float:
+    return float(_value(values, key, where, default, "a number",
+                        lambda value: isinstance(value, (int, float)) and not isinstance(value, bool)))
+
+
+def _section(values: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """A nested group of hyperparameters such as rope_scaling; {} where absent or null."""
+    return _value(values, key, where, {}, "a JSON object", lambda value: isinstance(value, dict))
 
 
 # --- GGUF, architecture "llama" (SmolLM, Llama 1-3 without rope scaling) -------------------------
 
 def _gguf_llama_config(metadata: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
-    def key(name: str, default: Any = _REQUIRED):
-        return _value(metadata, f"llama.{name}", where, default)
+    def size(name: str, default: Any = _REQUIRED) -> int:
+        return _size(metadata, f"llama.{name}", where, default)
 
-    if "rope_freqs.weight" in tensor_names or float(key("rope.scaling.factor", 1.0)) != 1.0:
+    def real(name: str, default: Any = _REQUIRED) -> float:
+        return _real(metadata, f"llama.{name}", where, default)
+
+    if "rope_freqs.weight" in tensor_names or real("rope.scaling.factor", 1.0) != 1.0:
         raise UnsupportedModelError(where, "RoPE scaling (Llama 3.1 style rope_freqs, llama.rope.scaling.*) is not supported")
-    n_heads, d_model = int(key("attention.head_count")), int(key("embedding_length"))
-    head_dim = int(key("attention.key_length", d_model // n_heads))
+    n_heads, d_model = size("attention.head_count"), size("embedding_length")
+    head_dim = size("attention.key_length", d_model // n_heads)
     return ModelConfig(
-        vocab_size=int(key("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))),
+        vocab_size=size("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ()))),
         d_model=d_model,
-        n_layers=int(key("block_count")),
+        n_layers=size("block_count"),
         n_heads=n_heads,
-        n_kv_heads=int(key("attention.head_count_kv", n_heads)),
-        d_ff=int(key("feed_forward_length")),
+        n_kv_heads=size("attention.head_count_kv", n_heads),
+        d_ff=size("feed_forward_length"),
         d_head=head_dim,
         block="llama",
         position="rope",
-        max_positions=int(key("context_length", 2048)),
-        rope_base=float(key("rope.freq_base", 10000.0)),
-        rope_dim=int(key("rope.dimension_count", head_dim)),
-        norm_eps=float(key("attention.layer_norm_rms_epsilon")),
+        max_positions=size("context_length", 2048),
+        rope_base=real("rope.freq_base", 10000.0),
+        rope_dim=size("rope.dimension_count", head_dim),
+        norm_eps=real("attention.layer_norm_rms_epsilon"),
         tie_embeddings="output.weight" not in tensor_names,
     )
 
@@ -123,14 +146,14 @@ GGUF_LLAMA = Architecture(
 
 def _rope(config: dict[str, Any], where: str) -> tuple[float, float]:
     """(base, partial rotary factor); transformers 5 writes `rope_parameters`, 4.x `rope_theta`."""
-    parameters = config.get("rope_parameters") or {}
-    scaling = config.get("rope_scaling") or parameters
+    parameters = _section(config, "rope_parameters", where)
+    scaling = _section(config, "rope_scaling", where) or parameters
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind != "default":
         raise UnsupportedModelError(where, f"RoPE type {kind!r} is not supported (only 'default')")
-    base = config.get("rope_theta", parameters.get("rope_theta", 10000.0))
-    factor = config.get("partial_rotary_factor", parameters.get("partial_rotary_factor", 1.0))
-    return float(base), float(factor)
+    base = _real(config, "rope_theta", where, _real(parameters, "rope_theta", where, 10000.0))
+    factor = _real(config, "partial_rotary_factor", where, _real(parameters, "partial_rotary_factor", where, 1.0))
+    return base, factor
 
 
 def _reject(config: dict[str, Any], where: str, unsupported: dict[str, Any]) -> None:
@@ -142,24 +165,24 @@ def _reject(config: dict[str, Any], where: str, unsupported: dict[str, Any]) -> 
 
 def _llama_family_config(config: dict[str, Any], where: str, *, qkv_bias: bool) -> ModelConfig:
     _reject(config, where, {"hidden_act": ("silu",), "mlp_bias": (False,), "use_sliding_window": (False,)})
-    n_heads, d_model = int(_value(config, "num_attention_heads", where)), int(_value(config, "hidden_size", where))
-    head_dim = int(config.get("head_dim") or d_model // n_heads)
+    n_heads, d_model = _size(config, "num_attention_heads", where), _size(config, "hidden_size", where)
+    head_dim = _size(config, "head_dim", where, d_model // n_heads)
     base, factor = _rope(config, where)
     return ModelConfig(
-        vocab_size=int(_value(config, "vocab_size", where)),
+        vocab_size=_size(config, "vocab_size", where),
         d_model=d_model,
-        n_layers=int(_value(config, "num_hidden_layers", where)),
+        n_layers=_size(config, "num_hidden_layers", where),
         n_heads=n_heads,
-        n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
-        d_ff=int(_value(config, "intermediate_size", where)),
+        n_kv_heads=_size(config, "num_key_value_heads", where, n_heads),
+        d_ff=_size(config, "intermediate_size", where),
         d_head=head_dim,
         block="llama",
         position="rope",
-        max_positions=int(config.get("max_position_embeddings", 2048)),
+        max_positions=_size(config, "max_position_embeddings", where, 2048),
         rope_base=base,
         rope_dim=int(head_dim * factor),
         qkv_bias=qkv_bias,
-        norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        norm_eps=_real(config, "rms_norm_eps", where, 1e-6),
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
     )
 
@@ -184,17 +207,17 @@ def _hf_gpt2_config(config: dict[str, Any], tensor_names: frozenset[str], where:
             "tie_word_embeddings": (True,),
         },
     )
-    d_model = int(_value(config, "n_embd", where))
+    d_model = _size(config, "n_embd", where)
     return ModelConfig(
-        vocab_size=int(_value(config, "vocab_size", where)),
+        vocab_size=_size(config, "vocab_size", where),
         d_model=d_model,
-        n_layers=int(_value(config, "n_layer", where)),
-        n_heads=int(_value(config, "n_head", where)),
-        d_ff=int(config.get("n_inner") or 4 * d_model),
+        n_layers=_size(config, "n_layer", where),
+        n_heads=_size(config, "n_head", where),
+        d_ff=_size(config, "n_inner", where, 4 * d_model),
         block="gpt2",
         position="ape",
-        max_positions=int(_value(config, "n_positions", where)),
-        norm_eps=float(config.get("layer_norm_epsilon", 1e-5)),
+        max_positions=_size(config, "n_positions", where),
+        norm_eps=_real(config, "layer_norm_epsilon", where, 1e-5),
         tie_embeddings=True,
     )
 

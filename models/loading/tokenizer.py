@@ -8,7 +8,6 @@ how text is split before the merges apply (the pre-tokenizer) is only named, by
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from models.loading.errors import UnsupportedModelError
+from models.loading.text_files import read_json_object, read_text
 
 CONTROL_TOKEN_TYPE = 3  # llama.cpp's token type for special tokens such as <|im_start|>
 USER_DEFINED_TOKEN_TYPE = 4  # added tokens matched whole but not special
@@ -102,7 +102,11 @@ def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> Pretra
         raise UnsupportedModelError(
             where, f"tokenizer.ggml.pre is {pre!r}; supported pre-tokenizers: {sorted(PRE_TOKENIZERS)}"
         )
-    tokens = metadata["tokenizer.ggml.tokens"]
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if not (isinstance(tokens, list) and all(isinstance(token, str) for token in tokens)):
+        raise UnsupportedModelError(
+            where, "a 'gpt2' tokenizer without its vocabulary (the string array tokenizer.ggml.tokens)"
+        )
     merges = [tuple(merge.split(" ", 1)) for merge in metadata.get("tokenizer.ggml.merges", [])]
     backend = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges))
     backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
@@ -131,9 +135,9 @@ def tokenizer_from_folder(folder: Path) -> PretrainedTokenizer | None:
     path = folder / "tokenizer.json"
     if not path.is_file():
         return None
-    backend = Tokenizer.from_file(str(path))
-    settings = _read_json(folder / "tokenizer_config.json")
-    model_config = _read_json(folder / "config.json")
+    backend = _read_tokenizer_json(path)
+    settings = _read_json(folder / "tokenizer_config.json", "the tokenizer's settings (special tokens, chat template)")
+    model_config = _read_json(folder / "config.json", "the model's hyperparameters")
 
     def special_id(name: str) -> int | None:
         token = settings.get(name)
@@ -160,8 +164,19 @@ def tokenizer_from_folder(folder: Path) -> PretrainedTokenizer | None:
 def _chat_template(folder: Path, settings: dict) -> str | None:
     # transformers 5 saves the template beside tokenizer_config.json; 4.x inside it.
     path = folder / "chat_template.jinja"
-    return path.read_text() if path.is_file() else settings.get("chat_template")
+    return read_text(path) if path.is_file() else settings.get("chat_template")
 
 
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
+def _read_tokenizer_json(path: Path) -> Tokenizer:
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # the tokenizers library raises a bare Exception for every problem
+        raise UnsupportedModelError(
+            str(path), f"not a tokenizer the tokenizers library can read ({error}); expected the tokenizer.json "
+            "that transformers' save_pretrained writes"
+        ) from error
+
+
+def _read_json(path: Path, expected: str) -> dict:
+    """An optional JSON file of the folder: {} where it is absent."""
+    return read_json_object(path, expected) if path.is_file() else {}
