@@ -1,9 +1,9 @@
 """Spread independent jobs over the machine, with one progress bar per task.
 
 On a CPU, each job runs in its own process pinned to one core (os.sched_setaffinity) with XLA
-told to use a single thread: on the 2-core development machine two such processes give more
-throughput than one process using both cores (measured in benchmarks/train_step.py
---compare-workers). On an accelerator, the seeds of one task are trained as one stacked,
+told to use a single thread: on the 2-core development machine two such processes give 1.5x the
+throughput of one process using both cores (benchmarks/train_step.py, real-token table). Jobs
+start longest first. On an accelerator, the seeds of one task are trained as one stacked,
 vmapped model in this process (train.loop.run_stack).
 
 Run a single job folder by hand with `python -m train.workers JOB_FOLDER` (what the pool does).
