@@ -134,19 +134,21 @@ class StepProcess:
 
 def serve(side: str, preset_name: str) -> None:
     """Child of StepProcess: answer "step" (time one step at equal shapes) and "stream SECONDS"
-    (real-token rate on the quick stream), one JSON line each."""
-    batch, vocab_size = equal_shape_batch(preset_name)
+    (real-token rate on the quick stream), one JSON line each. Each trainer is built on its first
+    request, so a child that only streams never builds the equal-shape one."""
     trainer_class = Ours if side == "ours" else HuggingFace
-    trainer = trainer_class(preset_name, vocab_size, batch["tokens_BxT"].shape[1])
+    equal_shape = None
     for request in sys.stdin:
         command, *arguments = request.split()
         if command == "step":
+            if equal_shape is None:
+                batch, vocab_size = equal_shape_batch(preset_name)
+                equal_shape = trainer_class(preset_name, vocab_size, batch["tokens_BxT"].shape[1])
             start = time.perf_counter()
-            trainer.step(batch)
+            equal_shape.step(batch)
             answer = dict(seconds=time.perf_counter() - start)
         else:
-            vocab_size, max_positions = stream_vocab_and_positions(preset_name)
-            streamer = trainer_class(preset_name, vocab_size, max_positions)
+            streamer = trainer_class(preset_name, *stream_vocab_and_positions(preset_name))
             answer = dict(tokens_per_second=real_tokens_per_second(
                 streamer, stream(preset_name, bucketed=side == "ours"), float(arguments[0])))
         print(json.dumps(answer), flush=True)
