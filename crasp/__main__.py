@@ -35,7 +35,7 @@ def _fragment(args) -> None:
 def _check(args) -> None:
     from crasp.check import check_witness
     from crasp.tasks import get_task
-    from crasp.verdicts import prediction
+    from crasp.prediction import predict
     from crasp.witnesses import WITNESSES
 
     codes = [get_task(code).code for code in args.tasks] if args.tasks else list(WITNESSES)
@@ -47,7 +47,7 @@ def _check(args) -> None:
         task = get_task(code)
         makers = WITNESSES.get(task.code, ())
         if not makers:
-            print(f"{code:<26} | {'(none: ' + prediction(code, 'ape').label + ')':<32} |")
+            print(f"{code:<26} | {'(none: ' + predict(code, 'ape').label + ')':<32} |")
             continue
         for make in makers:
             report = check_witness(task, make, samples_per_length=args.samples, seed=args.seed)
@@ -65,9 +65,9 @@ def _check(args) -> None:
 
 def _tasks(args) -> None:
     from crasp.tasks import TASK_CODES, get_task
-    from crasp.verdicts import prediction
+    from crasp.prediction import predict
 
-    rows = [(code, prediction(code, "ape").label, prediction(code, "nope").label, get_task(code).description)
+    rows = [(code, predict(code, "ape").label, predict(code, "nope").label, get_task(code).description)
             for code in TASK_CODES]
     header = ("task", "APE (C-RASP[pos])", "NoPE (C-RASP[])", "definition")
     widths = [max(len(row[k]) for row in rows + [header]) for k in range(3)]
@@ -76,7 +76,7 @@ def _tasks(args) -> None:
     if args.verbose:
         for code in TASK_CODES:
             for pe in ("ape", "nope"):
-                print(f"{code} {pe}: {prediction(code, pe).reason}")
+                print(f"{code} {pe}: {predict(code, pe).reason}")
 
 
 def _search(args) -> int:

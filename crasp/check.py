@@ -16,7 +16,7 @@ import numpy as np
 from crasp.fragment import Fragment, fragment_of
 from crasp.nexttoken import check_teacher_forced
 from crasp.program import Program
-from crasp.tasks import PAD, InvalidInputError, Task, get_task, parameters_of
+from crasp.tasks import PAD_ID, InvalidInputError, Task, get_task, parameters_of
 
 EXHAUSTIVE_ALPHABET = 3  # symbols for the exhaustive stage, where the task lets us choose
 EXHAUSTIVE_MAX_LENGTH = 6
@@ -44,10 +44,10 @@ class CheckReport:
 
 def to_program_ids(tokens: np.ndarray, vocab: tuple[str, ...], program: Program) -> np.ndarray:
     ids = program.symbol_ids()
-    missing = [s for s in vocab if s not in ids and s != vocab[PAD]]
+    missing = [s for s in vocab if s not in ids and s != vocab[PAD_ID]]
     if missing:
         raise ValueError(f"the witness's alphabet lacks the task symbols {missing[:5]}")
-    table = np.array([-1 if k == PAD else ids[s] for k, s in enumerate(vocab)])
+    table = np.array([-1 if k == PAD_ID else ids[s] for k, s in enumerate(vocab)])
     return table[tokens]
 
 
@@ -70,7 +70,7 @@ def exhaustive_strings(task: Task, max_length: int) -> list[list[str]]:
 def _check_strings(program: Program, strings: list[list[str]], task: Task):
     vocab_ids = {s: k for k, s in enumerate(task.vocab)}
     width = max(len(s) for s in strings)
-    tokens = np.full((len(strings), width), PAD, np.int64)
+    tokens = np.full((len(strings), width), PAD_ID, np.int64)
     for row, string in enumerate(strings):
         tokens[row, :len(string)] = [vocab_ids[x] for x in string]
     lengths = np.array([len(s) for s in strings])

@@ -23,8 +23,9 @@ from pathlib import Path
 import jax
 
 from crasp.tasks import TASK_CODES
-from experiments._report import DEFAULT_THRESHOLD, markdown_table, write_report
-from train.checkpoint import read_jsonl, write_json, write_jsonl
+from results.files import ResultFileError, read_jsonl, write_jsonl
+from results.length_gen import DEFAULT_THRESHOLD, REPORTED_SETTINGS, markdown_table, write_report
+from results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
 from train.config import PRESETS, ConfigError, TrainConfig
 from train.loop import PE_CHOICES, Job, TaskSetup
 from train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
@@ -131,20 +132,6 @@ def make_jobs(settings: dict, run_dir: Path) -> list[Job]:
             for task in settings["tasks"] for seed in settings["seeds"]]
 
 
-def check_same_run(run_dir: Path, settings: dict) -> None:
-    """A folder is resumed only with the settings it was started with (the threshold may change)."""
-    path = run_dir / "config.json"
-    if not path.exists():
-        return
-    previous = json.loads(path.read_text())
-    settings = json.loads(json.dumps(settings))  # tuples become lists, as in the file
-    differing = sorted(key for key in set(previous) | set(settings)
-                       if key != "threshold" and previous.get(key) != settings.get(key))
-    if differing:
-        raise SystemExit(f"{run_dir} holds a run with different settings ({', '.join(differing)}); "
-                         "use another --out, or delete the folder to start over")
-
-
 def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
     """The run's metrics.jsonl: every job's records tagged with task and seed, then its result.
 
@@ -152,7 +139,7 @@ def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
     along with the run) keeps the records the run-level file already holds: rebuilding never loses
     what was measured.
     """
-    previous = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    previous = read_jsonl(run_dir / "metrics.jsonl")
     records = []
     for job in jobs:
         tag = dict(task=job.task_code, seed=job.seed)
@@ -168,8 +155,7 @@ def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
 
 def check_jobs(jobs: list[Job], run_dir: Path) -> None:
     """Everything that could fail once training has started, checked before a file is written."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"--out {run_dir} is a file; give a folder (a new one, or the folder of a run to resume)")
+    check_output_folder(run_dir)
     for job in jobs:
         TaskSetup.for_job(job)  # task parameters, lengths the sampler can produce, the position table
 
@@ -177,25 +163,31 @@ def check_jobs(jobs: list[Job], run_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.report_only is not None:
-        if not (args.report_only / "config.json").is_file():
-            raise SystemExit(f"error: {args.report_only} holds no run (no config.json); give the folder that "
-                             "length_gen.py wrote (runs/length_gen/<pe>-<preset> unless --out said otherwise)")
-        settings = json.loads((args.report_only / "config.json").read_text())
-        # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
-        if any((args.report_only / task).is_dir() for task in settings["tasks"]):
-            collect_metrics(args.report_only, make_jobs(settings, args.report_only))
-        summary = write_report(args.report_only, args.threshold)
-        print(markdown_table(summary))
-        return
-    try:
+        try:
+            report_only(args.report_only, args.threshold)
+        except (RunFolderError, ResultFileError) as error:
+            raise SystemExit(f"error: {error}")
+    else:
+        train_and_report(args)
+
+
+def report_only(run_dir: Path, threshold: float | None) -> None:
+    settings = read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py")
+    # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
+    if any((run_dir / task).is_dir() for task in settings["tasks"]):
+        collect_metrics(run_dir, make_jobs(settings, run_dir))
+    print(markdown_table(write_report(run_dir, threshold)))
+
+
+def train_and_report(args: argparse.Namespace) -> None:
+    try:  # everything that could fail is checked before the first file is written
         settings = run_settings(args)
         run_dir = args.out or Path("runs") / "length_gen" / f"{settings['pe']}-{settings['preset']}"
         jobs = make_jobs(settings, run_dir)
         check_jobs(jobs, run_dir)
-    except (ConfigError, ValueError) as error:
+        open_run_folder(run_dir, settings, may_change=("threshold",))
+    except ValueError as error:  # ConfigError, TaskError, RunFolderError: each says what to change
         raise SystemExit(f"error: {error}")
-    check_same_run(run_dir, settings)
-    write_json(run_dir / "config.json", settings)
     start = time.monotonic()
     try:
         if jax.default_backend() == "cpu":

@@ -6,13 +6,12 @@ above left/backward) and the uniqueness gap that the paper reports for Llama-3 a
     python experiments/pretrained.py --model path/to/model.gguf --lengths 10 30 50 --n 50
     python experiments/pretrained.py --report-only runs/pretrained/smollm2
 
-Prompt format (spec/tasks.md): tokens separated by spaces, demonstrations one per line, then the
-test item; greedy decoding until the end of the line; exact match of the stripped line.
+Prompt format (incontext.formal_prompts): tokens separated by spaces, demonstrations one per line,
+then the test item; greedy decoding until the end of the line; exact match of the stripped line.
   retrieval  ` a b c d | c: d` (4 demonstrations), alphabet: ASCII letters and digits (62)
   copying    `a b c d e : a b c d e` (5 demonstrations of length 5), alphabet: ASCII letters (52)
-Non-unique retrieval: the query occurs 2 to max(2, length // 5) times at non-adjacent positions;
-non-unique copying draws symbols i.i.d. Demonstrations have a fixed short length (flags), so the
-test lengths probe in-context length generalization.
+Demonstrations have a fixed short length (flags), so the test lengths probe in-context length
+generalization.
 
 The run folder (default runs/pretrained/<model name>) holds config.json, results.jsonl (one record
 per prompt, rewritten atomically after every batch), summary.json, report.md and
@@ -26,113 +25,19 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
-from crasp.tasks import TASK_CLASSES, UNBOUNDED, TaskError, get_task
-from crasp.tasks.copying import Copy, RepeatCopy
-from crasp.tasks.retrieval import Retrieval
-from experiments._pretrained_report import (CONFIG_FILE, RESULTS_FILE, RunFolderError, read_run_config, report_markdown,
-                                            write_report)
-from models.generate import generate
+from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES, UNBOUNDED, TaskError
+from incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Item, cell_items, pretrained_task
+from incontext.greedy import answer_lines
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_pretrained
-from train.checkpoint import read_jsonl, write_json, write_jsonl
+from results.files import ResultFileError, read_jsonl, write_jsonl
+from results.in_context import RESULTS_FILE, report_markdown, write_report
+from results.run_folder import RunFolderError, check_output_folder, open_run_folder
 
-
-def _paper_tasks(family: type) -> tuple[str, ...]:
-    # The paper's tasks of a family in the registry's order, which also seeds each task's prompts;
-    # repeat copy is Huang et al.'s copying over {a, b}, not one of the paper's.
-    return tuple(cls.code for cls in TASK_CLASSES if issubclass(cls, family) and cls is not RepeatCopy)
-
-
-RETRIEVAL_TASKS = _paper_tasks(Retrieval)
-COPYING_TASKS = _paper_tasks(Copy)
-TASKS = RETRIEVAL_TASKS + COPYING_TASKS
-RETRIEVAL_ALPHABET = 62  # crasp.tasks' 62 symbols: ASCII letters, then digits
-COPYING_ALPHABET = 52  # ASCII letters
-# Prompts of a batch are padded to a multiple of this many tokens, and the number of generated
-# tokens is rounded up likewise, so a handful of compiled programs serve the whole run.
-WIDTH_BUCKET = 32
-NEW_TOKENS_BUCKET = 8
-
-
-def pretrained_task(code: str):
-    """The task with the pretrained-model sampler parameters of spec/tasks.md."""
-    if code in RETRIEVAL_TASKS:
-        extra = {} if code in ("UL", "UR") else dict(occurrences=(2, None), non_adjacent=True)
-        return get_task(code, alphabet_size=RETRIEVAL_ALPHABET, **extra)
-    return get_task(code, alphabet_size=COPYING_ALPHABET)
-
-
-def format_item(code: str, inputs: list[str], query: str | None) -> str:
-    """The prompt line of one item, up to where the answer starts."""
-    if code in RETRIEVAL_TASKS:
-        return " " + " ".join(inputs) + f" | {query}:"
-    return " ".join(inputs) + " :"
-
-
-def format_answer(answer: list[str]) -> str:
-    return " " + " ".join(answer)
-
-
-@dataclass(frozen=True)
-class Item:
-    task: str
-    length: int
-    index: int
-    prompt: str
-    expected: str  # the answer line, stripped
-
-
-def cell_items(code: str, length: int, n: int, seed: int, demonstrations: int, demo_length: int) -> list[Item]:
-    """The n prompts of one (task, length) cell; the seed fixes them whatever else is evaluated."""
-    task = pretrained_task(code)
-    rng = np.random.default_rng([seed, TASKS.index(code), length])
-    tests = task.sample(rng, n, length)
-    demos = task.sample(rng, n * demonstrations, demo_length)
-    test_queries = tests.queries or [None] * n
-    demo_queries = demos.queries or [None] * (n * demonstrations)
-    items = []
-    for i in range(n):
-        lines = [format_item(code, demos.inputs[j], demo_queries[j]) + format_answer(demos.answers[j])
-                 for j in range(i * demonstrations, (i + 1) * demonstrations)]
-        lines.append(format_item(code, tests.inputs[i], test_queries[i]))
-        items.append(Item(code, length, i, "\n".join(lines), " ".join(tests.answers[i])))
-    return items
-
-
-def answer_line(tokenizer, generated: list[int]) -> str:
-    """The generated text up to the first special token or line break, stripped."""
-    special = tokenizer.special_ids
-    end = next((k for k, token in enumerate(generated) if token in special), len(generated))
-    return tokenizer.decode(generated[:end]).split("\n", 1)[0].strip()
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
-def evaluate_batch(pretrained, items: list[Item], newline_id: int, batch_size: int) -> list[str]:
-    """Greedy answer lines for a batch of prompts (batched prefill, then KV-cache decoding)."""
-    tokenizer = pretrained.tokenizer
-    prompts = tokenizer.encode_batch([item.prompt for item in items])
-    answer_tokens = max(len(tokenizer.encode(" " + item.expected + "\n")) for item in items)
-    max_new_tokens = _round_up(answer_tokens + 2, NEW_TOKENS_BUCKET)
-    width = _round_up(max(map(len, prompts)), WIDTH_BUCKET)
-    # models.generate pads to the longest prompt of the batch and compiles once per shape: filler
-    # rows of exactly the bucket width fix the padded width and the batch size, so batches share
-    # compiled programs. Their outputs are dropped.
-    rows = [*prompts, *[[newline_id] * width] * (batch_size + 1 - len(prompts))]
-    tokens_BxT = np.full((len(rows), width), newline_id, dtype=np.int32)
-    for r, row in enumerate(rows):
-        tokens_BxT[r, : len(row)] = row
-    generation = generate(pretrained.model, tokens_BxT, np.array([len(row) for row in rows]),
-                          max_new_tokens=max_new_tokens, eos_id=newline_id, pad_id=newline_id)
-    generated_BxN = np.asarray(generation.tokens_BxN)
-    return [answer_line(tokenizer, generated_BxN[r].tolist()) for r in range(len(items))]
+TASKS = RETRIEVAL_AND_COPYING
 
 
 def run_config(args: argparse.Namespace, pretrained) -> dict:
@@ -161,22 +66,7 @@ def check_lengths(args: argparse.Namespace) -> None:
 
 def run_folder(args: argparse.Namespace) -> Path:
     """The folder the run writes to, refused before loading anything if it cannot be one."""
-    out = args.out or Path("runs/pretrained") / Path(str(args.model)).stem
-    if out.exists() and not out.is_dir():
-        raise SystemExit(f"error: --out {out} is a file; give a new folder, or the folder of a run to resume")
-    return out
-
-
-def open_run_folder(out: Path, config: dict) -> list[dict]:
-    """Write config.json, or check it against a previous run's; return the records so far."""
-    if (out / CONFIG_FILE).exists():
-        saved = read_run_config(out)
-        changed = sorted(key for key in config.keys() | saved.keys() if config.get(key) != saved.get(key))
-        if changed:
-            raise SystemExit(f"error: {out} holds a run with other settings ({', '.join(changed)}); "
-                             "use another --out or the original flags to resume it")
-    write_json(out / CONFIG_FILE, config)
-    return read_jsonl(out / RESULTS_FILE)
+    return check_output_folder(args.out or Path("runs/pretrained") / Path(str(args.model)).stem)
 
 
 def pending_batches(args: argparse.Namespace, done: set[tuple[str, int, int]]) -> list[list[Item]]:
@@ -184,7 +74,7 @@ def pending_batches(args: argparse.Namespace, done: set[tuple[str, int, int]]) -
     lengths, so alike compiled shapes)."""
     batches = []
     for length in args.lengths:
-        for kind in (RETRIEVAL_TASKS, COPYING_TASKS):
+        for kind in (RETRIEVAL_CODES, COPYING_CODES):
             pending = [item for code in args.tasks if code in kind
                        for item in cell_items(code, length, args.n, args.seed, *demo_settings(args, code))
                        if (item.task, item.length, item.index) not in done]
@@ -204,13 +94,15 @@ def evaluate(args: argparse.Namespace) -> Path:
     if pretrained.tokenizer is None:
         raise SystemExit(f"error: {pretrained.path} has no tokenizer.json; the prompts need the model's tokenizer")
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.perf_counter() - started:.1f} s")
-    records = open_run_folder(out, run_config(args, pretrained))
+    open_run_folder(out, run_config(args, pretrained))
+    records = read_jsonl(out / RESULTS_FILE)
     batches = pending_batches(args, {(r["task"], r["length"], r["index"]) for r in records})
     newline_id = pretrained.tokenizer.encode("\n")[-1]
     evaluated, generation_seconds = 0, 0.0
     for batch in tqdm(batches, desc="batches", unit="batch"):
         batch_started = time.perf_counter()
-        outputs = evaluate_batch(pretrained, batch, newline_id, args.batch_size)
+        outputs = answer_lines(pretrained, [item.prompt for item in batch], [item.expected for item in batch],
+                               newline_id, args.batch_size)
         seconds = time.perf_counter() - batch_started
         records += [dict(task=item.task, length=item.length, index=item.index, prompt=item.prompt, expected=item.expected,
                          output=output, correct=output == item.expected, seconds=seconds / len(batch))
@@ -227,7 +119,7 @@ def evaluate(args: argparse.Namespace) -> Path:
 
 
 def demo_settings(args: argparse.Namespace, code: str) -> tuple[int, int]:
-    if code in RETRIEVAL_TASKS:
+    if code in RETRIEVAL_CODES:
         return args.retrieval_demonstrations, args.retrieval_demo_length
     return args.copying_demonstrations, args.copying_demo_length
 
@@ -287,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         out = args.report_only or evaluate(args)
         summary = write_report(out)
-    except (TaskError, RunFolderError) as error:
+    except (TaskError, RunFolderError, ResultFileError) as error:
         raise SystemExit(f"error: {error}")
     print(report_markdown(summary))
     print(f"report: {out / 'report.md'}")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp import expr as E
-from crasp import verdicts
+from crasp import prediction
 from crasp.__main__ import main
 from crasp.check import check_witness
 from crasp.evaluate import BatchEvaluator
@@ -20,7 +20,8 @@ from crasp.search import results
 from crasp.search.build import Builder, tree_size
 from crasp.search.driver import search
 from crasp.search.enumerate import Budget, Enumerator
-from crasp.search.grammar import ARITHMETIC, BOOL, COMPARISONS, S, SPECIALS, T, Grammar
+from crasp.search.grammar import ARITHMETIC, BOOL, COMPARISONS, S, T, Grammar
+from crasp.tasks import PROGRAM_SPECIALS
 from crasp.search.options import SampleOptions, SearchOptions
 from crasp.search.report import claim
 from crasp.search.sample import ABSENT_SYMBOLS, build_sample
@@ -264,23 +265,23 @@ def test_an_interrupted_search_claims_only_the_sizes_it_completed(monkeypatch):
 
 # ------------------------------------------------------------------ verdicts and the command line
 
-def test_recorded_results_feed_the_verdicts(majority_search, tmp_path, monkeypatch):
+def test_recorded_results_feed_the_predictions(majority_search, tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_PATH", tmp_path / "search_results.json")
     monkeypatch.setitem(WITNESSES, "Majority", ())
-    verdicts.verified_witnesses.cache_clear()
+    prediction.verified_witnesses.cache_clear()
     exhausted = search(get_task("UL"), Grammar("none"), SearchOptions(max_size=5, sample=TINY_SAMPLE))
     assert results.save(results.record_of(exhausted, "python -m crasp search UL --max-size 5"))
     assert results.save(results.record_of(majority_search, "python -m crasp search Majority"))
     assert not results.save(results.record_of(exhausted, "weaker"))  # the same claim again adds nothing
     try:
-        unknown = verdicts.prediction("UL", "nope")
+        unknown = prediction.predict("UL", "nope")
         assert unknown.generalizes is None and unknown.label == "none up to size 5"
         assert "no program known in C-RASP[]" in unknown.reason and "no program of size <= 5" in unknown.reason
-        found = verdicts.prediction("Majority", "nope")
+        found = prediction.predict("Majority", "nope")
         assert found.generalizes is True
         assert found.reason.endswith(f"found by search, size {majority_search.discovery.size}")
     finally:
-        verdicts.verified_witnesses.cache_clear()
+        prediction.verified_witnesses.cache_clear()
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -308,4 +309,4 @@ def test_the_found_program_names_no_task_symbol(majority_search):
     text = majority_search.discovery.text
     body = text[text.index("output:"):]
     assert not any(f'"{symbol}"' in body for symbol in get_task("Majority").symbols)
-    assert parse(text).alphabet[:3] == SPECIALS
+    assert parse(text).alphabet[:3] == PROGRAM_SPECIALS

@@ -1,4 +1,4 @@
-"""experiments/pretrained.py: the prompt format of spec/tasks.md, the answer extraction, the
+"""experiments/pretrained.py: the paper's prompt format, the answer extraction, the
 report's statistics, and a resumed run giving the same records as an uninterrupted one (on a tiny
 random-weight Llama checkpoint written here, with a byte-level tokenizer.json)."""
 
@@ -13,7 +13,11 @@ from safetensors.numpy import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from experiments import pretrained
-from experiments._pretrained_report import bias_statement, difference_interval, summarize, wilson_interval
+from crasp.tasks import COPYING_CODES, RETRIEVAL_CODES
+from incontext import formal_prompts
+from incontext.greedy import answer_line
+from results.in_context import bias_statement, summarize
+from results.intervals import difference_interval, wilson_interval
 from models.loading.tokenizer import tokenizer_from_folder
 from tests.test_loading_formats import BYTE_LEVEL_ALPHABET
 
@@ -32,10 +36,10 @@ def _retrieval_lines(prompt: str):
 
 
 @settings(max_examples=25, deadline=None)
-@given(code=st.sampled_from(pretrained.RETRIEVAL_TASKS), length=st.integers(10, 60), seed=st.integers(0, 10**6))
+@given(code=st.sampled_from(RETRIEVAL_CODES), length=st.integers(10, 60), seed=st.integers(0, 10**6))
 def test_retrieval_prompts_follow_the_spec_format(code, length, seed):
-    task = pretrained.pretrained_task(code)
-    item = pretrained.cell_items(code, length, 1, seed, demonstrations=4, demo_length=4)[0]
+    task = formal_prompts.pretrained_task(code)
+    item = formal_prompts.cell_items(code, length, 1, seed, demonstrations=4, demo_length=4)[0]
     demos, (context, query) = _retrieval_lines(item.prompt)
     assert len(demos) == 4
     symbols = context.split()
@@ -53,9 +57,9 @@ def test_retrieval_prompts_follow_the_spec_format(code, length, seed):
 
 
 @settings(max_examples=20, deadline=None)
-@given(code=st.sampled_from(pretrained.COPYING_TASKS), length=st.integers(10, 52), seed=st.integers(0, 10**6))
+@given(code=st.sampled_from(COPYING_CODES), length=st.integers(10, 52), seed=st.integers(0, 10**6))
 def test_copying_prompts_follow_the_spec_format(code, length, seed):
-    item = pretrained.cell_items(code, length, 1, seed, demonstrations=5, demo_length=5)[0]
+    item = formal_prompts.cell_items(code, length, 1, seed, demonstrations=5, demo_length=5)[0]
     *demos, test = item.prompt.split("\n")
     assert test.endswith(" :") and len(test[:-2].split()) == length and set(test[:-2].split()) <= LETTERS
     backward = code in ("UB", "NB")
@@ -70,9 +74,9 @@ def test_copying_prompts_follow_the_spec_format(code, length, seed):
 
 
 def test_cells_are_fixed_by_the_seed_whatever_else_runs():
-    first = pretrained.cell_items("NRFirst", 20, 3, seed=7, demonstrations=4, demo_length=4)
-    again = pretrained.cell_items("NRFirst", 20, 3, seed=7, demonstrations=4, demo_length=4)
-    other_seed = pretrained.cell_items("NRFirst", 20, 3, seed=8, demonstrations=4, demo_length=4)
+    first = formal_prompts.cell_items("NRFirst", 20, 3, seed=7, demonstrations=4, demo_length=4)
+    again = formal_prompts.cell_items("NRFirst", 20, 3, seed=7, demonstrations=4, demo_length=4)
+    other_seed = formal_prompts.cell_items("NRFirst", 20, 3, seed=8, demonstrations=4, demo_length=4)
     assert first == again and first != other_seed
 
 
@@ -89,9 +93,9 @@ def test_answer_line_stops_at_a_line_break_or_special_token(tmp_path):
     write_byte_level_tokenizer(tmp_path)
     tokenizer = tokenizer_from_folder(tmp_path)
     ids = tokenizer.encode(" a b \nc")
-    assert pretrained.answer_line(tokenizer, ids) == "a b"
+    assert answer_line(tokenizer, ids) == "a b"
     end = tokenizer.backend.token_to_id("<|endoftext|>")
-    assert pretrained.answer_line(tokenizer, tokenizer.encode(" x y") + [end] + tokenizer.encode("z")) == "x y"
+    assert answer_line(tokenizer, tokenizer.encode(" x y") + [end] + tokenizer.encode("z")) == "x y"
 
 
 def test_wilson_and_newcombe_intervals_match_published_values():
@@ -164,26 +168,26 @@ def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
     whole = _records(tmp_path / "whole")
     assert len(whole) == 6 and {r["task"] for r in whole} == {"UR", "NB"}
 
-    real_evaluate_batch, calls = pretrained.evaluate_batch, []
+    real_answer_lines, calls = pretrained.answer_lines, []
 
     def interrupted(*args):
         if len(calls) == 2:
             raise KeyboardInterrupt
         calls.append(1)
-        return real_evaluate_batch(*args)
+        return real_answer_lines(*args)
 
-    monkeypatch.setattr(pretrained, "evaluate_batch", interrupted)
+    monkeypatch.setattr(pretrained, "answer_lines", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pretrained.main(flags + ["--out", str(tmp_path / "resumed")])
     assert len(_records(tmp_path / "resumed")) == 3  # UR's batches (2 + 1 prompts) finished, NB's not
-    monkeypatch.setattr(pretrained, "evaluate_batch", real_evaluate_batch)
+    monkeypatch.setattr(pretrained, "answer_lines", real_answer_lines)
     pretrained.main(flags + ["--out", str(tmp_path / "resumed")])
     assert sorted(_records(tmp_path / "resumed"), key=str) == sorted(whole, key=str)
     summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
     assert summary["evaluated"] == summary["planned"] == 6
     assert (tmp_path / "resumed" / "accuracy_by_length.png").stat().st_size > 0
 
-    with pytest.raises(SystemExit, match="other settings \\(n\\)"):
+    with pytest.raises(SystemExit, match="different settings \\(n\\)"):
         pretrained.main(common + ["--n", "4", "--out", str(tmp_path / "resumed")])
 
 
@@ -244,7 +248,7 @@ def test_lengths_without_an_upper_bound_are_described_so(tmp_path):
 
 def test_an_out_that_is_a_file_is_refused_before_loading(tmp_path):
     (tmp_path / "notes.txt").write_text("not a run")
-    with pytest.raises(SystemExit, match="--out .*notes.txt is a file; give a new folder"):
+    with pytest.raises(SystemExit, match="--out .*notes.txt is a file; give a folder"):
         pretrained.main(["--model", str(tmp_path / "absent"), "--tasks", "UR", "--out", str(tmp_path / "notes.txt")])
 
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crasp.tasks import (BOS, EOS, PAD, SEP, SPECIAL_TOKENS, TASK_CODES, UNBOUNDED, Claim, InvalidInputError,
-                         ParameterError, SamplerError, UnknownTaskError, Verdict, get_task, parameters_of, TASKS)
+from crasp.tasks import (BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, TASK_CODES, UNBOUNDED, Claim, InvalidInputError,
+                         ParameterError, SamplerError, UnknownTaskError, Expressibility, get_task, parameters_of, TASKS)
 
 RETRIEVAL = {"UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast"}
 NON_UNIQUE_RETRIEVAL = {"NLFirst", "NRFirst", "NLLast", "NRLast"}
@@ -114,8 +114,8 @@ def test_samples_have_the_format_constraints_and_reference_answers(request):
         row = [int(t) for t in tokens[r]]
         prompt_length, total = int(examples.prompt_lengths[r]), int(examples.lengths[r])
         assert prompt_length == length + 2 + query_width
-        assert row[0] == BOS and row[length + 1] == SEP and row[total - 1] == EOS
-        assert all(t == PAD for t in row[total:])
+        assert row[0] == BOS_ID and row[length + 1] == SEP_ID and row[total - 1] == EOS_ID
+        assert all(t == PAD_ID for t in row[total:])
         content = row[1:length + 1] + row[length + 2:total - 1]
         assert all(t >= len(SPECIAL_TOKENS) for t in content), "no special token inside input, query or answer"
         inputs = [task.vocab[t] for t in row[1:length + 1]]
@@ -210,7 +210,7 @@ def test_symbol_names():
     assert get_task("Addition").symbols == ("0", "1", "+")
     for code in TASK_CODES:
         vocab = get_task(code).vocab
-        assert vocab[PAD] == "<pad>" and vocab[BOS] == "<bos>" and vocab[SEP] == "<sep>" and vocab[EOS] == "<eos>"
+        assert vocab[PAD_ID] == "<pad>" and vocab[BOS_ID] == "<bos>" and vocab[SEP_ID] == "<sep>" and vocab[EOS_ID] == "<eos>"
 
 
 def test_registry_codes_names_and_descriptions():
@@ -242,11 +242,11 @@ def test_literature_claims_follow_the_spec_table(code):
     assert (claims["pos"].table_says_expressible, claims["none"].table_says_expressible) == SPEC_TABLE[code]
     for claim in claims.values():
         assert claim.argument and claim.source
-        assert claim.expressible is {Verdict.EXPRESSIBLE: True, Verdict.NOT_EXPRESSIBLE: False,
-                                     Verdict.NO_PROGRAM_KNOWN: None}[claim.verdict]
+        assert claim.expressible is {Expressibility.EXPRESSIBLE: True, Expressibility.NOT_EXPRESSIBLE: False,
+                                     Expressibility.NO_PROGRAM_KNOWN: None}[claim.verdict]
     # Whatever is impossible with positions is impossible without them.
-    if claims["pos"].verdict is Verdict.NOT_EXPRESSIBLE:
-        assert claims["none"].verdict is Verdict.NOT_EXPRESSIBLE
+    if claims["pos"].verdict is Expressibility.NOT_EXPRESSIBLE:
+        assert claims["none"].verdict is Expressibility.NOT_EXPRESSIBLE
 
 
 @pytest.mark.parametrize("codes, cited", [
@@ -257,7 +257,7 @@ def test_literature_claims_follow_the_spec_table(code):
 def test_impossibility_claims_cite_their_proofs(codes, cited):
     for code in codes:
         claim = get_task(code).literature["pos"]
-        assert claim.verdict is Verdict.NOT_EXPRESSIBLE
+        assert claim.verdict is Expressibility.NOT_EXPRESSIBLE
         assert all(reference in claim.argument for reference in cited), claim.argument
     # Communication complexity cannot separate last-occurrence retrieval: each side can send, for
     # every symbol, its neighbour at its last occurrence in constantly many bits.
@@ -266,9 +266,9 @@ def test_impossibility_claims_cite_their_proofs(codes, cited):
 
 def test_a_claim_cannot_contradict_the_table_or_lack_an_argument():
     with pytest.raises(ValueError, match="contradicts"):
-        Claim(Verdict.NOT_EXPRESSIBLE, True, "argument", "source")
+        Claim(Expressibility.NOT_EXPRESSIBLE, True, "argument", "source")
     with pytest.raises(ValueError, match="argument and a source"):
-        Claim(Verdict.NOT_EXPRESSIBLE, False, "", "source")
+        Claim(Expressibility.NOT_EXPRESSIBLE, False, "", "source")
 
 
 @pytest.mark.parametrize("code, params, pattern", [

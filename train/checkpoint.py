@@ -1,75 +1,24 @@
-"""Atomic files: checkpoints (any pytree of arrays) and JSON / JSON-lines results.
+"""Checkpoints: any pytree of arrays plus a JSON-able dict, in one atomic .npz file.
 
-Checkpoints are .npz files of the pytree's leaves; loading needs a template of the same
-structure (a freshly initialised state), so no pickled code is ever executed. Every write goes
-to a temporary file in the same folder and is moved into place with os.replace, so a process
-killed at any moment leaves either the old file or the new one, never a torn one.
+Loading needs a template of the same structure (a freshly initialised state), so no pickled code
+is ever executed. The file is written next to its place and moved there (results.files), so a
+process killed at any moment leaves either the old checkpoint or the new one, never a torn one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import jax
 import numpy as np
 
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+from results.files import atomic_write
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint does not match the state it is loaded into."""
-
-
-def _atomic_write(path: Path, write) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes the file private; results are meant to be shared
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path: Path, value) -> None:
-    _atomic_write(path, lambda f: f.write((json.dumps(value, indent=2, sort_keys=True) + "\n").encode()))
-
-
-def write_text(path: Path, text: str) -> None:
-    _atomic_write(path, lambda f: f.write(text.encode()))
-
-
-def write_jsonl(path: Path, records: list[dict]) -> None:
-    _atomic_write(path, lambda f: f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode()))
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Complete lines only: a line torn by a killed writer is ignored."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(keepends=True), start=1):
-        if not line.endswith("\n"):
-            break
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise CheckpointError(f"{path}:{number}: not a JSON record ({error.msg}); expected one JSON object "
-                                  "per line as the lab writes them. Delete or repair that line") from None
-    return records
 
 
 def save_checkpoint(path: Path, state, meta: dict) -> None:
@@ -78,7 +27,7 @@ def save_checkpoint(path: Path, state, meta: dict) -> None:
     arrays = {f"leaf_{i:05d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
     arrays["meta_json"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
     arrays["structure"] = np.frombuffer(str(jax.tree.structure(state)).encode(), dtype=np.uint8)
-    _atomic_write(path, lambda f: np.savez(f, **arrays))
+    atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
 def load_checkpoint(path: Path, template):

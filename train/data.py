@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crasp.tasks import PAD
+from crasp.tasks import PAD_ID
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 
@@ -105,7 +105,7 @@ def sample_batch(task, rng: np.random.Generator, batch_size: int, length_range: 
     """
     lo, hi = length_range
     input_lengths_B = rng.integers(lo, hi + 1, size=batch_size)
-    tokens_BxT = np.full((batch_size, padded_length), PAD, dtype=np.int32)
+    tokens_BxT = np.full((batch_size, padded_length), PAD_ID, dtype=np.int32)
     prompt_lengths_B = np.zeros(batch_size, dtype=np.int64)
     lengths_B = np.zeros(batch_size, dtype=np.int64)
     for input_length in np.unique(input_lengths_B):
@@ -131,7 +131,7 @@ def make_batch(tokens_BxT: np.ndarray, prompt_lengths_B: np.ndarray, lengths_B: 
     t_T = np.arange(tokens_BxT.shape[1])
     valid_BxT = t_T[None, :] < lengths_B[:, None]
     positions_BxT = np.minimum(offsets_B[:, None] + t_T[None, :], max_positions - 1).astype(np.int32)
-    targets_BxT = np.concatenate([tokens_BxT[:, 1:], np.full_like(tokens_BxT[:, :1], PAD)], axis=1)
+    targets_BxT = np.concatenate([tokens_BxT[:, 1:], np.full_like(tokens_BxT[:, :1], PAD_ID)], axis=1)
     # Position t predicts token t + 1; the answer and EOS are tokens prompt_length .. length - 1.
     loss_mask_BxT = (t_T[None, :] >= prompt_lengths_B[:, None] - 1) & (t_T[None, :] <= lengths_B[:, None] - 2)
     return Batch(tokens_BxT=tokens_BxT.astype(np.int32), positions_BxT=positions_BxT, valid_BxT=valid_BxT,

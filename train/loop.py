@@ -22,7 +22,8 @@ import numpy as np
 from flax import nnx
 
 from crasp.tasks import get_task
-from train.checkpoint import load_checkpoint, read_jsonl, save_checkpoint, write_json, write_jsonl
+from results.files import append_jsonl, read_jsonl, write_json, write_jsonl
+from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import TrainConfig
 from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
                         stack_batches)
@@ -171,8 +172,7 @@ class _StackRun:
                 vocab_size=len(self.setup.task.vocab)))
 
     def _append(self, index: int, record: dict) -> None:
-        with open(self.jobs[index].folder / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+        append_jsonl(self.jobs[index].folder / "metrics.jsonl", record)
 
     def _checkpoint(self) -> None:
         for i in self._active():

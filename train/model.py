@@ -1,14 +1,14 @@
 """The bridge to `models`: which architecture each positional encoding gets, and decoding.
 
 APE and NoPE use GPT-2 blocks (LayerNorm, GELU); RoPE uses Llama blocks (RMSNorm, SwiGLU) with
-base 500, as in the official from-scratch setups (spec/experiments.md section 1).
+base 500, as in the official from-scratch setups of the retrieval/copying paper.
 """
 
 from __future__ import annotations
 
 from flax import nnx
 
-from crasp.tasks import EOS, PAD
+from crasp.tasks import EOS_ID, PAD_ID
 from models.config import ModelConfig
 from models.generate import generate
 from models.transformer import Transformer
@@ -33,5 +33,5 @@ def build_model(pe: str, settings: dict, vocab_size: int, max_positions: int, se
 
 def greedy_decode(model, tokens_NxT, prompt_lengths_N, max_new_tokens: int):
     """The model's KV-cache greedy continuation of each prompt: generated_NxM (M = max_new_tokens)."""
-    return generate(model, tokens_NxT, prompt_lengths_N, max_new_tokens=max_new_tokens, eos_id=EOS,
-                    pad_id=PAD).tokens_BxN
+    return generate(model, tokens_NxT, prompt_lengths_N, max_new_tokens=max_new_tokens, eos_id=EOS_ID,
+                    pad_id=PAD_ID).tokens_BxN

@@ -26,7 +26,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from crasp.tasks import get_task
-from train.checkpoint import write_json
+from results.files import write_json
 from train.data import sequence_length
 from train.loop import Job, is_done, run_stack
 

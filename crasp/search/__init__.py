@@ -7,7 +7,7 @@ task's next tokens on the sample, also inside a few fixed contexts and as parts 
 (crasp.search.targets); anything right on the whole sample is verified by crasp.check before it
 is reported, and a counterexample joins the sample (crasp.search.driver). A search that ends
 without a program shows that none exists up to the size it completed, relative to its grammar
-(crasp.search.report). Outcomes recorded with --record feed crasp.verdicts (crasp.search.results).
+(crasp.search.report). Outcomes recorded with --record feed crasp.prediction (crasp.search.results).
 
     from crasp.search import Grammar, SearchOptions, search
     outcome = search(get_task("UR"), Grammar("local"), SearchOptions(max_size=9))

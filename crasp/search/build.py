@@ -9,7 +9,8 @@ from crasp import expr as E
 from crasp.program import Definition, Program
 from crasp.search.enumerate import ALL, AND, ANY, ARITH, ATOM, COMPARE, CONDITIONAL, COUNT_OF, NOT, OR
 from crasp.search.store import Table
-from crasp.search.grammar import ARITHMETIC, BOUND_NAMES, COMPARISONS, SPECIALS, Atom
+from crasp.search.grammar import ARITHMETIC, BOUND_NAMES, COMPARISONS, Atom
+from crasp.tasks.base import PROGRAM_SPECIALS
 from crasp.search.targets import Decision, Found
 
 OUTPUT = "O"
@@ -94,6 +95,6 @@ def program_maker(builder: Builder, tree: Decision | Found, title: str) -> Calla
     definitions.append(Definition(OUTPUT, ("s",), body))
 
     def make(symbols) -> Program:
-        return Program(SPECIALS + tuple(symbols), tuple(definitions), output=OUTPUT, title=title)
+        return Program(PROGRAM_SPECIALS + tuple(symbols), tuple(definitions), output=OUTPUT, title=title)
 
     return make

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"{text} (default {shown})")
     parser.add_argument("--save", type=Path, help="write the program found to this .crasp file")
     parser.add_argument("--record", action="store_true",
-                        help=f"record the outcome in {RESULTS_PATH.name}, where the task verdicts read it")
+                        help=f"record the outcome in {RESULTS_PATH.name}, where the predictions read it")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -24,7 +24,8 @@ from crasp.nexttoken import check_teacher_forced
 from crasp.program import Program, print_program
 from crasp.search.build import Builder, program_maker, tree_size
 from crasp.search.enumerate import Budget, BudgetExhausted, Enumerator, LevelStats
-from crasp.search.grammar import SPECIALS, Grammar
+from crasp.search.grammar import Grammar
+from crasp.tasks.base import PROGRAM_SPECIALS
 from crasp.search.options import SearchOptions
 from crasp.search.sample import Sample, build_sample, full_strings, small_task
 from crasp.search.store import CATEGORIES
@@ -199,7 +200,7 @@ class Search:
     def _short_counterexample(self, sample: Sample, make) -> tuple[str, ...] | None:
         """The shortest failing string among random ones of the small task (a few lengths)."""
         small = small_task(self.task, sample.options)
-        program = make(sample.alphabet[len(SPECIALS):])
+        program = make(sample.alphabet[len(PROGRAM_SPECIALS):])
         rng = np.random.default_rng(sample.options.seed + len(sample.strings))
         ids = program.symbol_ids()
         for length in COUNTEREXAMPLE_LENGTHS:

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from crasp import expr as E
 from crasp.search.options import SearchError
 
-BOS, SEP, EOS = "<bos>", "<sep>", "<eos>"
-SPECIALS = (BOS, SEP, EOS)
+from crasp.tasks.base import EOS_SYMBOL, PROGRAM_SPECIALS
 
 BOOL, COUNT = E.BOOL, E.COUNT
 # Variables of an expression as a bit set.
@@ -65,7 +64,7 @@ class Atom:
         if self.kind == "is":
             return E.SymbolRelation("=", var, self.symbol)
         if self.kind == "letter":
-            return E.SymbolRelation("<", EOS, var)
+            return E.SymbolRelation("<", EOS_SYMBOL, var)
         if self.kind == "same":
             return E.SymbolRelation("=", E.Var("s"), E.Var(bound))
         if self.kind == "constant":
@@ -110,11 +109,11 @@ class Grammar:
         return (None,) + (tuple(sorted(set(self.offsets))) if self.local else ())
 
     def atoms(self) -> tuple[Atom, ...]:
-        atoms = [Atom(BOOL, CLOSED, "token", symbol=c) for c in SPECIALS]
+        atoms = [Atom(BOOL, CLOSED, "token", symbol=c) for c in PROGRAM_SPECIALS]
         atoms += [Atom(BOOL, CLOSED, "constant", numbers=(value,)) for value in (1, 0)]
         for name, bit in (("s", S), ("t", T)):
             atoms.append(Atom(BOOL, bit, "token", variable=name))
-            atoms += [Atom(BOOL, bit, "is", symbol=c, variable=name) for c in SPECIALS]
+            atoms += [Atom(BOOL, bit, "is", symbol=c, variable=name) for c in PROGRAM_SPECIALS]
             atoms.append(Atom(BOOL, bit, "letter", variable=name))
         atoms.append(Atom(BOOL, ST, "same"))
         if self.periodic:

@@ -1,4 +1,4 @@
-"""Recorded search outcomes (crasp/search_results.json), which crasp.verdicts reads.
+"""Recorded search outcomes (crasp/search_results.json), which crasp.prediction reads.
 
 One record per task and fragment. A found program is kept as text (it names no task symbol, so
 it is re-targeted to any alphabet by rewriting its `alphabet:` line); an exhausted search keeps
@@ -13,7 +13,7 @@ from typing import Callable
 
 from crasp.program import Program
 from crasp.search.driver import SearchOutcome
-from crasp.search.grammar import SPECIALS
+from crasp.tasks.base import PROGRAM_SPECIALS
 from crasp.search.options import RESULTS_PATH
 from crasp.search.report import claim
 from crasp.syntax import parse
@@ -41,7 +41,7 @@ class Record:
         at = next(k for k, line in enumerate(lines) if line.startswith("alphabet:"))
 
         def make(symbols) -> Program:
-            lines[at] = "alphabet: " + " ".join(SPECIALS + tuple(symbols))
+            lines[at] = "alphabet: " + " ".join(PROGRAM_SPECIALS + tuple(symbols))
             return parse("\n".join(lines) + "\n", f"search result {self.key}")
 
         make.__name__ = f"found_by_search_size_{self.size}"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crasp.check import exhaustive_strings, small_version
-from crasp.search.grammar import SEP, SPECIALS
+from crasp.tasks.base import PROGRAM_SPECIALS, SEP_SYMBOL
 from crasp.search.options import SampleOptions, SearchError
 from crasp.tasks import Task, get_task, parameters_of, symbol_names
 
@@ -54,7 +54,7 @@ class Sample:
         self.offset = np.arange(len(self.tokens)) - starts
         needed = []
         for start, string in zip(np.cumsum(lengths) - lengths, self.strings):
-            first = string.index(SEP) + int(self.task.has_query)  # the last prompt position
+            first = string.index(SEP_SYMBOL) + int(self.task.has_query)  # the last prompt position
             needed.extend(range(start + first, start + len(string) - 1))
         self.needed = np.array(needed, np.int64)
         self.targets = self.tokens[self.needed + 1]
@@ -65,7 +65,7 @@ class Sample:
 
     @property
     def symbols_used(self) -> int:
-        return len(self.alphabet) - len(SPECIALS) - (ABSENT_SYMBOLS if self.has_absent_symbols else 0)
+        return len(self.alphabet) - len(PROGRAM_SPECIALS) - (ABSENT_SYMBOLS if self.has_absent_symbols else 0)
 
     @property
     def has_absent_symbols(self) -> bool:
@@ -83,12 +83,12 @@ class Sample:
         sources = dict(self.sources, counterexamples=self.sources.get("counterexamples", 0) + 1)
         alphabet = self.alphabet
         if self.has_absent_symbols:
-            used = len({x for x in string if x not in SPECIALS})
-            alphabet = SPECIALS + symbol_names(max(used, self.symbols_used) + ABSENT_SYMBOLS)
+            used = len({x for x in string if x not in PROGRAM_SPECIALS})
+            alphabet = PROGRAM_SPECIALS + symbol_names(max(used, self.symbols_used) + ABSENT_SYMBOLS)
         return Sample(self.task, alphabet, self.strings + [string], sources, self.options)
 
     def describe(self) -> str:
-        used = " ".join(self.alphabet[len(SPECIALS):len(SPECIALS) + self.symbols_used])
+        used = " ".join(self.alphabet[len(PROGRAM_SPECIALS):len(PROGRAM_SPECIALS) + self.symbols_used])
         absent = (f"; program alphabet adds {ABSENT_SYMBOLS} symbols that occur in no string, standing for the "
                   "rest of any larger alphabet" if self.has_absent_symbols else "")
         parts = [f"{self.sources['exhaustive']} strings (all with input length <= {self.options.exhaustive_length})",
@@ -109,7 +109,7 @@ class Sample:
         # their symbols by symbol_names, so either order is the alphabet's order.
         rank = {x: k for k, x in enumerate(small_version(self.task).symbols)}
         rank.update({x: k for k, x in enumerate(self.task.symbols)})
-        used = sorted({x for x in string if x not in SPECIALS}, key=rank.__getitem__)
+        used = sorted({x for x in string if x not in PROGRAM_SPECIALS}, key=rank.__getitem__)
         if len(used) > MAX_SYMBOLS:
             return None
         names = dict(zip(used, symbol_names(MAX_SYMBOLS)))
@@ -132,7 +132,7 @@ def full_strings(examples) -> list[tuple[str, ...]]:
 
 def build_sample(task: Task, options: SampleOptions = SampleOptions()) -> Sample:
     small = small_task(task, options)
-    alphabet = SPECIALS + (symbol_names(options.alphabet + ABSENT_SYMBOLS) if has_alphabet_size(task) else task.symbols)
+    alphabet = PROGRAM_SPECIALS + (symbol_names(options.alphabet + ABSENT_SYMBOLS) if has_alphabet_size(task) else task.symbols)
     exhaustive = [tuple(s) for s in exhaustive_strings(small, options.exhaustive_length)]
     seen = set(exhaustive)
     random = []

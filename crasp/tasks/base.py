@@ -24,8 +24,12 @@ import numpy as np
 
 from crasp.tasks.literature import Claim
 
-PAD, BOS, SEP, EOS = 0, 1, 2, 3
+# Token ids of the special symbols in every task vocabulary, and the symbols themselves (as programs name them).
+PAD_ID, BOS_ID, SEP_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<sep>", "<eos>")
+BOS_SYMBOL, SEP_SYMBOL, EOS_SYMBOL = SPECIAL_TOKENS[BOS_ID], SPECIAL_TOKENS[SEP_ID], SPECIAL_TOKENS[EOS_ID]
+# The symbols every program over a task reads besides the task's alphabet (<pad> is never read).
+PROGRAM_SPECIALS = (BOS_SYMBOL, SEP_SYMBOL, EOS_SYMBOL)
 NUM_SPECIALS = len(SPECIAL_TOKENS)
 
 # max_length() of a task whose definition has no upper bound: an int, so min(hi, task.max_length()) works.
@@ -116,16 +120,16 @@ def assemble(draw: Draw, vocab: tuple[str, ...]) -> Examples:
     query_width = 0 if draw.queries_N is None else 1
     prompt_length = m + 2 + query_width
     answer_width = draw.answers_NxA.shape[1]
-    tokens = np.full((n, prompt_length + answer_width + 1), PAD, dtype=np.int32)
-    tokens[:, 0] = BOS
+    tokens = np.full((n, prompt_length + answer_width + 1), PAD_ID, dtype=np.int32)
+    tokens[:, 0] = BOS_ID
     tokens[:, 1:m + 1] = draw.inputs_NxM + NUM_SPECIALS
-    tokens[:, m + 1] = SEP
+    tokens[:, m + 1] = SEP_ID
     if draw.queries_N is not None:
         tokens[:, m + 2] = draw.queries_N + NUM_SPECIALS
     in_answer = np.arange(answer_width)[None, :] < draw.answer_lengths_N[:, None]
-    tokens[:, prompt_length:prompt_length + answer_width] = np.where(in_answer, draw.answers_NxA + NUM_SPECIALS, PAD)
+    tokens[:, prompt_length:prompt_length + answer_width] = np.where(in_answer, draw.answers_NxA + NUM_SPECIALS, PAD_ID)
     lengths = prompt_length + draw.answer_lengths_N.astype(np.int64) + 1
-    tokens[np.arange(n), lengths - 1] = EOS
+    tokens[np.arange(n), lengths - 1] = EOS_ID
     return Examples(tokens=tokens[:, :lengths.max(initial=prompt_length + 1)],
                     prompt_lengths=np.full(n, prompt_length, dtype=np.int64),
                     lengths=lengths,

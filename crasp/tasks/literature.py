@@ -2,10 +2,10 @@
 
 Two fragments are recorded per task: "pos" = C-RASP[pos] = C-RASP[periodic, local] (the APE
 prediction) and "none" = C-RASP[] (the NoPE prediction). The interpreter decides positive verdicts
-by verifying a witness program; these claims are what the papers (and the spec's table in
-spec/tasks.md) assert, so that experiments can set a prediction beside an outcome.
+by verifying a witness program; these claims are what the papers (and the expressibility tables in
+the papers) assert, so that experiments can set a prediction beside an outcome.
 
-A claim is "not expressible" only where an impossibility argument exists; where the spec's table
+A claim is "not expressible" only where an impossibility argument exists; where the papers' table
 says "no" but no argument is recorded, the verdict is "no program known".
 """
 
@@ -18,10 +18,10 @@ HUANG = ("Huang et al. 2025, A Formal Framework for Understanding Length General
          "Transformers (ICLR 2025, arXiv 2410.02140)")
 VEITSMAN = ("Veitsman, Jobanputra et al. 2025, Born a Transformer -- Always a Transformer? "
             "(arXiv 2505.21785)")
-SPEC_SKETCH = "witness sketch in spec/crasp.md"
+WITNESS_FILE = "witness program in crasp/witnesses.py"
 
 
-class Verdict(enum.Enum):
+class Expressibility(enum.Enum):
     EXPRESSIBLE = "expressible"
     NOT_EXPRESSIBLE = "not expressible"
     NO_PROGRAM_KNOWN = "no program known"
@@ -33,11 +33,11 @@ class Claim:
 
     argument: for EXPRESSIBLE the idea of a program; for NOT_EXPRESSIBLE the impossibility
     argument in one sentence; for NO_PROGRAM_KNOWN what is (not) known.
-    table_says_expressible: the spec's table (spec/tasks.md) as written, kept even where the
+    table_says_expressible: the papers' table as written, kept even where the
     verdict is weaker than the table because no argument for the table's "no" is recorded.
     """
 
-    verdict: Verdict
+    verdict: Expressibility
     table_says_expressible: bool
     argument: str
     source: str
@@ -45,26 +45,26 @@ class Claim:
     def __post_init__(self):
         if not self.argument or not self.source:
             raise ValueError("a literature claim needs an argument and a source")
-        if (self.verdict is Verdict.EXPRESSIBLE) != self.table_says_expressible:
-            raise ValueError(f"claim {self.argument!r}: verdict {self.verdict.value} contradicts the spec's table")
+        if (self.verdict is Expressibility.EXPRESSIBLE) != self.table_says_expressible:
+            raise ValueError(f"claim {self.argument!r}: verdict {self.verdict.value} contradicts the papers' table")
 
     @property
     def expressible(self) -> bool | None:
         """True / False where the literature decides; None for "no program known"."""
-        return {Verdict.EXPRESSIBLE: True, Verdict.NOT_EXPRESSIBLE: False}.get(self.verdict)
+        return {Expressibility.EXPRESSIBLE: True, Expressibility.NOT_EXPRESSIBLE: False}.get(self.verdict)
 
 
 def expressible(argument: str, source: str) -> Claim:
-    return Claim(Verdict.EXPRESSIBLE, True, argument, source)
+    return Claim(Expressibility.EXPRESSIBLE, True, argument, source)
 
 
 def not_expressible(argument: str, source: str) -> Claim:
-    return Claim(Verdict.NOT_EXPRESSIBLE, False, argument, source)
+    return Claim(Expressibility.NOT_EXPRESSIBLE, False, argument, source)
 
 
 def table_says_no_without_argument(remark: str, source: str) -> Claim:
-    return Claim(Verdict.NO_PROGRAM_KNOWN, False,
-                 "the spec's table marks this inexpressible, but no impossibility argument is recorded; " + remark,
+    return Claim(Expressibility.NO_PROGRAM_KNOWN, False,
+                 "the papers' table marks this inexpressible, but no impossibility argument is recorded; " + remark,
                  source)
 
 
@@ -89,7 +89,7 @@ def local_retrieval(side: str, which: str) -> dict[str, Claim]:
               "a constant distance from a first occurrence reaches right neighbours only, and the left "
               "neighbour may be a repeated token")
     return {"pos": expressible(f"a local count ('the previous token is t') locates the {side} neighbour of the "
-                               f"{which} occurrence of the query; {SPEC_SKETCH}", VEITSMAN),
+                               f"{which} occurrence of the query; {WITNESS_FILE}", VEITSMAN),
             "none": table_says_no_without_argument(remark, VEITSMAN)}
 
 
@@ -103,7 +103,7 @@ def last_occurrence_retrieval() -> dict[str, Claim]:
 
 def unique_copy() -> dict[str, Claim]:
     return {"pos": expressible("every token is distinct, so a local count finds its neighbour in the input; "
-                               + SPEC_SKETCH, VEITSMAN + "; " + HUANG),
+                               + WITNESS_FILE, VEITSMAN + "; " + HUANG),
             "none": table_says_no_without_argument(CONSTANT_DISTANCE_REMARK
                                                    + " (every token is a first occurrence)", VEITSMAN)}
 

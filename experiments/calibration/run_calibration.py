@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from train.checkpoint import read_jsonl, write_json
+from results.files import read_jsonl, write_json
 from train.config import TrainConfig
 from train.loop import Job, run_job
 

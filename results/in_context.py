@@ -11,21 +11,22 @@ accuracies. Gaps are computed per length and pooled over all lengths (the counts
 
 from __future__ import annotations
 
-import json
-import math
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
-from experiments._report import predict
-from train.checkpoint import read_jsonl, write_json, write_text
+from crasp.prediction import predict
+from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
+from results.figures import pyplot, save_figure
+from results.files import read_jsonl, write_json, write_text
+from results.intervals import difference_interval, wilson_interval
+from results.run_folder import read_run_config
 
-CONFIG_FILE = "config.json"
 FIGURE_FILE = "accuracy_by_length.png"
-LEFT_OR_BACKWARD = frozenset({"UL", "NLFirst", "NLLast", "UB", "NB"})
 RESULTS_FILE = "results.jsonl"
+EXPERIMENT = "experiments/pretrained.py"
 # What the report reads from config.json; a run writes these and more.
 REPORTED_SETTINGS = ("model", "architecture", "tasks", "lengths", "n")
-Z_95 = 1.959963984540054
 
 # (kind, better-by-hypothesis, other): the paper reports right/forward above left/backward and
 # unique above non-unique; each gap is accuracy(first) - accuracy(second).
@@ -41,49 +42,6 @@ GAPS = (
     ("uniqueness", "UF", "NF"),
     ("uniqueness", "UB", "NB"),
 )
-
-
-class RunFolderError(ValueError):
-    """A folder that does not hold a run this experiment wrote."""
-
-
-def read_run_config(run_dir: Path) -> dict:
-    """The settings a run wrote into its folder."""
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        raise RunFolderError(f"{run_dir} holds no run: it has no {CONFIG_FILE}; give the folder a run wrote "
-                             "(runs/pretrained/<model name> unless --out said otherwise)")
-    try:
-        config = json.loads(path.read_text())
-    except ValueError:  # not JSON, or not even UTF-8 text
-        config = None
-    if not (isinstance(config, dict) and set(REPORTED_SETTINGS) <= config.keys()):
-        raise RunFolderError(f"{path} is not the settings of a run of experiments/pretrained.py (a JSON object with "
-                             f"{', '.join(REPORTED_SETTINGS)}); for a new run, give another --out")
-    return config
-
-
-def wilson_interval(correct: int, total: int, z: float = Z_95) -> tuple[float, float]:
-    """Wilson score interval of a proportion; (0, 1) when nothing was observed."""
-    if total == 0:
-        return 0.0, 1.0
-    p = correct / total
-    denominator = 1 + z * z / total
-    center = (p + z * z / (2 * total)) / denominator
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    # The interval always contains p; clamping keeps rounding at p = 0 or 1 from saying otherwise.
-    return min(p, max(0.0, center - half)), max(p, min(1.0, center + half))
-
-
-def difference_interval(correct_a: int, total_a: int, correct_b: int, total_b: int) -> tuple[float, float, float]:
-    """(p_a - p_b, low, high): Newcombe's hybrid score interval for independent samples."""
-    p_a, p_b = correct_a / total_a, correct_b / total_b
-    low_a, high_a = wilson_interval(correct_a, total_a)
-    low_b, high_b = wilson_interval(correct_b, total_b)
-    difference = p_a - p_b
-    low = difference - math.sqrt((p_a - low_a) ** 2 + (high_b - p_b) ** 2)
-    high = difference + math.sqrt((high_a - p_a) ** 2 + (p_b - low_b) ** 2)
-    return difference, low, high
 
 
 def _counts(records: list[dict]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -114,7 +72,7 @@ def _gap(kind: str, first: str, second: str, counts: dict, lengths: list[int]) -
 
 def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
-    config = read_run_config(run_dir)
+    config = read_run_config(run_dir, REPORTED_SETTINGS, EXPERIMENT)
     records = read_jsonl(run_dir / RESULTS_FILE)
     counts = _counts(records)
     lengths = list(config["lengths"])
@@ -132,7 +90,7 @@ def summarize(run_dir: Path) -> dict:
     return dict(
         model=config["model"], architecture=config["architecture"], tasks=config["tasks"], lengths=lengths,
         planned=len(config["tasks"]) * len(lengths) * config["n"], evaluated=len(records),
-        cells=cells, gaps=gaps, predictions={task: predict(task, "ape") for task in config["tasks"]},
+        cells=cells, gaps=gaps, predictions={task: dataclasses.asdict(predict(task, "ape")) for task in config["tasks"]},
         generation_seconds=seconds, prompts_per_second=len(records) / seconds if seconds else None,
     )
 
@@ -213,13 +171,9 @@ def report_markdown(summary: dict) -> str:
 
 def draw_figure(summary: dict, path: Path) -> None:
     """Accuracy against length (retrieval, copying) with Wilson intervals, and the pooled gaps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw=dict(width_ratios=[1, 1, 1.1]))
-    groups = (("retrieval", ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast")), ("copying", ("UF", "UB", "NF", "NB")))
+    groups = (("retrieval", RETRIEVAL_CODES), ("copying", COPYING_CODES))
     spread = 0.01 * (max(summary["lengths"]) - min(summary["lengths"]) + 1)
     for ax, (title, tasks) in zip(axes, groups):
         for offset, task in enumerate(tasks):
@@ -249,10 +203,7 @@ def draw_figure(summary: dict, path: Path) -> None:
     axes[2].set_xlabel("accuracy gap, pooled over lengths (95% Newcombe)")
     figure.suptitle(f"{summary['model']}: few-shot in-context accuracy", fontsize=10)
     figure.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(tmp, dpi=110)
-    plt.close(figure)
-    tmp.replace(path)
+    save_figure(figure, path, dpi=110)
 
 
 def write_report(run_dir: Path) -> dict:

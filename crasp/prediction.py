@@ -63,7 +63,7 @@ def _exhausted_search(code: str, pe: str):
     return record if record is not None and record.claim else None
 
 
-def prediction(code: str, pe: str) -> Prediction:
+def predict(code: str, pe: str) -> Prediction:
     if pe not in POSITION_ENCODINGS:
         raise ValueError(f"unknown position encoding {pe!r}; accepted: {', '.join(POSITION_ENCODINGS)}")
     task = get_task(code)

@@ -4,31 +4,28 @@ Inputs: `config.json` (pe, preset, tasks, seeds, threshold) and `metrics.jsonl` 
 records, tagged with task and seed; a job's final evaluation is its last "eval" record).
 Outputs, written atomically into the same folder: `summary.json`, `report.md` and
 `accuracy_by_length.png`. The prediction per task comes from the interpreter
-(`crasp.verdicts.prediction`): APE is judged against C-RASP[pos], NoPE against C-RASP[], RoPE
+(`crasp.prediction.predict`): APE is judged against C-RASP[pos], NoPE against C-RASP[], RoPE
 gets the APE prediction marked "no theorem".
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from train.checkpoint import read_jsonl, write_json, write_text
+from crasp.prediction import predict
+from results.figures import pyplot, save_figure
+from results.files import read_jsonl, write_json, write_text
+from results.run_folder import read_run_config
 
 FIGURE_FILE = "accuracy_by_length.png"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
 DEFAULT_THRESHOLD = 0.9
-
-
-def predict(task_code: str, pe: str) -> dict:
-    """{"generalizes": bool | None, "label": str, "reason": str} from the interpreter's verdicts."""
-    from crasp.verdicts import prediction
-
-    verdict = prediction(task_code, pe)
-    return dict(generalizes=verdict.generalizes, label=verdict.label, reason=getattr(verdict, "reason", ""))
+# What the report reads from config.json; a run writes these and more.
+REPORTED_SETTINGS = ("pe", "preset", "tasks", "train")
 
 
 def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
@@ -73,7 +70,7 @@ def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> st
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     """The run's summary; `threshold` overrides the one stored in config.json (the run's own)."""
     run_dir = Path(run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
+    config = read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py")
     threshold = config.get("threshold", DEFAULT_THRESHOLD) if threshold is None else threshold
     finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
     rows = []
@@ -84,18 +81,18 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         seeds = sorted(by_seed)
         accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
         bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
-        predicted = predict(task, config["pe"])
+        prediction = dataclasses.asdict(predict(task, config["pe"]))
         # Seeds that did not fit their training lengths say nothing about longer ones: the verdict
         # is made from the seeds that fit (none: the task did not fit).
         fit_S = accuracy_SxK[:, 0] >= FIT_THRESHOLD
         observed = ("did not fit" if not fit_S.any()
                     else observe(accuracy_SxK[fit_S, 0].mean(), accuracy_SxK[fit_S, -1].mean(), threshold))
-        judged = predicted["generalizes"] is not None and observed != "did not fit"
+        judged = prediction["generalizes"] is not None and observed != "did not fit"
         rows.append(dict(
-            task=task, predicted=predicted, observed=observed, seeds_fit=int(fit_S.sum()),
-            agrees=(predicted["generalizes"] == (observed == "generalizes")) if judged else None,
+            task=task, predicted=prediction, observed=observed, seeds_fit=int(fit_S.sum()),
+            agrees=(prediction["generalizes"] == (observed == "generalizes")) if judged else None,
             seeds_agreeing=None if not judged else sum(
-                (observe(a[0], a[-1], threshold) == "generalizes") == predicted["generalizes"] for a in accuracy_SxK[fit_S]),
+                (observe(a[0], a[-1], threshold) == "generalizes") == prediction["generalizes"] for a in accuracy_SxK[fit_S]),
             bins=[dict(lo=lo, hi=hi, mean=round(float(accuracy_SxK[:, k].mean()), 4),
                        std=round(float(accuracy_SxK[:, k].std()), 4),
                        per_seed=[float(a) for a in accuracy_SxK[:, k]]) for k, (lo, hi) in enumerate(bins)],
@@ -174,11 +171,7 @@ def report_markdown(summary: dict) -> str:
 def draw_figure(summary: dict, path: Path) -> None:
     """Accuracy against input length per task (mean over seeds, band: ± std); line style: solid
     predicted to generalize, dashed predicted not to, dotted no prediction."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = summary["rows"]
     columns = min(5, max(len(rows), 1))
     grid_rows = max(1, -(-len(rows) // columns))
@@ -207,10 +200,7 @@ def draw_figure(summary: dict, path: Path) -> None:
     figure.suptitle(f"{summary['pe'].upper()} ({summary['preset']}): solid = predicted to generalize, "
                     "dashed = predicted not to; grey = training lengths; dotted = threshold", fontsize=9)
     figure.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(tmp, dpi=120)
-    plt.close(figure)
-    tmp.replace(path)
+    save_figure(figure, path, dpi=120)
 
 
 def write_report(run_dir: Path, threshold: float | None = None) -> dict:

@@ -1,0 +1,46 @@
+"""Greedy answers of a pretrained model to batches of prompts: batched prefill, then KV-cache
+decoding, each answer read up to the end of its line."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.generate import generate
+
+# Prompts of a batch are padded to a multiple of this many tokens, and the number of generated
+# tokens is rounded up likewise, so a handful of compiled programs serve a whole run.
+WIDTH_BUCKET = 32
+NEW_TOKENS_BUCKET = 8
+
+
+def answer_line(tokenizer, generated: list[int]) -> str:
+    """The generated text up to the first special token or line break, stripped."""
+    special = tokenizer.special_ids
+    end = next((k for k, token in enumerate(generated) if token in special), len(generated))
+    return tokenizer.decode(generated[:end]).split("\n", 1)[0].strip()
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def answer_lines(pretrained, prompts: list[str], expected: list[str], newline_id: int, batch_size: int) -> list[str]:
+    """The greedy answer line to each prompt, decoded for as many tokens as the longest expected
+    answer and its line break take, plus two; batches of up to `batch_size` prompts share compiled
+    programs."""
+    tokenizer = pretrained.tokenizer
+    answer_tokens = max(len(tokenizer.encode(" " + answer + "\n")) for answer in expected)
+    max_new_tokens = _round_up(answer_tokens + 2, NEW_TOKENS_BUCKET)
+    prompt_ids = tokenizer.encode_batch(prompts)
+    width = _round_up(max(map(len, prompt_ids)), WIDTH_BUCKET)
+    # models.generate pads to the longest prompt of the batch and compiles once per shape: filler
+    # rows of exactly the bucket width fix the padded width and the batch size, so batches share
+    # compiled programs. Their outputs are dropped.
+    rows = [*prompt_ids, *[[newline_id] * width] * (batch_size + 1 - len(prompts))]
+    tokens_BxT = np.full((len(rows), width), newline_id, dtype=np.int32)
+    for r, row in enumerate(rows):
+        tokens_BxT[r, : len(row)] = row
+    generation = generate(pretrained.model, tokens_BxT, np.array([len(row) for row in rows]),
+                          max_new_tokens=max_new_tokens, eos_id=newline_id, pad_id=newline_id)
+    generated_BxN = np.asarray(generation.tokens_BxN)
+    return [answer_line(tokenizer, generated_BxN[r].tolist()) for r in range(len(prompts))]

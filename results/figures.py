@@ -1,0 +1,27 @@
+"""Figures for reports: matplotlib without a display, saved atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (imported on first use: it is slow to load)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(figure, path: Path, dpi: int = 120) -> None:
+    """Save `figure` to `path` (written next to it, then moved into place) and close it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    try:
+        figure.savefig(tmp, dpi=dpi)
+        tmp.replace(path)
+    finally:
+        pyplot().close(figure)
+        tmp.unlink(missing_ok=True)
