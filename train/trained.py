@@ -1,0 +1,64 @@
+"""A trained model read back from its job folder, for analysis and evaluation after training.
+
+    from train.trained import load_trained_model, job_folders
+    for folder in job_folders("runs/length_gen/ape-quick", "UF"):   # one per seed
+        trained = load_trained_model(folder)   # .model (Transformer), .task, .job, .setup, .step
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from flax import nnx
+
+from models.transformer import Transformer
+from train.checkpoint import load_checkpoint
+from train.loop import Job, TaskSetup
+from train.model import build_model
+from train.steps import make_optimizer
+
+JOB_FILE = "job.json"
+CHECKPOINT_FILE = "checkpoint.npz"
+
+
+class TrainedModelError(ValueError):
+    """A folder that holds no trained model."""
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    model: Transformer
+    task: object
+    job: Job
+    setup: TaskSetup
+    step: int  # the training step of the checkpoint
+
+
+def job_folders(run_dir: Path, task_code: str) -> list[Path]:
+    """The job folders (one per seed, in seed order) of one task in a run folder of length_gen.py."""
+    task_dir = Path(run_dir) / task_code
+    folders = sorted((p for p in task_dir.glob("seed*") if (p / JOB_FILE).is_file()),
+                     key=lambda p: int(p.name.removeprefix("seed")) if p.name[4:].isdigit() else p.name)
+    if not folders:
+        raise TrainedModelError(f"{task_dir} holds no trained job (no seed*/{JOB_FILE}); give a run folder of "
+                                f"experiments/length_gen.py and a task it trained")
+    return folders
+
+
+def load_trained_model(job_dir: Path) -> TrainedModel:
+    """The model of a job folder as its last checkpoint left it."""
+    job_dir = Path(job_dir)
+    for name in (JOB_FILE, CHECKPOINT_FILE):
+        if not (job_dir / name).is_file():
+            raise TrainedModelError(f"{job_dir} has no {name}; give a job folder that experiments/length_gen.py "
+                                    "wrote (<run folder>/<task>/seed<k>) and that has trained at least until its first "
+                                    "checkpoint")
+    job = Job.from_dict(json.loads((job_dir / JOB_FILE).read_text()))
+    setup = TaskSetup.for_job(job)
+    model = build_model(job.pe, job.model, len(setup.task.vocab), setup.max_positions, job.seed)
+    params = nnx.state(model, nnx.Param)
+    (params, _), meta = load_checkpoint(job_dir / CHECKPOINT_FILE, (params, make_optimizer(job.train).init(params)))
+    nnx.update(model, params)
+    return TrainedModel(model=model, task=setup.task, job=job, setup=setup, step=meta["step"])
