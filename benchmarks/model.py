@@ -18,7 +18,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from models import Transformer, forward_flops_per_token, generate, parameter_count, preset
+from models import ModelConfig, Transformer, forward_flops_per_token, generate, parameter_count, preset
+from train.config import PRESETS as FROM_SCRATCH
 
 
 def median_seconds(run, repeats: int) -> float:
@@ -31,9 +32,16 @@ def median_seconds(run, repeats: int) -> float:
     return statistics.median(times)
 
 
+def model_config(name: str, max_positions: int) -> ModelConfig:
+    """A from-scratch preset's model (APE, a 128-symbol vocabulary) or a pretrained shape."""
+    if name in FROM_SCRATCH:
+        return FROM_SCRATCH[name].model.replace(pe="ape").model_config(vocab_size=128, max_positions=max_positions)
+    return preset(name, max_positions=max_positions)
+
+
 def benchmark(name: str, args) -> dict:
     total_length = args.prompt + args.new_tokens
-    config = preset(name, max_positions=max(512, total_length))
+    config = model_config(name, max_positions=max(512, total_length))
     model = Transformer(config, rngs=nnx.Rngs(0))
     rng = np.random.default_rng(0)
     tokens_BxT = rng.integers(0, config.vocab_size, (args.batch, total_length)).astype(np.int32)
@@ -66,7 +74,8 @@ def benchmark(name: str, args) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", nargs="+", default=["quick", "paper"], help="model presets to measure")
+    parser.add_argument("--presets", nargs="+", default=["quick", "paper"],
+                        help="from-scratch presets (quick, paper) or pretrained shapes (smollm2_135m, ...) to measure")
     parser.add_argument("--batch", type=int, default=16, help="sequences per batch")
     parser.add_argument("--prompt", type=int, default=32, help="prompt length for decoding (forward uses prompt + new tokens)")
     parser.add_argument("--new-tokens", type=int, default=64, help="greedy tokens generated per sequence")

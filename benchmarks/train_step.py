@@ -32,7 +32,6 @@ import numpy as np
 from crasp.tasks import get_task
 from train.config import PRESETS
 from train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
-from train.model import build_model
 from train.steps import init_stack, make_optimizer, make_train_step
 from train.workers import SINGLE_THREAD_XLA_FLAGS, available_cores
 
@@ -56,7 +55,7 @@ class Ours:
     def __init__(self, preset_name: str, vocab_size: int, max_positions: int):
         preset = PRESETS[preset_name]
         optimizer = make_optimizer(preset.train)
-        model = build_model("ape", preset.model, vocab_size, max_positions, seed=0)
+        model = preset.model.replace(pe="ape").build(vocab_size, max_positions, seed=0)
         graphdef, rest, self.params, self.opt_state = init_stack([model], optimizer)
         self.step_fn = make_train_step(graphdef, rest, optimizer)
 
@@ -74,11 +73,10 @@ class HuggingFace:
         from transformers import GPT2Config, GPT2LMHeadModel
 
         preset = PRESETS[preset_name]
-        settings = preset.model
+        ours = preset.model.replace(pe="ape").model_config(vocab_size, max_positions)
         torch.manual_seed(0)
-        config = GPT2Config(vocab_size=vocab_size, n_positions=max_positions, n_embd=settings["d_model"],
-                            n_layer=settings["n_layers"], n_head=settings["n_heads"],
-                            n_inner=settings.get("d_ff", 4 * settings["d_model"]), resid_pdrop=0.0, embd_pdrop=0.0,
+        config = GPT2Config(vocab_size=vocab_size, n_positions=max_positions, n_embd=ours.d_model,
+                            n_layer=ours.n_layers, n_head=ours.n_heads, n_inner=ours.d_ff, resid_pdrop=0.0, embd_pdrop=0.0,
                             attn_pdrop=0.0, activation_function="gelu_new", bos_token_id=1, eos_token_id=3)
         self.torch = torch
         self.model = GPT2LMHeadModel(config).train()

@@ -23,33 +23,18 @@ from pathlib import Path
 import jax
 
 from crasp.tasks import TASK_CODES
+from models.config import DTYPES, POSITIONS
 from results.files import ResultFileError, read_jsonl, write_jsonl
 from results.length_gen import DEFAULT_THRESHOLD, REPORTED_SETTINGS, markdown_table, write_report
 from results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
-from train.config import PRESETS, ConfigError, TrainConfig
-from train.loop import PE_CHOICES, Job, TaskSetup
+from train.config import PRESETS, ModelSettings, RunSettings, TrainConfig, command_line_settings
+from train.loop import Job, TaskSetup
 from train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
 
-MODEL_FLAGS = {"n_layers": "transformer blocks", "n_heads": "attention heads per block",
-               "d_model": "width of the residual stream", "d_ff": "hidden width of the MLP (default 4 x d_model)"}
-TRAIN_FLAGS = {
-    "batch_size": (int, "sequences per training step"),
-    "learning_rate": (float, "peak learning rate of AdamW"),
-    "weight_decay": (float, "AdamW weight decay"),
-    "schedule": (str, "'linear' (warmup, then linear decay to 0 at max_steps) or 'constant' (warmup, then constant)"),
-    "warmup_steps": (int, "steps of linear warmup from 0 to the peak learning rate"),
-    "max_steps": (int, "training steps at most"),
-    "eval_every": (int, "evaluate every this many steps (and at the last step)"),
-    "stop_after_perfect_evals": (int, "stop once the training bin is at 100%% in this many consecutive "
-                                      "evaluations (0: never stop early)"),
-    "length_buckets": (int, "training batches come from this many contiguous ranges of the training lengths, "
-                            "each padded to its own longest string (1: every batch mixes all lengths)"),
-    "eval_examples_per_length": (int, "test strings at each input length of each bin"),
-    "greedy_examples_per_bin": (int, "strings per bin also decoded greedily with the KV cache, whose verdict "
-                                     "must agree with teacher forcing"),
-    "checkpoint_every": (int, "save a checkpoint every this many steps (and at every evaluation)"),
-    "max_positions": (int, "APE table size; 0: the longest test string of each task"),
-}
+MODEL_FLAGS = command_line_settings(ModelSettings)
+TRAIN_FLAGS = command_line_settings(TrainConfig)
+# Flags whose accepted values are a fixed vocabulary.
+CHOICES = {"pe": POSITIONS, "dtype": tuple(DTYPES)}
 
 
 def parse_bins(text: str) -> tuple[tuple[int, int], ...]:
@@ -64,9 +49,8 @@ def parse_bins(text: str) -> tuple[tuple[int, int], ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pe", choices=PE_CHOICES, default="ape",
-                        help="positional encoding: ape (GPT-2 blocks, learned table, random training offsets), "
-                             "rope (Llama blocks, base 500) or nope (GPT-2 blocks, no positions)")
+    pe_type, pe_help = MODEL_FLAGS["pe"]
+    parser.add_argument("--pe", type=pe_type, choices=POSITIONS, default="ape", help=pe_help)
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="experiment scale; default: paper on an accelerator, quick on a CPU. "
                              + " ".join(f"{p.name}: {p.description}" for p in PRESETS.values()))
@@ -87,10 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     model = parser.add_argument_group("model overrides (default: the preset's)")
-    for name, text in MODEL_FLAGS.items():
-        model.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=text)
-    model.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                       help="compute dtype (parameters stay float32)")
+    for name, (kind, text) in MODEL_FLAGS.items():
+        if name != "pe":
+            model.add_argument(f"--{name.replace('_', '-')}", type=kind, choices=CHOICES.get(name), default=None,
+                               help=text)
     train = parser.add_argument_group("training overrides (default: the preset's)")
     train.add_argument("--train-lengths", type=int, nargs=2, default=None, metavar=("LO", "HI"),
                        help="training input lengths, inclusive; the first test bin is set to the same range")
@@ -101,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_settings(args: argparse.Namespace) -> dict:
+def run_settings(args: argparse.Namespace) -> RunSettings:
     """config.json of the run: the preset with the command line's overrides applied (training
     settings per task: the preset's per-task changes first, the command line's over them)."""
     on_accelerator = jax.default_backend() != "cpu"
@@ -112,24 +96,18 @@ def run_settings(args: argparse.Namespace) -> dict:
         changes["train_lengths"] = tuple(args.train_lengths)
         bins = args.test_bins or ((tuple(args.train_lengths),) + tuple(preset.train.test_bins[1:]))
     changes["test_bins"] = bins
-    model = dict(preset.model, **{name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None})
-    if args.dtype is not None:
-        model["dtype"] = args.dtype
-    tasks = args.tasks or list(preset.tasks)
-    seeds = args.seeds if args.seeds is not None else list(preset.seeds)
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds {' '.join(map(str, seeds))}: each seed may appear once")
-    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
-    return dict(pe=args.pe, preset=preset.name, tasks=tasks, seeds=seeds, threshold=threshold,
-                train={task: preset.train_for(task, **changes).to_dict() for task in tasks}, model=model,
-                task_overrides={task: preset.overrides_for(task) for task in tasks})
+    model = preset.model.replace(**{name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None})
+    tasks = tuple(args.tasks or preset.tasks)
+    return RunSettings(preset=preset.name, tasks=tasks, seeds=tuple(args.seeds or preset.seeds),
+                       threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold, model=model,
+                       train={task: preset.train_for(task, **changes) for task in tasks},
+                       task_overrides={task: preset.overrides_for(task) for task in tasks})
 
 
-def make_jobs(settings: dict, run_dir: Path) -> list[Job]:
-    return [Job(task_code=task, seed=seed, pe=settings["pe"], train=TrainConfig.from_dict(settings["train"][task]),
-                model=settings["model"],
-                task_overrides=settings["task_overrides"][task], out_dir=str(run_dir / task / f"seed{seed}"))
-            for task in settings["tasks"] for seed in settings["seeds"]]
+def make_jobs(settings: RunSettings, run_dir: Path) -> list[Job]:
+    return [Job(task_code=task, seed=seed, model=settings.model, train=settings.train[task],
+                task_overrides=settings.task_overrides[task], out_dir=str(run_dir / task / f"seed{seed}"))
+            for task in settings.tasks for seed in settings.seeds]
 
 
 def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
@@ -172,9 +150,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def report_only(run_dir: Path, threshold: float | None) -> None:
-    settings = read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py")
+    settings = RunSettings.from_dict(read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py"))
     # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
-    if any((run_dir / task).is_dir() for task in settings["tasks"]):
+    if any((run_dir / task).is_dir() for task in settings.tasks):
         collect_metrics(run_dir, make_jobs(settings, run_dir))
     print(markdown_table(write_report(run_dir, threshold)))
 
@@ -182,10 +160,10 @@ def report_only(run_dir: Path, threshold: float | None) -> None:
 def train_and_report(args: argparse.Namespace) -> None:
     try:  # everything that could fail is checked before the first file is written
         settings = run_settings(args)
-        run_dir = args.out or Path("runs") / "length_gen" / f"{settings['pe']}-{settings['preset']}"
+        run_dir = args.out or Path("runs") / "length_gen" / f"{settings.model.pe}-{settings.preset}"
         jobs = make_jobs(settings, run_dir)
         check_jobs(jobs, run_dir)
-        open_run_folder(run_dir, settings, may_change=("threshold",))
+        open_run_folder(run_dir, settings.to_dict(), may_change=("threshold",))
     except ValueError as error:  # ConfigError, TaskError, RunFolderError: each says what to change
         raise SystemExit(f"error: {error}")
     start = time.monotonic()

@@ -32,6 +32,7 @@ from tqdm import tqdm
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES, UNBOUNDED, TaskError
 from incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Item, cell_items, pretrained_task
 from incontext.greedy import answer_lines
+from models.config import DTYPES
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_pretrained
 from results.files import ResultFileError, read_jsonl, write_jsonl
 from results.in_context import RESULTS_FILE, report_markdown, write_report
@@ -158,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=at_least(0), default=0, help="fixes every prompt")
     parser.add_argument("--batch-size", type=at_least(1), default=16,
                         help="prompts decoded together (plus one filler row that fixes the compiled shape)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
                         help="compute dtype (parameters stay float32)")
     parser.add_argument("--retrieval-demonstrations", type=at_least(1), default=4,
                         help="demonstrations before a retrieval item")

@@ -4,13 +4,13 @@ Build
 -----
     from flax import nnx
     from models import Transformer, ModelConfig, preset, parameter_count, forward_flops_per_token
-    config = preset("paper", vocab_size=len(task.vocab), max_positions=512)   # or ModelConfig(...)
+    config = ModelConfig(vocab_size=len(task.vocab), d_model=256, n_layers=4, n_heads=4, d_ff=1024)
+    config = preset("smollm2_135m")                       # the shape of a known pretrained model
     model = Transformer(config, rngs=nnx.Rngs(seed))      # same seed -> same parameters
 
-Presets (models.PRESETS): "quick" (GPT-2 block, APE, 2 layers, d 64, 4 heads), "paper" (GPT-2
-block, APE, 4 layers, 4 heads, d 256, d_ff 1024), "paper_nope" (same, no positions), "paper_rope"
-(Llama block, RoPE base 500, untied), "smollm2_135m", "qwen2.5_0.5b", "gpt2_124m" (pretrained
-shapes). From-scratch presets have a placeholder vocab_size=128, max_positions=512: override.
+Presets (models.PRESETS): the shapes of "smollm2_135m", "qwen2.5_0.5b", "gpt2_124m". The
+from-scratch model sizes and the block each position encoding gets are train.config's
+(`PRESETS["quick"].model.model_config(vocab_size, max_positions)`).
 ModelConfig fields: vocab_size, d_model, n_layers, n_heads, d_ff, n_kv_heads (None: n_heads),
 d_head (None: d_model // n_heads), block "gpt2"|"llama", position "ape"|"rope"|"nope",
 max_positions (APE table rows), rope_base, rope_dim (rotary dims per head; None: all),

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, get_args
 
 import jax.numpy as jnp
 
 Block = Literal["gpt2", "llama"]
 Position = Literal["ape", "rope", "nope"]
-BLOCKS = ("gpt2", "llama")
-POSITIONS = ("ape", "rope", "nope")
+BLOCKS: tuple[str, ...] = get_args(Block)
+# The position encodings the lab knows; crasp.fragment.POSITION_ENCODINGS names the same three for
+# the predictions (crasp imports nothing from models), and a test keeps the two equal.
+POSITIONS: tuple[str, ...] = get_args(Position)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -86,19 +88,8 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
 
-# The from-scratch presets carry a placeholder vocab_size and max_positions: override them with
-# the task's (preset("paper", vocab_size=len(task.vocab), max_positions=...)).
+# The shapes of known pretrained models (the from-scratch model sizes are train.config's presets).
 PRESETS: dict[str, ModelConfig] = {
-    "quick": ModelConfig(vocab_size=128, d_model=64, n_layers=2, n_heads=4, d_ff=256),
-    # Retrieval/copying paper, appendix B: GPT-2 style, 4 layers, 4 heads, d 256.
-    "paper": ModelConfig(vocab_size=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024),
-    "paper_nope": ModelConfig(vocab_size=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024, position="nope"),
-    # The Llama-style RoPE setup of one official configuration (RMSNorm, RoPE base 500).
-    "paper_rope": ModelConfig(
-        vocab_size=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024,
-        block="llama", position="rope", rope_base=500.0, tie_embeddings=False,
-    ),
-    # Pretrained shapes, so the weight loader can reuse them.
     "smollm2_135m": ModelConfig(
         vocab_size=49152, d_model=576, n_layers=30, n_heads=9, n_kv_heads=3, d_ff=1536,
         block="llama", position="rope", rope_base=100000.0, max_positions=8192, norm_eps=1e-5,
@@ -113,7 +104,7 @@ PRESETS: dict[str, ModelConfig] = {
 
 
 def preset(name: str, **overrides) -> ModelConfig:
-    """The named preset, with fields replaced by `overrides` (e.g. vocab_size, position)."""
+    """The named pretrained shape, with fields replaced by `overrides` (e.g. max_positions)."""
     if name not in PRESETS:
         raise KeyError(f"unknown model preset {name!r}; accepted: {sorted(PRESETS)}")
     return PRESETS[name].replace(**overrides)

@@ -1,6 +1,6 @@
 """The length-generalization report, computed from a run folder's files only.
 
-Inputs: `config.json` (pe, preset, tasks, seeds, threshold) and `metrics.jsonl` (every job's
+Inputs: `config.json` (preset, tasks, seeds, threshold, model with its pe) and `metrics.jsonl` (every job's
 records, tagged with task and seed; a job's final evaluation is its last "eval" record).
 Outputs, written atomically into the same folder: `summary.json`, `report.md` and
 `accuracy_by_length.png`. The prediction per task comes from the interpreter
@@ -25,7 +25,7 @@ FIGURE_FILE = "accuracy_by_length.png"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
 DEFAULT_THRESHOLD = 0.9
 # What the report reads from config.json; a run writes these and more.
-REPORTED_SETTINGS = ("pe", "preset", "tasks", "train")
+REPORTED_SETTINGS = ("preset", "tasks", "model", "train")
 
 
 def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
@@ -81,7 +81,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         seeds = sorted(by_seed)
         accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
         bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
-        prediction = dataclasses.asdict(predict(task, config["pe"]))
+        prediction = dataclasses.asdict(predict(task, config["model"]["pe"]))
         # Seeds that did not fit their training lengths say nothing about longer ones: the verdict
         # is made from the seeds that fit (none: the task did not fit).
         fit_S = accuracy_SxK[:, 0] >= FIT_THRESHOLD
@@ -105,7 +105,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
             train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1)))
     judged = [row for row in rows if row["agrees"] is not None]
     first_task_train = config["train"][config["tasks"][0]]
-    return dict(pe=config["pe"], preset=config["preset"], threshold=threshold, fit_threshold=FIT_THRESHOLD,
+    return dict(pe=config["model"]["pe"], preset=config["preset"], threshold=threshold, fit_threshold=FIT_THRESHOLD,
                 rows=rows, bins=[list(b) for b in first_task_train["test_bins"]],
                 agreements=sum(row["agrees"] for row in judged), judged=len(judged),
                 did_not_fit=[row["task"] for row in rows if row["observed"] == "did not fit"],

@@ -7,10 +7,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from crasp.fragment import POSITION_ENCODINGS
 from models import (
     PRESETS, ModelConfig, Transformer, count_params, forward_flops_per_token, param_shapes,
     parameter_count, preset, set_params,
 )
+from models.config import POSITIONS
+from train.config import ARCHITECTURE_OF_POSITION
+from train.config import PRESETS as TRAIN_PRESETS
 
 STYLES = {
     "gpt2_ape": dict(block="gpt2", position="ape"),
@@ -142,16 +146,22 @@ def test_out_of_table_ape_position_is_a_clear_error_and_nan_under_jit():
     assert np.isfinite(np.asarray(jitted(model, jnp.array([[4, 5, 6, 7]])))).all()
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+# Every architecture the lab builds: the pretrained shapes, and each from-scratch size with each
+# position encoding (GPT-2 blocks for APE and NoPE, Llama blocks for RoPE).
+ARCHITECTURES = {**PRESETS, **{f"{size}-{pe}": TRAIN_PRESETS[size].model.replace(pe=pe).model_config(128, 512)
+                               for size in TRAIN_PRESETS for pe in POSITIONS}}
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
 def test_parameter_count_from_config_equals_actual_parameters(name):
-    config = PRESETS[name]
+    config = ARCHITECTURES[name]
     abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
     assert count_params(abstract) == parameter_count(config)
 
 
-@pytest.mark.parametrize("name", ["paper", "paper_rope", "smollm2_135m"])
+@pytest.mark.parametrize("name", ["paper-ape", "paper-rope", "smollm2_135m"])
 def test_flops_per_token_counts_every_matrix_product(name):
-    config = PRESETS[name]
+    config = ARCHITECTURES[name]
     shapes = param_shapes(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
     kernels = sum(int(np.prod(shape)) for path, shape in shapes.items() if path.endswith(".kernel"))
     output_head = config.vocab_size * config.d_model if config.tie_embeddings else 0
@@ -167,11 +177,16 @@ def test_published_parameter_counts_of_pretrained_shapes():
     assert parameter_count(PRESETS["gpt2_124m"]) == 124_439_808
 
 
+def test_the_models_and_the_predictions_know_the_same_position_encodings():
+    assert POSITIONS == POSITION_ENCODINGS
+    assert set(ARCHITECTURE_OF_POSITION) == set(POSITIONS)
+
+
 def test_bad_config_and_preset_names_are_clear_errors():
     with pytest.raises(ValueError, match="position='alibi'; accepted"):
-        preset("quick", position="alibi")
+        preset("gpt2_124m", position="alibi")
     with pytest.raises(ValueError, match="multiple of n_kv_heads"):
-        preset("quick", n_kv_heads=3)
+        preset("gpt2_124m", n_kv_heads=5)
     with pytest.raises(KeyError, match="unknown model preset 'big'"):
         preset("big")
 

@@ -16,14 +16,15 @@ import pytest
 from flax import nnx
 
 from crasp.tasks import get_task
-from train.config import TrainConfig
+from train.config import ModelSettings, TrainConfig
+from train.evaluate import build_eval_sets, teacher_forced_exact
+from train.trained import load_trained_model
 from train.data import sample_batch, sequence_length
 from train.loop import Job, run_stack
-from train.model import build_model
-from train.steps import _answer_scores, make_optimizer, make_train_step
+from train.steps import _answer_scores, init_stack, make_eval_step, make_optimizer, make_train_step
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_MODEL = dict(n_layers=1, n_heads=2, d_model=16)
+TINY_MODEL = ModelSettings(n_layers=1, n_heads=2, d_model=16)
 
 
 def tiny_config(**changes) -> TrainConfig:
@@ -61,7 +62,7 @@ def test_stacked_training_equals_separate_runs():
     optimizer = make_optimizer(config)
 
     def train(seeds):
-        models = [build_model("ape", TINY_MODEL, len(task.vocab), 16, seed) for seed in seeds]
+        models = [TINY_MODEL.build(len(task.vocab), 16, seed) for seed in seeds]
         graphdef, _, rest = nnx.split(models[0], nnx.Param, ...)
         params_S = jax.tree.map(lambda *x: jnp.stack(x), *[nnx.split(m, nnx.Param, ...)[1] for m in models])
         opt_state_S = jax.vmap(optimizer.init)(params_S)
@@ -94,7 +95,7 @@ def run_worker(folder: Path) -> subprocess.Popen:
 
 def write_job(folder: Path, config: TrainConfig) -> None:
     folder.mkdir(parents=True)
-    job = Job(task_code="UR", seed=5, pe="ape", train=config, model=TINY_MODEL,
+    job = Job(task_code="UR", seed=5, model=TINY_MODEL, train=config,
               task_overrides=dict(alphabet_size=8), out_dir=str(folder))
     (folder / "job.json").write_text(json.dumps(job.to_dict()))
 
@@ -120,16 +121,32 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     records, result = comparable(whole)
     assert sum(r["kind"] == "eval" for r in records) == 4
     assert all(b["greedy_disagreements"] == 0 for b in result["bins"])
+    assert_reloaded_model_reproduces_the_result(whole, result)
+
+
+def assert_reloaded_model_reproduces_the_result(folder: Path, result: dict) -> None:
+    """train.trained gives back the model the job ended with: its accuracy on the job's own test
+    strings is the recorded one, bin by bin."""
+    trained = load_trained_model(folder)
+    assert trained.step == result["steps"]
+    config = trained.job.train
+    eval_sets = build_eval_sets(trained.task, trained.job.seed, trained.setup.bins, config.eval_examples_per_length,
+                                trained.setup.max_positions)
+    graphdef, rest, params_S, _ = init_stack([trained.model], make_optimizer(config))
+    eval_step = make_eval_step(graphdef, rest)
+    for eval_set, recorded in zip(eval_sets, result["bins"]):
+        exact_SxN = teacher_forced_exact(eval_step, params_S, [eval_set], config.eval_batch_size, lambda part: part)
+        assert round(float(exact_SxN.mean()), 6) == recorded["accuracy"]
 
 
 SHARDED_SCRIPT = """
 import json, sys
 import numpy as np
-from train.config import TrainConfig
+from train.config import ModelSettings, TrainConfig
 from train.loop import Job, run_job
 import jax
 config = TrainConfig(**json.loads(sys.argv[1])).validate()
-job = Job(task_code="UF", seed=1, pe="rope", train=config, model=dict(n_layers=1, n_heads=2, d_model=16),
+job = Job(task_code="UF", seed=1, model=ModelSettings(pe="rope", n_layers=1, n_heads=2, d_model=16), train=config,
           task_overrides=dict(alphabet_size=8), out_dir=sys.argv[2])
 run_job(job)
 print(json.dumps(dict(devices=jax.device_count())))
@@ -156,7 +173,7 @@ def test_two_devices_give_the_same_loss_as_one(tmp_path):
 
 
 def test_stack_rejects_jobs_that_differ_in_more_than_the_seed(tmp_path):
-    jobs = [Job(task_code=code, seed=0, pe="ape", train=tiny_config(), model=TINY_MODEL, out_dir=str(tmp_path / code))
+    jobs = [Job(task_code=code, seed=0, model=TINY_MODEL, train=tiny_config(), out_dir=str(tmp_path / code))
             for code in ("UF", "UB")]
     with pytest.raises(ValueError, match="differ in more than the seed"):
         run_stack(jobs)
@@ -169,7 +186,7 @@ def test_accelerator_path_stacks_seeds_and_matches_single_runs(tmp_path):
     config = tiny_config(max_steps=16, eval_every=8, checkpoint_every=8)
 
     def jobs(folder):
-        return [Job(task_code="UB", seed=seed, pe="nope", train=config, model=TINY_MODEL,
+        return [Job(task_code="UB", seed=seed, model=TINY_MODEL.replace(pe="nope"), train=config,
                     task_overrides=dict(alphabet_size=8), out_dir=str(tmp_path / folder / f"seed{seed}"))
                 for seed in (0, 1)]
 

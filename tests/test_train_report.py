@@ -8,7 +8,7 @@ from crasp.prediction import Prediction
 from experiments import length_gen
 from results import length_gen as length_gen_report
 from results.length_gen import summarize
-from train.config import TrainConfig
+from train.config import PRESETS, RunSettings, TrainConfig
 
 
 @pytest.fixture
@@ -30,8 +30,8 @@ def eval_record(task, seed, step, accuracies):
 @pytest.fixture
 def run_dir(tmp_path):
     train = TrainConfig(train_lengths=(1, 10), test_bins=((1, 10), (11, 20), (21, 30))).to_dict()
-    config = dict(pe="ape", preset="quick", tasks=["UF", "NF", "NB"], seeds=[0, 1], threshold=0.9,
-                  train={task: train for task in ("UF", "NF", "NB")}, model={},
+    config = dict(preset="quick", tasks=["UF", "NF", "NB"], seeds=[0, 1], threshold=0.9,
+                  train={task: train for task in ("UF", "NF", "NB")}, model=dict(pe="ape"),
                   task_overrides={task: {} for task in ("UF", "NF", "NB")})
     (tmp_path / "config.json").write_text(json.dumps(config))
     records = [
@@ -117,12 +117,15 @@ def test_every_flag_is_explained_and_overrides_apply(tmp_path):
                               "--train-lengths", "1", "8", "--test-bins", "1-8,9-16", "--d-model", "32",
                               "--learning-rate", "0.01", "--max-steps", "300"])
     settings = length_gen.run_settings(args)
-    train = settings["train"]["UF"]
-    assert train["train_lengths"] == (1, 8) and train["test_bins"] == ((1, 8), (9, 16))
-    assert settings["model"]["d_model"] == 32 and train["learning_rate"] == 0.01 and train["max_steps"] == 300
-    assert settings["seeds"] == [3, 4] and settings["tasks"] == ["UF"]
+    train = settings.train["UF"]
+    assert train.train_lengths == (1, 8) and train.test_bins == ((1, 8), (9, 16))
+    assert train.learning_rate == 0.01 and train.max_steps == 300
+    assert settings.model == PRESETS["quick"].model.replace(pe="rope", d_model=32)
+    assert settings.seeds == (3, 4) and settings.tasks == ("UF",)
+    assert RunSettings.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings  # as config.json stores it
     jobs = length_gen.make_jobs(settings, tmp_path)
     assert [job.folder.name for job in jobs] == ["seed3", "seed4"]
+    assert all(job.model.pe == "rope" for job in jobs)
 
 
 def test_bad_bins_are_refused(capsys):

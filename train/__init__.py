@@ -1,14 +1,15 @@
 """Training from scratch on the task library: online batches, AdamW, evaluation per length bin.
 
-    from train.config import PRESETS, TrainConfig       # presets "quick" (2-core CPU) and "paper"
+    from train.config import PRESETS                    # presets "quick" (2-core CPU) and "paper"
     from train.loop import Job, run_job, run_stack      # one (task, seed) per folder; resumable
-    job = Job(task_code="UF", seed=0, pe="ape", train=PRESETS["quick"].train,
-              model=PRESETS["quick"].model, task_overrides={"alphabet_size": 64}, out_dir="runs/x/UF/seed0")
+    quick = PRESETS["quick"]
+    job = Job(task_code="UF", seed=0, model=quick.model.replace(pe="rope"), train=quick.train,
+              task_overrides={"alphabet_size": 64}, out_dir="runs/x/UF/seed0")
     result = run_job(job)        # {"bins": [{"lo", "hi", "accuracy", ...}], "steps", "stopped_early", ...}
 
-Modules: config (settings and presets), data (batches from (seed, step)), steps (the compiled
+Modules: config (model and training settings, presets), data (batches from (seed, step)), steps (the compiled
 training and evaluation steps, vmapped over a stack of models, batch sharded over devices),
 evaluate (accuracy per bin + greedy cross-check), checkpoint (atomic files), loop (a resumable
-run), model (which architecture each positional encoding gets), workers (one pinned process per
+run), trained (a trained model back from its folder), workers (one pinned process per
 CPU core, or stacked seeds on an accelerator; progress bars).
 """

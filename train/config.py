@@ -1,7 +1,7 @@
-"""Training settings: one frozen dataclass, named presets, validation with actionable errors.
-
-A run is fully described by a `TrainConfig` plus the model settings (a plain dict handed to
-`models`), the task code and the seed; `config.json` in every run folder is `asdict` of these.
+"""The settings of a from-scratch run, typed: the model (`ModelSettings`, its position encoding
+inside), the training (`TrainConfig`), and the named presets that combine them with tasks and
+seeds. A job is fully described by these plus the task code and the seed; every run folder stores
+them as JSON (`to_dict`) and reads them back (`from_dict`), validated on the way in.
 """
 
 from __future__ import annotations
@@ -9,12 +9,88 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from flax import nnx
+
+from crasp.tasks import RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
+from models.config import DTYPES, POSITIONS, ModelConfig
+from models.transformer import Transformer
+
 SCHEDULES = ("linear", "constant")
-RETRIEVAL_AND_COPYING = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
+# The block each position encoding gets, as in the official from-scratch setups of the
+# retrieval/copying paper: GPT-2 blocks (LayerNorm, GELU) for APE and NoPE, Llama blocks (RMSNorm,
+# SwiGLU, untied output) with RoPE base 500.
+ARCHITECTURE_OF_POSITION = {
+    "ape": dict(block="gpt2"),
+    "nope": dict(block="gpt2"),
+    "rope": dict(block="llama", rope_base=500.0, tie_embeddings=False),
+}
 
 
 class ConfigError(ValueError):
-    """A training setting is out of range or inconsistent with another one."""
+    """A setting is out of range or inconsistent with another one."""
+
+
+def _require(owner: str, condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"{owner}: {message}")
+
+
+def _replace(settings, **changes):
+    unknown = set(changes) - {f.name for f in dataclasses.fields(settings)}
+    if unknown:
+        raise ConfigError(f"unknown {type(settings).__name__} setting(s) {sorted(unknown)}; known: "
+                          f"{[f.name for f in dataclasses.fields(settings)]}")
+    return dataclasses.replace(settings, **changes).validate()
+
+
+def _help(text: str) -> dict:
+    """Field metadata: the command line's help for this setting (experiments/length_gen.py)."""
+    return dict(help=text)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """A from-scratch transformer: its position encoding and size (the block follows from the
+    encoding, the vocabulary and position table from the task)."""
+
+    pe: str = field(default="ape", metadata=_help(
+        "position encoding: ape (GPT-2 blocks, learned table, random training offsets), rope (Llama blocks, "
+        "base 500) or nope (GPT-2 blocks, no positions)"))
+    n_layers: int = field(default=4, metadata=_help("transformer blocks"))
+    n_heads: int = field(default=4, metadata=_help("attention heads per block"))
+    d_model: int = field(default=256, metadata=_help("width of the residual stream"))
+    d_ff: int = field(default=0, metadata=_help("hidden width of the MLP (0: 4 x d_model)"))
+    dtype: str = field(default="float32", metadata=_help("compute dtype (parameters stay float32)"))
+
+    def validate(self) -> ModelSettings:
+        require = lambda condition, message: _require("ModelSettings", condition, message)  # noqa: E731
+        require(self.pe in POSITIONS, f"pe must be one of {POSITIONS}, got {self.pe!r}")
+        require(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        for name in ("n_layers", "n_heads", "d_model"):
+            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        require(self.d_ff >= 0, f"d_ff must be >= 0 (0: 4 x d_model), got {self.d_ff}")
+        require(self.d_model % self.n_heads == 0,
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        return self
+
+    def replace(self, **changes) -> ModelSettings:
+        return _replace(self, **changes)
+
+    def model_config(self, vocab_size: int, max_positions: int) -> ModelConfig:
+        return ModelConfig(vocab_size=vocab_size, max_positions=max_positions, n_layers=self.n_layers,
+                           n_heads=self.n_heads, d_model=self.d_model, d_ff=self.d_ff or 4 * self.d_model,
+                           dtype=self.dtype, position=self.pe, **ARCHITECTURE_OF_POSITION[self.pe])
+
+    def build(self, vocab_size: int, max_positions: int, seed: int) -> Transformer:
+        """A freshly initialised model (the seed fixes the initial weights)."""
+        return Transformer(self.model_config(vocab_size, max_positions), rngs=nnx.Rngs(seed))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> ModelSettings:
+        return cls().replace(**values)
 
 
 @dataclass(frozen=True)
@@ -23,44 +99,42 @@ class TrainConfig:
 
     Lengths are task input lengths (context length for retrieval, source length for copying),
     both ends inclusive. Lengths below what a task's sampler can produce are raised to
-    `task.min_length()` for that task (recorded in the run's metrics).
+    `task.min_length()` for that task (recorded in the job's task.json). Fields with a help text
+    are command-line flags of experiments/length_gen.py.
     """
 
     train_lengths: tuple[int, int] = (1, 50)
     test_bins: tuple[tuple[int, int], ...] = ((1, 50), (51, 100), (101, 150))
-    batch_size: int = 64
-    # Every training batch holds strings from one of this many contiguous ranges of the training
-    # lengths and is padded to that range's longest string (train.data.LengthBuckets); 1: every
-    # batch mixes all lengths and is padded to the longest training string.
-    length_buckets: int = 1
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    # Linear warmup then linear decay to zero at max_steps ("linear"), or warmup then constant.
-    schedule: str = "linear"
-    warmup_steps: int = 1000
-    max_steps: int = 30_000
-    eval_every: int = 5_000
-    # Stop once the training bin (bin 0 must equal the training range) has been at 100%
-    # in this many consecutive evaluations; 0 disables early stopping.
-    stop_after_perfect_evals: int = 1
-    # Test strings at each input length of each bin (a bin's accuracy is the mean over its lengths).
-    eval_examples_per_length: int = 40
-    # Greedy KV-cache decoding on this many strings per bin; its exact match must agree with
-    # the teacher-forced one (a disagreement is counted and reported).
-    greedy_examples_per_bin: int = 64
+    batch_size: int = field(default=64, metadata=_help("sequences per training step"))
+    length_buckets: int = field(default=1, metadata=_help(
+        "training batches come from this many contiguous ranges of the training lengths, each padded to its own "
+        "longest string (1: every batch mixes all lengths); every length keeps its share of examples"))
+    learning_rate: float = field(default=1e-4, metadata=_help("peak learning rate of AdamW"))
+    weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay"))
+    schedule: str = field(default="linear", metadata=_help(
+        "'linear' (warmup, then linear decay to 0 at max_steps) or 'constant' (warmup, then constant)"))
+    warmup_steps: int = field(default=1000, metadata=_help("steps of linear warmup from 0 to the peak learning rate"))
+    max_steps: int = field(default=30_000, metadata=_help("training steps at most"))
+    eval_every: int = field(default=5_000, metadata=_help("evaluate every this many steps (and at the last step)"))
+    # The first test bin must equal the training range: it is the bin the stopping rule watches.
+    stop_after_perfect_evals: int = field(default=1, metadata=_help(
+        "stop once the training bin is at 100%% in this many consecutive evaluations (0: never stop early)"))
+    eval_examples_per_length: int = field(default=40, metadata=_help(
+        "test strings at each input length of each bin (a bin's accuracy is the mean over its lengths)"))
+    # Greedy KV-cache decoding must agree with teacher forcing (a disagreement is counted and reported).
+    greedy_examples_per_bin: int = field(default=64, metadata=_help(
+        "strings per bin also decoded greedily with the KV cache, whose verdict must agree with teacher forcing"))
     eval_batch_size: int = 250
     log_every: int = 100
-    checkpoint_every: int = 1_000
+    checkpoint_every: int = field(default=1_000, metadata=_help(
+        "save a checkpoint every this many steps (and at every evaluation)"))
     # APE only: each training example starts at a random offset so every position row is trained.
     random_position_offset: bool = True
-    # Size of the position table (APE) and the longest sequence any run may see.
-    max_positions: int = 0  # 0: derived from the longest test bin of the task
+    max_positions: int = field(default=0, metadata=_help(
+        "APE table size and the longest sequence any run may see; 0: the longest test string of each task"))
 
     def validate(self) -> TrainConfig:
-        def require(condition: bool, message: str) -> None:
-            if not condition:
-                raise ConfigError(f"TrainConfig: {message}")
-
+        require = lambda condition, message: _require("TrainConfig", condition, message)  # noqa: E731
         lo, hi = self.train_lengths
         require(1 <= lo <= hi, f"train_lengths must be (lo, hi) with 1 <= lo <= hi, got {self.train_lengths}")
         require(len(self.test_bins) >= 1, "test_bins must hold at least one (lo, hi) bin")
@@ -82,11 +156,7 @@ class TrainConfig:
         return self
 
     def replace(self, **changes) -> TrainConfig:
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ConfigError(f"unknown training setting(s) {sorted(unknown)}; known: "
-                              f"{[f.name for f in dataclasses.fields(self)]}")
-        return dataclasses.replace(self, **changes).validate()
+        return _replace(self, **changes)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -99,14 +169,21 @@ class TrainConfig:
         return cls().replace(**values)
 
 
+def command_line_settings(settings_class) -> dict[str, tuple[type, str]]:
+    """name -> (type, help) of the fields of `settings_class` that are command-line flags."""
+    kinds = {"int": int, "float": float, "str": str}
+    return {f.name: (kinds[f.type] if isinstance(f.type, str) else f.type, f.metadata["help"])
+            for f in dataclasses.fields(settings_class) if "help" in f.metadata}
+
+
 @dataclass(frozen=True)
 class Preset:
-    """A named experiment scale: training settings, model size, task sampler overrides, seeds."""
+    """A named experiment scale: model size, training settings, task sampler overrides, seeds."""
 
     name: str
     description: str
     train: TrainConfig
-    model: dict = field(default_factory=dict)
+    model: ModelSettings  # its position encoding is replaced by the run's
     # Keyword overrides for crasp.tasks.get_task, per task code.
     task_overrides: dict = field(default_factory=dict)
     # TrainConfig changes per task code (e.g. a longer budget where supervision is sparse).
@@ -126,7 +203,7 @@ PAPER = Preset(
     name="paper",
     description="Appendix B of the retrieval/copying paper: lengths 1-50, bins to 150, 4x4x256.",
     train=TrainConfig().validate(),
-    model=dict(n_layers=4, n_heads=4, d_model=256, d_ff=1024),
+    model=ModelSettings(n_layers=4, n_heads=4, d_model=256, d_ff=1024).validate(),
     seeds=(0, 1, 2),
 )
 
@@ -135,7 +212,6 @@ PAPER = Preset(
 # retrieval one token per string: retrieval steps are cheaper (shorter strings) and it needs more
 # of them, hence the per-task budgets. The unique retrieval tasks learn far faster over 16
 # symbols than over 64; unique copying needs at least as many symbols as the longest test input.
-RETRIEVAL = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast")
 QUICK = Preset(
     name="quick",
     description="2-core CPU scale (experiments/calibration): lengths 1-20, bins to 40, 2 layers x 4 heads x d 64, "
@@ -146,11 +222,44 @@ QUICK = Preset(
         length_buckets=5, eval_examples_per_length=25, greedy_examples_per_bin=32, eval_batch_size=250, log_every=100,
         checkpoint_every=500,
     ).validate(),
-    model=dict(n_layers=2, n_heads=4, d_model=64, d_ff=256),
+    model=ModelSettings(n_layers=2, n_heads=4, d_model=64, d_ff=256).validate(),
     task_overrides={"UL": dict(alphabet_size=16), "UR": dict(alphabet_size=16),
                     "UF": dict(alphabet_size=64), "UB": dict(alphabet_size=64)},
-    train_overrides={code: dict(max_steps=8000) for code in RETRIEVAL},
+    train_overrides={code: dict(max_steps=8000) for code in RETRIEVAL_CODES},
     seeds=(0,),
 )
 
 PRESETS = {preset.name: preset for preset in (QUICK, PAPER)}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run of experiments/length_gen.py trains: its config.json. One model (size and
+    position encoding) for every task; training settings and sampler parameters per task."""
+
+    preset: str
+    tasks: tuple[str, ...]
+    seeds: tuple[int, ...]
+    threshold: float  # how results are read, not what is trained: it may change on a rerun
+    model: ModelSettings
+    train: dict[str, TrainConfig]
+    task_overrides: dict[str, dict]
+
+    def __post_init__(self):
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"--seeds {' '.join(map(str, self.seeds))}: each seed may appear once")
+        if set(self.train) != set(self.tasks) or set(self.task_overrides) != set(self.tasks):
+            raise ConfigError(f"RunSettings: training settings and sampler parameters are needed for exactly the "
+                              f"tasks {list(self.tasks)}")
+
+    def to_dict(self) -> dict:
+        return dict(preset=self.preset, tasks=list(self.tasks), seeds=list(self.seeds), threshold=self.threshold,
+                    model=self.model.to_dict(), train={task: config.to_dict() for task, config in self.train.items()},
+                    task_overrides=self.task_overrides)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> RunSettings:
+        return cls(preset=values["preset"], tasks=tuple(values["tasks"]), seeds=tuple(values["seeds"]),
+                   threshold=values["threshold"], model=ModelSettings.from_dict(values["model"]),
+                   train={task: TrainConfig.from_dict(config) for task, config in values["train"].items()},
+                   task_overrides=values["task_overrides"])

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from crasp.tasks import EOS_ID, PAD_ID
+from models.generate import generate
 from train.data import EVAL_STREAM, Batch, batch_rng, make_batch, stack_batches
 
 
@@ -71,14 +73,10 @@ def teacher_forced_exact(eval_step, params_S, stacked_sets: list[EvalSet], chunk
     return np.concatenate(results, axis=1)[:, :n]
 
 
-def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: int, decode) -> int:
+def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: int) -> int:
     """How many of `count` strings, spread evenly over the bin (so over its lengths), get a
-    different verdict from greedy decoding.
-
-    `decode(model, tokens_NxT, prompt_lengths_N, max_new_tokens) -> generated_NxM` is the model's
-    KV-cache greedy decoding; the answer is right when the first (length - prompt_length) tokens
-    generated equal the reference answer and EOS.
-    """
+    different verdict from the model's KV-cache greedy decoding, under which the answer is right
+    when the first (length - prompt_length) tokens generated equal the reference answer and EOS."""
     count = min(count, len(exact_N))
     if count == 0:
         return 0
@@ -87,7 +85,8 @@ def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: i
     lengths_N = eval_set.batch.lengths_B[rows]
     prompts_N = eval_set.prompt_lengths_N[rows]
     answer_lengths_N = lengths_N - prompts_N
-    generated_NxM = np.asarray(decode(model, tokens_NxT, prompts_N, int(answer_lengths_N.max())))
+    generated_NxM = np.asarray(generate(model, tokens_NxT, prompts_N, max_new_tokens=int(answer_lengths_N.max()),
+                                        eos_id=EOS_ID, pad_id=PAD_ID).tokens_BxN)
     disagreements = 0
     for i, row in enumerate(rows):
         reference = tokens_NxT[i, prompts_N[i]:lengths_N[i]]

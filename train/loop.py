@@ -24,44 +24,36 @@ from flax import nnx
 from crasp.tasks import get_task
 from results.files import append_jsonl, read_jsonl, write_json, write_jsonl
 from train.checkpoint import load_checkpoint, save_checkpoint
-from train.config import TrainConfig
+from train.config import ModelSettings, TrainConfig
 from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
                         stack_batches)
 from train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
-from train.model import build_model, greedy_decode
 from train.steps import (check_divisible, data_mesh, init_stack, make_eval_step, make_optimizer, make_train_step, replicate,
                          shard_batch)
 
-PE_CHOICES = ("ape", "rope", "nope")
-
-
 @dataclass(frozen=True)
 class Job:
-    """One model: a task, a positional encoding, a seed, the settings and where results go."""
+    """One model: a task, a seed, the model (with its position encoding), the training settings,
+    the task's sampler parameters and where results go."""
 
     task_code: str
     seed: int
-    pe: str
+    model: ModelSettings
     train: TrainConfig
-    model: dict = field(default_factory=dict)
     task_overrides: dict = field(default_factory=dict)
     out_dir: str = ""
-
-    def __post_init__(self):
-        if self.pe not in PE_CHOICES:
-            raise ValueError(f"Job.pe={self.pe!r}; accepted: {PE_CHOICES}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> Job:
-        return cls(**{**values, "train": TrainConfig.from_dict(values["train"])})
+        return cls(**{**values, "model": ModelSettings.from_dict(values["model"]),
+                      "train": TrainConfig.from_dict(values["train"])})
 
     def stack_key(self) -> tuple:
         """Jobs with equal keys differ only in seed and can share one compiled step."""
-        return (self.task_code, self.pe, repr(self.train), repr(sorted(self.model.items())),
-                repr(sorted(self.task_overrides.items())))
+        return (self.task_code, repr(self.model), repr(self.train), repr(sorted(self.task_overrides.items())))
 
     @property
     def folder(self) -> Path:
@@ -126,8 +118,7 @@ class _StackRun:
         self.mesh = data_mesh()
         check_divisible(self.mesh, self.config.batch_size, "batch_size")
         check_divisible(self.mesh, self.config.eval_batch_size, "eval_batch_size")
-        models = [build_model(job.pe, job.model, len(self.setup.task.vocab), self.setup.max_positions, job.seed)
-                  for job in jobs]
+        models = [job.model.build(len(self.setup.task.vocab), self.setup.max_positions, job.seed) for job in jobs]
         optimizer = make_optimizer(self.config)
         self.graphdef, self.rest, params_S, opt_state_S = init_stack(models, optimizer)
         self.state = replicate(self.mesh, (params_S, opt_state_S))
@@ -182,7 +173,7 @@ class _StackRun:
         job = self.jobs[index]
         self._checkpoint_one(index)
         write_json(job.folder / "result.json", dict(
-            task=job.task_code, seed=job.seed, pe=job.pe, steps=self.step, stopped_early=stopped_early,
+            task=job.task_code, seed=job.seed, pe=job.model.pe, steps=self.step, stopped_early=stopped_early,
             elapsed_s=round(self.elapsed_s[index], 1), bins=self.last_eval[index]["bins"]))
         self.finished[index] = True
 
@@ -195,7 +186,7 @@ class _StackRun:
     # -- training ------------------------------------------------------------------------------
     def run(self) -> None:
         config, setup = self.config, self.setup
-        random_offset = config.random_position_offset and self.jobs[0].pe == "ape"
+        random_offset = config.random_position_offset and self.jobs[0].model.pe == "ape"
         window_losses, window_accuracies = [], []
         clock = time.monotonic()
         while self.step < config.max_steps and not all(self.finished):
@@ -251,7 +242,7 @@ class _StackRun:
             for i in self._active():
                 model = nnx.merge(self.graphdef, unstack(params_S, i), self.rest)
                 disagreements = greedy_disagreements(model, self.eval_sets[i][b], exact_SxN[i],
-                                                     config.greedy_examples_per_bin, greedy_decode)
+                                                     config.greedy_examples_per_bin)
                 bin_records[i].append(dict(lo=lo, hi=hi, accuracy=round(float(exact_SxN[i].mean()), 6),
                                            n=int(exact_SxN.shape[1]),
                                            **self.eval_sets[i][b].by_length(exact_SxN[i]),

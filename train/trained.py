@@ -16,7 +16,6 @@ from flax import nnx
 from models.transformer import Transformer
 from train.checkpoint import load_checkpoint
 from train.loop import Job, TaskSetup
-from train.model import build_model
 from train.steps import make_optimizer
 
 JOB_FILE = "job.json"
@@ -57,7 +56,7 @@ def load_trained_model(job_dir: Path) -> TrainedModel:
                                     "checkpoint")
     job = Job.from_dict(json.loads((job_dir / JOB_FILE).read_text()))
     setup = TaskSetup.for_job(job)
-    model = build_model(job.pe, job.model, len(setup.task.vocab), setup.max_positions, job.seed)
+    model = job.model.build(len(setup.task.vocab), setup.max_positions, job.seed)
     params = nnx.state(model, nnx.Param)
     (params, _), meta = load_checkpoint(job_dir / CHECKPOINT_FILE, (params, make_optimizer(job.train).init(params)))
     nnx.update(model, params)

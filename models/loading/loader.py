@@ -96,7 +96,7 @@ def load_pretrained(name_or_path: str | Path, dtype: str = "float32") -> Pretrai
         architecture = _architecture(GGUF_ARCHITECTURES, gguf.architecture, "GGUF general.architecture", str(path))
         config = _model_config(architecture, gguf.metadata, gguf.tensor_names, str(path))
         source, tokenizer, kind = gguf, tokenizer_from_gguf_metadata(gguf.metadata, str(path)), "gguf"
-    model = build_model(config.replace(dtype=dtype), source, architecture.rules, str(path))
+    model = model_from_tensors(config.replace(dtype=dtype), source, architecture.rules, str(path))
     return Pretrained(model=model, tokenizer=tokenizer, path=path, architecture=f"{kind}/{architecture.name}")
 
 
@@ -118,7 +118,7 @@ def _model_config(
         raise UnsupportedModelError(where, f"hyperparameters that make no valid model: {error}") from error
 
 
-def build_model(config: ModelConfig, source: TensorSource, rules: tuple[Rule, ...], where: str) -> Transformer:
+def model_from_tensors(config: ModelConfig, source: TensorSource, rules: tuple[Rule, ...], where: str) -> Transformer:
     """A Transformer whose every parameter comes from `source` through `rules`; anything that does
     not fit (an unknown tensor, a shape mismatch, a parameter left without a value) is an error
     naming the source tensor."""
