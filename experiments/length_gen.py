@@ -15,7 +15,6 @@ skips finished ones; the report is rebuilt from the files.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,8 +23,9 @@ import jax
 
 from crasp.tasks import TASK_CODES
 from models.config import DTYPES, POSITIONS
-from results.files import ResultFileError, read_jsonl, write_jsonl
-from results.length_gen import DEFAULT_THRESHOLD, REPORTED_SETTINGS, markdown_table, write_report
+from results.files import ResultFileError
+from results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, job_folder, markdown_table,
+                                run_jobs, write_report)
 from results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
 from train.config import PRESETS, ModelSettings, RunSettings, TrainConfig, command_line_settings
 from train.loop import Job, TaskSetup
@@ -106,29 +106,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 def make_jobs(settings: RunSettings, run_dir: Path) -> list[Job]:
     return [Job(task_code=task, seed=seed, model=settings.model, train=settings.train[task],
-                task_overrides=settings.task_overrides[task], out_dir=str(run_dir / task / f"seed{seed}"))
-            for task in settings.tasks for seed in settings.seeds]
-
-
-def collect_metrics(run_dir: Path, jobs: list[Job]) -> None:
-    """The run's metrics.jsonl: every job's records tagged with task and seed, then its result.
-
-    The job folders are the primary record, but a job whose folder is gone (deleted, or not copied
-    along with the run) keeps the records the run-level file already holds: rebuilding never loses
-    what was measured.
-    """
-    previous = read_jsonl(run_dir / "metrics.jsonl")
-    records = []
-    for job in jobs:
-        tag = dict(task=job.task_code, seed=job.seed)
-        if not (job.folder / "metrics.jsonl").exists():
-            records += [r for r in previous if (r.get("task"), r.get("seed")) == (job.task_code, job.seed)]
-            continue
-        records += [dict(record, **tag) for record in read_jsonl(job.folder / "metrics.jsonl")]
-        result_path = job.folder / "result.json"
-        if result_path.exists():
-            records.append(dict(json.loads(result_path.read_text()), kind="result", **tag))
-    write_jsonl(run_dir / "metrics.jsonl", records)
+                task_overrides=settings.task_overrides[task], out_dir=str(job_folder(run_dir, task, seed)))
+            for task, seed in run_jobs(settings.tasks, settings.seeds)]
 
 
 def check_jobs(jobs: list[Job], run_dir: Path) -> None:
@@ -153,7 +132,7 @@ def report_only(run_dir: Path, threshold: float | None) -> None:
     settings = RunSettings.from_dict(read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py"))
     # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
     if any((run_dir / task).is_dir() for task in settings.tasks):
-        collect_metrics(run_dir, make_jobs(settings, run_dir))
+        collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
     print(markdown_table(write_report(run_dir, threshold)))
 
 
@@ -173,7 +152,7 @@ def train_and_report(args: argparse.Namespace) -> None:
         else:
             run_stacked_in_process(jobs, show_progress=not args.no_progress)
     finally:
-        collect_metrics(run_dir, jobs)
+        collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
     wall_s = time.monotonic() - start
     summary = write_report(run_dir, args.threshold)
     print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)

@@ -11,6 +11,7 @@ gets the APE prediction marked "no theorem".
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from crasp.prediction import predict
 from results.figures import pyplot, save_figure
-from results.files import read_jsonl, write_json, write_text
+from results.files import read_jsonl, write_json, write_jsonl, write_text
 from results.run_folder import read_run_config
 
 FIGURE_FILE = "accuracy_by_length.png"
@@ -26,6 +27,37 @@ FIGURE_FILE = "accuracy_by_length.png"
 DEFAULT_THRESHOLD = 0.9
 # What the report reads from config.json; a run writes these and more.
 REPORTED_SETTINGS = ("preset", "tasks", "model", "train")
+
+
+def job_folder(run_dir: Path, task: str, seed: int) -> Path:
+    """Where one (task, seed) job of a run keeps its files."""
+    return Path(run_dir) / task / f"seed{seed}"
+
+
+def run_jobs(tasks, seeds) -> list[tuple[str, int]]:
+    """The (task, seed) jobs of a run, in the order they are listed and reported."""
+    return [(task, seed) for task in tasks for seed in seeds]
+
+
+def collect_metrics(run_dir: Path, jobs: list[tuple[str, int]]) -> None:
+    """The run's metrics.jsonl: every (task, seed) job's records tagged with task and seed, then
+    its result.
+
+    The job folders are the primary record, but a job whose folder is gone (deleted, or not copied
+    along with the run) keeps the records the run-level file already holds: rebuilding never loses
+    what was measured.
+    """
+    previous = read_jsonl(run_dir / "metrics.jsonl")
+    records = []
+    for task, seed in jobs:
+        folder, tag = job_folder(run_dir, task, seed), dict(task=task, seed=seed)
+        if not (folder / "metrics.jsonl").exists():
+            records += [r for r in previous if (r.get("task"), r.get("seed")) == (task, seed)]
+            continue
+        records += [dict(record, **tag) for record in read_jsonl(folder / "metrics.jsonl")]
+        if (folder / "result.json").exists():
+            records.append(dict(json.loads((folder / "result.json").read_text()), kind="result", **tag))
+    write_jsonl(run_dir / "metrics.jsonl", records)
 
 
 def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:

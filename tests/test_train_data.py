@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from crasp.tasks import PAD_ID, get_task
 from results.files import read_jsonl
 from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from train.config import ConfigError, TrainConfig
+from train.config import ConfigError, ModelSettings, TrainConfig
 from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_batch, sample_training_batch,
                         sequence_length)
 from train.steps import learning_rate_schedule
@@ -106,8 +106,12 @@ def test_schedule_warms_up_then_decays_to_zero():
 def test_config_errors_name_the_setting():
     with pytest.raises(ConfigError, match="first test bin"):
         TrainConfig(train_lengths=(1, 5), test_bins=((1, 6), (7, 9))).validate()
-    with pytest.raises(ConfigError, match="unknown training setting"):
+    with pytest.raises(ConfigError, match="unknown TrainConfig setting"):
         TrainConfig().replace(learning_rat=1.0)
+    with pytest.raises(ConfigError, match="unknown ModelSettings setting.*'position'"):
+        ModelSettings.from_dict(dict(position="ape"))
+    with pytest.raises(ConfigError, match="pe must be one of \\('ape', 'rope', 'nope'\\)"):
+        ModelSettings(pe="alibi").validate()
     with pytest.raises(ValueError, match="outside what its sampler produces"):
         effective_range(get_task("UF", alphabet_size=8), 9, 12)
 

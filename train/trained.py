@@ -14,7 +14,10 @@ from pathlib import Path
 from flax import nnx
 
 from models.transformer import Transformer
+from results.length_gen import REPORTED_SETTINGS, job_folder
+from results.run_folder import read_run_config
 from train.checkpoint import load_checkpoint
+from train.config import RunSettings
 from train.loop import Job, TaskSetup
 from train.steps import make_optimizer
 
@@ -36,14 +39,11 @@ class TrainedModel:
 
 
 def job_folders(run_dir: Path, task_code: str) -> list[Path]:
-    """The job folders (one per seed, in seed order) of one task in a run folder of length_gen.py."""
-    task_dir = Path(run_dir) / task_code
-    folders = sorted((p for p in task_dir.glob("seed*") if (p / JOB_FILE).is_file()),
-                     key=lambda p: int(p.name.removeprefix("seed")) if p.name[4:].isdigit() else p.name)
-    if not folders:
-        raise TrainedModelError(f"{task_dir} holds no trained job (no seed*/{JOB_FILE}); give a run folder of "
-                                f"experiments/length_gen.py and a task it trained")
-    return folders
+    """The job folders (one per seed, in the run's seed order) of one task of a length_gen.py run."""
+    settings = RunSettings.from_dict(read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py"))
+    if task_code not in settings.tasks:
+        raise TrainedModelError(f"{run_dir} trained the tasks {', '.join(settings.tasks)}, not {task_code!r}")
+    return [job_folder(run_dir, task_code, seed) for seed in settings.seeds]
 
 
 def load_trained_model(job_dir: Path) -> TrainedModel:
