@@ -209,3 +209,19 @@ def test_a_job_folder_is_trained_by_one_process_at_a_time(tmp_path):
         _lock_folder(tmp_path)
     held.close()
     _lock_folder(tmp_path).close()
+
+
+def test_workers_take_the_idlest_cores_first():
+    """Two runs started side by side must not both pin their first worker to core 0: the pool
+    orders the cores by how busy /proc/stat says they were (user nice system idle iowait ...)."""
+    from train.workers import idlest_first
+
+    before = "cpu  300 0 100 600 0\ncpu0 200 0 50 250 0\ncpu1 100 0 50 350 0\ncpu2 0 0 0 0 0\n"
+    # Between the readings core 0 was fully busy, core 1 idle, core 2 half idle and half waiting for
+    # the disk (which counts as idle), core 3 busy for a third of the time.
+    after = ("cpu  500 0 100 900 100\ncpu0 400 0 50 250 0\ncpu1 100 0 50 550 0\ncpu2 0 0 0 100 100\n"
+             "cpu3 100 0 0 200 0\n")
+    before += "cpu3 0 0 0 0 0\n"
+    assert idlest_first([0, 1, 2, 3], before, after) == [1, 2, 3, 0]
+    assert idlest_first([0, 1], before, after) == [1, 0]
+    assert idlest_first([0, 5], before, after) == [5, 0]  # a core the readings do not list counts as idle

@@ -44,6 +44,44 @@ def available_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def core_busy_times(proc_stat: str) -> dict[int, tuple[int, int]]:
+    """core -> (busy, total) jiffies from the text of /proc/stat."""
+    times = {}
+    for line in proc_stat.splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            values = [int(v) for v in fields]
+            idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+            times[int(name[3:])] = (sum(values) - idle, sum(values))
+    return times
+
+
+def idlest_first(cores: list[int], before: str, after: str) -> list[int]:
+    """`cores` ordered by how idle they were between two readings of /proc/stat (idlest first;
+    ties keep their order)."""
+    start, end = core_busy_times(before), core_busy_times(after)
+
+    def busy_fraction(core: int) -> float:
+        if core not in start or core not in end:
+            return 0.0
+        busy, total = (e - s for e, s in zip(end[core], start[core]))
+        return busy / total if total else 0.0
+
+    return sorted(cores, key=busy_fraction)
+
+
+def cores_for_workers(sample_seconds: float = 0.3) -> list[int]:
+    """The available cores, idlest first, so that a run started beside another one (or beside any
+    busy process) does not pin its first worker onto an occupied core."""
+    cores = available_cores()
+    stat = Path("/proc/stat")
+    if not stat.exists():  # not Linux: keep the order
+        return cores
+    before = stat.read_text()
+    time.sleep(sample_seconds)
+    return idlest_first(cores, before, stat.read_text())
+
+
 class TaskBars:
     """One tqdm bar per task: steps summed over its seeds, last loss and in-distribution accuracy."""
 
@@ -88,7 +126,7 @@ def run_on_cpu_cores(jobs: list[Job], workers: int, show_progress: bool = True) 
     """Run the jobs, at most `workers` at a time, each in a single-threaded process on its own core."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    cores = available_cores()
+    cores = cores_for_workers()
     # Longest first: a long job started last would leave the other cores idle while it finishes.
     queue = sorted((job for job in jobs if not is_done(job)), key=expected_cost, reverse=True)
     bars = TaskBars(jobs, enabled=show_progress)
