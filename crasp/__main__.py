@@ -11,11 +11,22 @@ from crasp.tasks import TaskError
 
 
 def _run(args) -> None:
-    from crasp.library import load_program
+    from crasp.check import lookup, program_for
+    from crasp.library import load_source
     from crasp.trace import format_trace
 
-    program = load_program(args.program)
-    print(format_trace(program, args.input.split()))
+    source = load_source(args.program)
+    symbols = args.input.split()
+    if args.task:
+        program = program_for(source, lookup(args.task))
+    else:  # a generic program reads the symbols it lists and then the input's others, in sorted order
+        program = source.program(source.listed + tuple(sorted(set(symbols) - set(source.listed))))
+    print(format_trace(program, symbols))
+    if args.plot:
+        from crasp.plot import save_trace_plot
+
+        save_trace_plot(program, symbols, args.plot)
+        print(f"picture: {args.plot}")
 
 
 def _fragment(args) -> None:
@@ -32,12 +43,53 @@ def _fragment(args) -> None:
           "RoPE: APE prediction, no theorem)")
 
 
-def _check(args) -> None:
-    from crasp.check import check_witness
-    from crasp.tasks import get_task
+def _check_program(args) -> int:
+    from crasp.check import check_program, lookup, vocabulary_of
+    from crasp.fragment import PE_NAMES, POSITION_ENCODINGS
+    from crasp.languages import Language
+    from crasp.library import load_source
     from crasp.prediction import predict
+    from crasp.trace import format_trace
+
+    if len(args.tasks) != 1:
+        raise CraspError(f"--program checks one program against one task or language; got {len(args.tasks)} names "
+                         "(python -m crasp tasks lists both)")
+    source, target = load_source(args.program), lookup(args.tasks[0])
+    report = check_program(source, target, samples_per_length=args.samples, seed=args.seed)
+    kind = "language" if isinstance(target, Language) else "task"
+    print(f"{source.name} on {kind} {report.task}: {target.description}")
+    print(f"alphabet    {source.describe_alphabet(vocabulary_of(target))}")
+    print(f"checked     {report.strings} strings: {report.method}")
+    print(f"agreement   {report.agreement:.2%} ({report.agreeing} of {report.strings})")
+    print(f"fragment    {report.fragment.name}")
+    if report.failure:
+        print(f"shortest counterexample:\n  {' '.join(report.failure.string)}\n  {report.failure.problem}\n")
+        print(format_trace(report.failure.program, list(report.failure.string)) + "\n")
+        print(f"predicts    nothing: the program disagrees with the {kind}")
+        return 1
+    for k, pe in enumerate(POSITION_ENCODINGS):
+        print(f"{'predicts' if k == 0 else '':<11} {PE_NAMES[pe] + ':':<5} {report.fragment.program_prediction(pe)}")
+    # Where this program predicts nothing, the lab's other programs for the task (or a proof) may.
+    silent = [pe for pe in POSITION_ENCODINGS if not report.fragment.predicts_generalization(pe)]
+    if kind == "task" and silent:
+        labels = ", ".join(f"{PE_NAMES[pe]}: {predict(report.task, pe).label}" for pe in silent)
+        print(f"the lab     {labels}, from every program it knows for {report.task} (python -m crasp tasks --verbose)")
+    return 0
+
+
+def _check(args) -> int | None:
+    if args.program:
+        return _check_program(args)
+    from crasp.check import check_witness
+    from crasp.languages import LANGUAGES
+    from crasp.prediction import predict
+    from crasp.tasks import get_task
     from crasp.witnesses import WITNESSES
 
+    languages = [name for name in args.tasks if name in LANGUAGES]
+    if languages:
+        raise CraspError(f"{languages[0]} is a language: the lab has no witness for it; check your program "
+                         f"against it with `python -m crasp check {languages[0]} --program FILE`")
     codes = [get_task(code).code for code in args.tasks] if args.tasks else list(WITNESSES)
     header = f"{'task':<26} | {'witness':<32} | {'fragment':<16} | APE | NoPE | strings | agreement | seconds"
     print(header)
@@ -64,8 +116,9 @@ def _check(args) -> None:
 
 
 def _tasks(args) -> None:
-    from crasp.tasks import TASK_CODES, get_task
+    from crasp.languages import LANGUAGES
     from crasp.prediction import predict
+    from crasp.tasks import TASK_CODES, get_task
 
     rows = [(code, predict(code, "ape").label, predict(code, "nope").label, get_task(code).description)
             for code in TASK_CODES]
@@ -77,6 +130,10 @@ def _tasks(args) -> None:
         for code in TASK_CODES:
             for pe in ("ape", "nope"):
                 print(f"{code} {pe}: {predict(code, pe).reason}")
+    print("\nLanguages, for acceptance programs (python -m crasp check NAME --program FILE):")
+    width = max(len(name) for name in LANGUAGES)
+    for language in LANGUAGES.values():
+        print(f"{language.name:<{width}} | {language.description}")
 
 
 def _search(args) -> int:
@@ -91,14 +148,25 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="trace a program on one input: one row per definition, one column per position")
     run.add_argument("program", help="a .crasp file, or the name of a shipped example (majority, previous_token, unique_copy)")
     run.add_argument("--input", required=True, help='the string, symbols separated by spaces: "<bos> a b <sep>"')
+    run.add_argument("--task", metavar="NAME", help="read the symbols of this task or language (a generic program "
+                                                    "otherwise reads the input's symbols, in sorted order)")
+    run.add_argument("--plot", metavar="FILE", help="also draw the trace into this picture (.png, .pdf or .svg): "
+                                                    "Booleans as filled cells, counts as numbers")
     run.set_defaults(handler=_run)
     fragment = commands.add_parser("fragment", help="the smallest fragment of C-RASP containing each program, "
                                                     "and what it predicts for APE, RoPE and NoPE")
     fragment.add_argument("programs", nargs="*", help=".crasp files or example names (default: every shipped example)")
     fragment.set_defaults(handler=_fragment)
-    check = commands.add_parser("check", help="verify every witness program against its task: exhaustively on "
-                                              "short strings over a reduced alphabet, then on random samples up to length 300")
-    check.add_argument("tasks", nargs="*", help="task codes (default: every task with a witness)")
+    check = commands.add_parser("check", help="verify every witness program against its task, or your program "
+                                              "(--program) against a task or language: exhaustively on short strings "
+                                              "over a reduced alphabet, then on random samples up to length 300")
+    check.add_argument("tasks", nargs="*", metavar="NAME",
+                       help="task codes (default: every task with a witness); with --program, one task or language "
+                            "(python -m crasp tasks lists both)")
+    check.add_argument("--program", metavar="FILE", help="check this .crasp file (or shipped example) instead of the "
+                                                         "witnesses; prints the fragment, the prediction for each "
+                                                         "position encoding, or the shortest counterexample and "
+                                                         "its trace")
     check.add_argument("--samples", type=int, default=200, help="random strings per sampled length (default 200)")
     check.add_argument("--seed", type=int, default=0, help="seed of the random samples (default 0)")
     check.set_defaults(handler=_check)

@@ -15,6 +15,7 @@ from crasp import expr as E
 from crasp.program import Program
 
 POSITION_ENCODINGS = ("ape", "rope", "nope")
+PE_NAMES = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}  # as the papers write them
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,18 @@ class Fragment:
         if pe not in POSITION_ENCODINGS:
             raise ValueError(f"unknown position encoding {pe!r}; accepted: {', '.join(POSITION_ENCODINGS)}")
         return pe != "nope" or not self.positional_operations
+
+    def program_prediction(self, pe: str) -> str:
+        """What one verified program in this fragment predicts for `pe`, in words. A program
+        outside C-RASP[] predicts nothing for NoPE: another program for the same task may be in
+        C-RASP[], and none being known does not make the task inexpressible there."""
+        if not self.predicts_generalization(pe):
+            return f"no prediction: only C-RASP[] programs predict for NoPE (this one is in {self.name})"
+        if pe == "rope":
+            return "generalizes: the APE prediction (RoPE has no theorem)"
+        covered_by = "C-RASP[]" if pe == "nope" else "C-RASP[periodic, local]"
+        inside = "" if self.name == covered_by else f", inside {covered_by}"
+        return f"generalizes: the program is in {self.name}{inside} (Huang et al. 2025)"
 
     def why(self, pe: str) -> str:
         if pe == "nope":

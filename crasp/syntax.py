@@ -11,11 +11,19 @@ Literal symbols are quoted ("a"); bare names are index variables (bound by `any 
 a definition's parameters) or definitions. A definition may continue on indented lines.
 Definitions may appear in any order as long as they form no cycle. Integers lie within +-2**40
 (crasp.expr.MAX_CONSTANT). Program files are UTF-8 text; a byte-order mark is accepted.
+
+An alphabet line that ends with `...` makes the program alphabet-generic: it reads the symbols
+listed before `...` (the only ones it may quote, at least one) and whatever other symbols the
+task it runs on has, which `any t:`, `all t:` and families range over. `parse(text, symbols=...)`
+says which symbols `...` stands for; the program's alphabet is then `symbols` in their order,
+followed by any listed symbol that `symbols` lacks. A task program typically declares
+`alphabet: <bos> <sep> <eos> ...`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +32,7 @@ from crasp.expr import CraspError
 from crasp.program import CraspProgramError, Definition, Program
 from crasp.trampoline import Computation, trampoline
 
+GENERIC_MARK = "..."  # last word of a generic program's alphabet line: "and the task's other symbols"
 KEYWORDS = {"and", "or", "not", "true", "false", "any", "all", "min", "max", "Q", "MOD", "alphabet",
             "output", "accept"}
 _COMPARE_OPS = ("<=", ">=", "!=", "==", "=", "<", ">")
@@ -84,6 +93,22 @@ class _Source:
         return out
 
 
+@dataclass(frozen=True)
+class AlphabetLine:
+    """The alphabet line as written: the listed symbols, where each is, and whether `...` ends it."""
+
+    symbols: tuple[str, ...]
+    places: tuple[tuple[int, int], ...]  # (line, column) of each listed symbol
+    generic: bool
+
+    def alphabet(self, symbols: Sequence[str] | None) -> tuple[str, ...]:
+        """The program's alphabet: a generic program reads `symbols` (in their order) and then any
+        listed symbol they lack; a fixed one reads what it lists."""
+        if not self.generic or symbols is None:
+            return self.symbols
+        return tuple(symbols) + tuple(s for s in self.symbols if s not in symbols)
+
+
 @dataclass
 class _Statement:
     head: _Tok  # the name being defined
@@ -95,10 +120,18 @@ def _unquote(token: _Tok) -> str:
     return re.sub(r"\\(.)", r"\1", token.text[1:-1])
 
 
-def parse(text: str, source: str = "<program>") -> Program:
-    """Read a program; every error names source:line:column and shows the place."""
+def parse(text: str, source: str = "<program>", symbols: Sequence[str] | None = None) -> Program:
+    """Read a program; every error names source:line:column and shows the place. `symbols` are
+    the symbols that `...` stands for in a generic program's alphabet line (see the module
+    docstring); a program with a fixed alphabet ignores them."""
+    return parse_with_alphabet_line(text, source, symbols)[0]
+
+
+def parse_with_alphabet_line(text: str, source: str = "<program>",
+                             symbols: Sequence[str] | None = None) -> tuple[Program, AlphabetLine]:
+    """`parse`, and the alphabet line as written (for errors that point at a listed symbol)."""
     src = _Source(text, source)
-    alphabet: tuple[str, ...] | None = None
+    alphabet: AlphabetLine | None = None
     target: tuple[str, _Tok] | None = None
     statements: dict[str, _Statement] = {}
     title_lines: list[str] = []
@@ -113,7 +146,7 @@ def parse(text: str, source: str = "<program>") -> Program:
         if keyword == "alphabet" and colon:
             if alphabet is not None:
                 raise src.error("the alphabet is declared twice", first_line, 1)
-            alphabet = tuple(rest.split())
+            alphabet = _alphabet_line(src, first_line, chunk)
             continue
         if keyword in ("output", "accept") and colon and not rest.startswith("="):
             tokens = src.tokens(first_line, 1, chunk)
@@ -130,19 +163,45 @@ def parse(text: str, source: str = "<program>") -> Program:
                             statement.head.line, statement.head.column)
         statements[statement.head.text] = statement
     if alphabet is None:
-        raise src.error("missing `alphabet: ...` (the symbols the program reads, separated by spaces)", 1, 1)
+        raise src.error("missing `alphabet: a b c` (the symbols the program reads, separated by spaces; end the "
+                        f"line with `{GENERIC_MARK}` to read any task's symbols)", 1, 1)
     if target is None:
         raise src.error("missing `output: NAME` (a next-token family O[s]) or `accept: NAME`", 1, 1)
-    definitions = _Resolver(src, statements, set(alphabet)).resolve_all()
+    definitions = _Resolver(src, statements, alphabet).resolve_all()
     if target[1].text not in statements:
         raise src.error(f"`{target[1].text}` is not defined", target[1].line, target[1].column)
     try:
-        return Program(alphabet, tuple(definitions),
-                       output=target[1].text if target[0] == "output" else None,
-                       accept=target[1].text if target[0] == "accept" else None,
-                       title="\n".join(title_lines))
+        program = Program(alphabet.alphabet(symbols), tuple(definitions),
+                          output=target[1].text if target[0] == "output" else None,
+                          accept=target[1].text if target[0] == "accept" else None,
+                          title="\n".join(title_lines))
     except CraspProgramError as error:
         raise src.error(str(error), target[1].line, target[1].column) from None
+    return program, alphabet
+
+
+def _alphabet_line(src: _Source, first_line: int, chunk: str) -> AlphabetLine:
+    """The symbols after `alphabet:` (continuation lines included) with their places; `...` may
+    only come last, and a symbol may be listed once."""
+    words: list[tuple[str, int, int]] = []
+    for offset, line in enumerate(chunk.split("\n")):
+        code = line.split("//", 1)[0]
+        start = code.index(":") + 1 if offset == 0 else 0
+        words += [(m.group(), first_line + offset, start + m.start() + 1) for m in re.finditer(r"\S+", code[start:])]
+    generic = bool(words) and words[-1][0] == GENERIC_MARK
+    listed = words[:-1] if generic else words
+    seen: set[str] = set()
+    for symbol, line, column in listed:
+        if symbol == GENERIC_MARK:
+            raise src.error(f"`{GENERIC_MARK}` ends the alphabet line (it stands for the task's other symbols)",
+                            line, column)
+        if symbol in seen:
+            raise src.error(f"symbol {symbol} is listed twice in the alphabet", line, column)
+        seen.add(symbol)
+    if generic and not listed:
+        raise src.error(f"list the symbols the program names before `{GENERIC_MARK}`, at least one "
+                        "(a task program: `alphabet: <bos> <sep> <eos> ...`)", words[-1][1], words[-1][2])
+    return AlphabetLine(tuple(w[0] for w in listed), tuple((w[1], w[2]) for w in listed), generic)
 
 
 def _logical_lines(lines: list[str]):
@@ -194,7 +253,7 @@ class _Resolver:
     order; finds cycles. The order is found on the tokens first, without recursion, so chains of
     thousands of definitions each using the next one are fine."""
 
-    def __init__(self, src: _Source, statements: dict[str, _Statement], alphabet: set[str]):
+    def __init__(self, src: _Source, statements: dict[str, _Statement], alphabet: AlphabetLine):
         self.src, self.statements, self.alphabet = src, statements, alphabet
         self.done: dict[str, Definition] = {}
 
@@ -508,9 +567,13 @@ class _ExpressionParser:
 
     def _symbol(self, tok: _Tok) -> str:
         symbol = _unquote(tok)
-        if symbol not in self.resolver.alphabet:
-            raise self.error(f"symbol \"{symbol}\" is not in the alphabet "
-                             f"({' '.join(sorted(self.resolver.alphabet))})", tok)
+        alphabet = self.resolver.alphabet
+        if symbol not in alphabet.symbols:
+            listed = " ".join(sorted(alphabet.symbols))
+            if alphabet.generic:
+                raise self.error(f"symbol \"{symbol}\" is not listed in the alphabet line ({listed} "
+                                 f"{GENERIC_MARK}); a generic program quotes only the symbols it lists", tok)
+            raise self.error(f"symbol \"{symbol}\" is not in the alphabet ({listed})", tok)
         return symbol
 
     def symbol_argument(self) -> E.SymbolArg:
@@ -551,6 +614,12 @@ class _ExpressionParser:
 
 def parse_file(path) -> Program:
     """Read a program file: UTF-8 text (a byte-order mark is accepted), any line endings."""
+    return parse(read_program_file(path), str(path))
+
+
+def read_program_file(path) -> str:
+    """The text of a program file, its line endings made `\\n`; an unreadable file is an error
+    that names it (and the line and column of a byte that is not UTF-8)."""
     path = Path(path)
     expected = "expected a C-RASP program: a UTF-8 text file (.crasp)"
     try:
@@ -565,4 +634,4 @@ def parse_file(path) -> Program:
         raise CraspProgramError(f"{path}:{line}:{column}: byte 0x{read[at]:02x} is not UTF-8 "
                                 f"(is this a binary file?); {expected}") from None
     # As Python's text mode reads them: \r\n and \r end lines too.
-    return parse(text.replace("\r\n", "\n").replace("\r", "\n"), str(path))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
