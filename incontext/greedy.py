@@ -31,16 +31,34 @@ def answer_lines(pretrained, prompts: list[str], expected: list[str], newline_id
     tokenizer = pretrained.tokenizer
     answer_tokens = max(len(tokenizer.encode(" " + answer + "\n")) for answer in expected)
     max_new_tokens = _round_up(answer_tokens + 2, NEW_TOKENS_BUCKET)
-    prompt_ids = tokenizer.encode_batch(prompts)
+    generated_BxN = _generated_tokens(pretrained, prompts, max_new_tokens, newline_id, batch_size)
+    return [answer_line(tokenizer, row.tolist()) for row in generated_BxN]
+
+
+def continuation_lines(pretrained, prompts: list[str], limits: list[int], max_new_tokens: int, newline_id: int,
+                       batch_size: int) -> list[str]:
+    """The greedy continuation of each prompt up to the end of its line, read from no more than its
+    own limit of generated tokens. Decoding runs for up to `max_new_tokens` (at least the largest
+    limit): one value for every batch of a run lets the batches share compiled programs."""
+    generated_BxN = _generated_tokens(pretrained, prompts, max_new_tokens, newline_id, batch_size)
+    return [answer_line(pretrained.tokenizer, row[:limit].tolist()) for row, limit in zip(generated_BxN, limits)]
+
+
+def _generated_tokens(pretrained, prompts: list[str], max_new_tokens: int, newline_id: int, batch_size: int) -> np.ndarray:
+    """The greedy tokens generated after each prompt, [len(prompts), max_new_tokens], line breaks
+    ending a row early (padded with line breaks after it)."""
+    prompt_ids = pretrained.tokenizer.encode_batch(prompts)
     width = _round_up(max(map(len, prompt_ids)), WIDTH_BUCKET)
     # models.generate pads to the longest prompt of the batch and compiles once per shape: filler
     # rows of exactly the bucket width fix the padded width and the batch size, so batches share
-    # compiled programs. Their outputs are dropped.
-    rows = [*prompt_ids, *[[newline_id] * width] * (batch_size + 1 - len(prompts))]
+    # compiled programs. Their outputs are dropped. A filler is the first prompt behind line
+    # breaks, so that it ends its line about when the real rows do: decoding goes on until every
+    # row has, and a long row of line breaks alone may never end one (SmolLM2's does not).
+    filler = [newline_id] * (width - len(prompt_ids[0])) + prompt_ids[0]
+    rows = [*prompt_ids, *[filler] * (batch_size + 1 - len(prompts))]
     tokens_BxT = np.full((len(rows), width), newline_id, dtype=np.int32)
     for r, row in enumerate(rows):
         tokens_BxT[r, : len(row)] = row
     generation = generate(pretrained.model, tokens_BxT, np.array([len(row) for row in rows]),
                           max_new_tokens=max_new_tokens, eos_id=newline_id, pad_id=newline_id)
-    generated_BxN = np.asarray(generation.tokens_BxN)
-    return [answer_line(tokenizer, generated_BxN[r].tolist()) for r in range(len(prompts))]
+    return np.asarray(generation.tokens_BxN)[: len(prompts)]
