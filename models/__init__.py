@@ -56,6 +56,9 @@ head_mask 1 keeps a head, 0 replaces its output by head_mean (zeros when None);
 mean_head_outputs(model, tokens, positions, mask) -> [L, H, K] means over a reference batch's
 real tokens. attn_bias is added to layer l's logits, broadcast over B, H, T, S;
 knockout_bias(edges_LxBxHxTxS) gives -inf on chosen query -> key edges (exactly zero weight).
+models.analysis builds on them: per-head scores (induction, anti-induction, previous-token,
+first-occurrence, first-position) on repeated random sequences, top-k and random-control head
+sets, and mean or zero ablation as an Interventions value (experiments/mechanism.py).
 
 Parameter tree (paths for set_params; kernels are [in, out] as in GPT-2's Conv1D, i.e. the
 transpose of a torch nn.Linear weight)

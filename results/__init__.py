@@ -8,6 +8,7 @@ and the report of each experiment.
     length_gen   the from-scratch length-generalization report (experiments/length_gen.py)
     in_context   the in-context evaluation report of pretrained models (experiments/pretrained.py)
     realistic    the lorem-ipsum and git reports (experiments/realistic.py)
+    mechanism    head scores and ablations (experiments/mechanism.py)
 
 Every report is rebuilt from the run folder's files alone, so a number in it can always be traced
 to what the run wrote.

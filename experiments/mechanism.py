@@ -1,0 +1,329 @@
+"""Which attention heads copy forward and which backward, and what removing them does (the
+retrieval/copying paper's section 4.4): induction heads should carry forward copying and right
+retrieval, anti-induction heads backward copying and left retrieval.
+
+    python experiments/mechanism.py --model smollm2                            # about 12 minutes on 2 CPU cores
+    python experiments/mechanism.py --run runs/length_gen/ape-quick --task UF  # a from-scratch model, under a minute
+    python experiments/mechanism.py --report-only runs/mechanism/smollm2
+
+1. Scores for every (layer, head) (models.analysis): on `--sequences` random sequences per period
+   (`--periods`), each a block of T distinct tokens repeated twice, the attention from a query p
+   in the second copy to p - T + 1 (induction), p - T - 1 (anti-induction), p - 1 (previous
+   token), p - T (first occurrence) and position 0 (first position / BOS). Tokens: a pretrained
+   model's word tokens (a space then letters, no special tokens), after its BOS when its tokenizer
+   adds one; a from-scratch model's task symbols, after <bos> and with <sep> between the copies as
+   in its copying strings (the offsets then grow by one: the earlier occurrence is at p - T - 1).
+2. Ablations: the top k heads of each score in `--ablate`, for each k of `--k`, and `--draws`
+   random controls of k heads drawn from the heads no ablated score puts in its top k. A removed
+   head outputs its mean over a reference batch (`--ablation mean`: the evaluated prompts of a
+   pretrained model, the training-length test strings of a from-scratch one) or zeros
+   (`--ablation zero`).
+3. Accuracy, teacher-forced exact match of the whole answer (equal to greedy exact match for the
+   answer's own tokenization; the unablated model is also decoded greedily on `--greedy-check`
+   strings per cell, and disagreements are reported): a pretrained model on the few-shot prompts
+   of experiments/pretrained.py (`--tasks`, `--lengths`, `--n`); a from-scratch model of
+   experiments/length_gen.py on the test strings of each of its length bins (the strings its
+   training evaluated, `--examples-per-length` per input length).
+
+The default pretrained run (tasks UF UB UR UL at length 5, 32 prompts each; 100 sequences for
+each of the periods 5, 10, 20; the top k = 4 and 16 heads of four scores and 2 random draws per k:
+13 conditions x 128 prompts) took 12 minutes on 2 shared CPU cores (8.4 minutes of CPU time).
+Length 5 because SmolLM2-135M is most accurate on short inputs (at length 10 its UR accuracy is
+near 0, leaving nothing for an ablation to remove). A from-scratch model (8 heads: k = 1 and 2) takes
+under a minute.
+
+The run folder (default runs/mechanism/<model name>, or runs/mechanism/<run name>-<task>) holds
+config.json, scores.json, ablations.jsonl (one record per ablation, k, draw and task, rewritten
+atomically after each), summary.json, report.md and the figures scores.png and ablations.png.
+Running the same command again continues where an interrupted run stopped; the seed fixes the
+sequences, the prompts and the random draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from crasp.tasks import BOS_ID, NUM_SPECIALS, RETRIEVAL_AND_COPYING, SEP_ID, TASK_CODES, TaskError
+from experiments import pretrained as in_context
+from experiments.pretrained import HelpFormatter, at_least
+from incontext.formal_prompts import cell_items
+from incontext.greedy import answer_lines
+from models.analysis import (SCORES, AnswerBatch, ablation, ablation_plan, answer_exact, head_scores, reference_means)
+from models.loading import NAMED_MODELS, UnsupportedModelError, load_pretrained
+from results.files import ResultFileError, read_jsonl, write_json, write_jsonl
+from results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
+from results.run_folder import RunFolderError, check_output_folder, open_run_folder
+from train.evaluate import build_eval_sets, greedy_disagreements
+from train.trained import TrainedModelError, job_folders, load_trained_model
+
+PRETRAINED_TASKS = ("UF", "UB", "UR", "UL")
+# Word tokens ("Ġthe" decodes to " the"); a vocabulary with too few of them (a byte-level toy)
+# falls back to single letters.
+WORD_TOKEN = re.compile(r" [A-Za-z]+")
+LETTER_TOKEN = re.compile(r" ?[A-Za-z]+")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The strings of one task at one length (pretrained) or in one length bin (from scratch)."""
+
+    task: str
+    label: str
+    batch: AnswerBatch
+    # (model, exact_N) -> (strings checked, greedy verdicts that differ from exact_N)
+    greedy_check: Callable[[object, np.ndarray], tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A model under analysis, with what it is evaluated on."""
+
+    model: object
+    description: dict  # recorded in config.json
+    default_out: Path
+    candidates_C: np.ndarray  # token ids of the score sequences
+    prefix: tuple[int, ...]
+    separator: tuple[int, ...]  # between the two copies
+    cells: list[Cell]
+    reference: list[AnswerBatch]  # the batch whose head outputs mean ablation uses
+
+
+def prompt_settings(args: argparse.Namespace) -> argparse.Namespace:
+    """The settings of experiments/pretrained.py (its demonstrations among them) for this run's
+    tasks, lengths, prompt count and seed: the same prompts."""
+    return in_context.build_parser().parse_args(["--tasks", *args.tasks, "--lengths", *map(str, args.lengths),
+                                                 "--n", str(args.n), "--seed", str(args.seed)])
+
+
+def pretrained_subject(args: argparse.Namespace) -> Subject:
+    try:
+        pretrained = load_pretrained(args.model)
+    except UnsupportedModelError as error:
+        raise SystemExit(f"error: {error}")
+    tokenizer = pretrained.tokenizer
+    if tokenizer is None:
+        raise SystemExit(f"error: {pretrained.path} has no tokenizer.json; the prompts need the model's tokenizer")
+    newline_id = tokenizer.encode("\n")[-1]
+    prompts = prompt_settings(args)
+    cells = []
+    for code in args.tasks:
+        for length in args.lengths:
+            items = cell_items(code, length, args.n, args.seed, *in_context.demo_settings(prompts, code))
+            prompt_ids = tokenizer.encode_batch([item.prompt for item in items])
+            answer_ids = [e.ids for e in tokenizer.backend.encode_batch([f" {item.expected}\n" for item in items],
+                                                                        add_special_tokens=False)]
+
+            def greedy_check(model, exact_N, items=items):
+                checked = items[:args.greedy_check]
+                if not checked:
+                    return 0, 0
+                outputs = answer_lines(pretrained, [i.prompt for i in checked], [i.expected for i in checked],
+                                       newline_id, len(checked))
+                return len(checked), sum((o == i.expected) != bool(e) for o, i, e in zip(outputs, checked, exact_N))
+
+            cells.append(Cell(code, f"length {length}", AnswerBatch.from_prompts(prompt_ids, answer_ids, newline_id),
+                              greedy_check))
+    special = tokenizer.special_ids
+    texts = {i: tokenizer.decode([i]) for i in range(min(pretrained.config.vocab_size, tokenizer.backend.get_vocab_size()))
+             if i not in special}
+    candidates = [i for i, text in texts.items() if WORD_TOKEN.fullmatch(text)]
+    if len(candidates) < max(args.periods):
+        candidates = [i for i, text in texts.items() if LETTER_TOKEN.fullmatch(text)]
+    prefix = (tokenizer.bos_id,) if tokenizer.add_bos and tokenizer.bos_id is not None else ()
+    description = dict(kind="pretrained", model=args.model, model_path=str(pretrained.path),
+                       architecture=pretrained.architecture, tasks=list(args.tasks), lengths=list(args.lengths), n=args.n,
+                       demonstrations={code: list(in_context.demo_settings(prompts, code)) for code in args.tasks})
+    return Subject(pretrained.model, description, Path("runs/mechanism") / Path(str(args.model)).stem,
+                   np.array(candidates), prefix, (), cells, [cell.batch for cell in cells])
+
+
+def trained_subject(args: argparse.Namespace) -> Subject:
+    try:
+        by_seed = {folder.name: folder for folder in job_folders(args.run, args.task)}
+        if f"seed{args.train_seed}" not in by_seed:
+            raise SystemExit(f"error: {args.run} trained {args.task} with {', '.join(by_seed)}, not seed{args.train_seed}; "
+                             "choose one of those with --train-seed")
+        folder = by_seed[f"seed{args.train_seed}"]
+        trained = load_trained_model(folder)
+    except (TrainedModelError, RunFolderError) as error:
+        raise SystemExit(f"error: {error}")
+    examples = args.examples_per_length or trained.job.train.eval_examples_per_length
+    eval_sets = build_eval_sets(trained.task, trained.job.seed, trained.setup.bins, examples, trained.setup.max_positions)
+
+    def cell(eval_set):
+        batch = eval_set.batch
+        return Cell(args.task, f"{eval_set.lo}-{eval_set.hi}",
+                    AnswerBatch(batch.tokens_BxT, batch.positions_BxT, batch.valid_BxT, batch.loss_mask_BxT > 0),
+                    lambda model, exact_N: (min(args.greedy_check, len(exact_N)),
+                                            greedy_disagreements(model, eval_set, exact_N, args.greedy_check)))
+
+    cells = [cell(eval_set) for eval_set in eval_sets]
+    # What training measured on the same strings at this checkpoint: the unablated model must match it.
+    result_file = folder / "result.json"
+    same_strings = examples == trained.job.train.eval_examples_per_length and result_file.is_file()
+    recorded = json.loads(result_file.read_text())["bins"] if same_strings else []
+    description = dict(kind="from-scratch", run=str(args.run), task=args.task, job_folder=str(folder),
+                       checkpoint_step=trained.step, examples_per_length=examples,
+                       train_range=list(trained.setup.train_range),
+                       recorded_accuracy={f"{b['lo']}-{b['hi']}": b["accuracy"] for b in recorded})
+    return Subject(trained.model, description, Path("runs/mechanism") / f"{Path(args.run).name}-{args.task}",
+                   np.arange(NUM_SPECIALS, len(trained.task.vocab)), (BOS_ID,), (SEP_ID,), cells, [cells[0].batch])
+
+
+def check_against_model(args: argparse.Namespace, subject: Subject) -> None:
+    """Refuse settings the loaded model cannot serve, before the run folder is written."""
+    config = subject.model.config
+    heads = config.n_layers * config.n_heads
+    if max(args.k) > heads:
+        raise SystemExit(f"error: --k {max(args.k)} is more heads than the model has ({config.n_layers} layers x "
+                         f"{config.n_heads} heads = {heads}); give k from 1 to {heads}")
+    if max(args.periods) > len(subject.candidates_C):
+        raise SystemExit(f"error: --periods {max(args.periods)} needs that many distinct tokens; the model's vocabulary "
+                         f"offers {len(subject.candidates_C)}; give periods up to {len(subject.candidates_C)}")
+    fixed = len(subject.prefix) + len(subject.separator)
+    if config.position == "ape" and fixed + 2 * max(args.periods) > config.max_positions:
+        raise SystemExit(f"error: --periods {max(args.periods)} makes {fixed + 2 * max(args.periods)}-token sequences; the "
+                         f"model's position table has {config.max_positions} rows; give periods up to "
+                         f"{(config.max_positions - fixed) // 2}")
+
+
+def run_config(args: argparse.Namespace, subject: Subject) -> dict:
+    config = subject.model.config
+    return dict(subject.description, position=config.position, n_layers=config.n_layers, n_heads=config.n_heads, seed=args.seed,
+                periods=list(args.periods), sequences=args.sequences, candidates=len(subject.candidates_C),
+                prefix=list(subject.prefix), separator=list(subject.separator), k=list(args.k), draws=args.draws, ablate=list(args.ablate),
+                ablation=args.ablation, greedy_check=args.greedy_check,
+                cells=[[cell.task, cell.label] for cell in subject.cells])
+
+
+def scores_of(args: argparse.Namespace, subject: Subject, out: Path) -> dict:
+    """The run's scores: read back when an earlier run wrote them, else measured and written."""
+    if (out / SCORES_FILE).exists():
+        return read_scores(out)
+    bar = tqdm(total=args.sequences * len(args.periods), desc="scores", unit="seq")
+    scores = head_scores(subject.model, subject.candidates_C, args.periods, args.sequences, args.seed, subject.prefix,
+                         subject.separator, args.batch_size, progress=bar.update)
+    bar.close()
+    write_json(out / SCORES_FILE, {name: score.as_json() for name, score in scores.items()})
+    return read_scores(out)
+
+
+def evaluate(args: argparse.Namespace) -> Path:
+    """Score every head, then run every ablation the run folder lacks, saving after each; return the folder."""
+    if args.run is None:
+        in_context.check_lengths(prompt_settings(args))
+    if args.out is not None:
+        check_output_folder(args.out)
+    started = time.perf_counter()
+    subject = trained_subject(args) if args.run is not None else pretrained_subject(args)
+    check_against_model(args, subject)
+    out = check_output_folder(args.out or subject.default_out)
+    print(f"loaded the model in {time.perf_counter() - started:.1f} s; run folder {out}")
+    open_run_folder(out, run_config(args, subject))
+    scores = scores_of(args, subject, out)
+    plan = ablation_plan({name: np.array(scores[name]["mean"]) for name in SCORES}, args.ablate, args.k, args.draws,
+                         args.seed)
+    records = read_jsonl(out / ABLATIONS_FILE)
+    done = {(r["ablation"], r["k"], r["draw"], r["task"]) for r in records}
+    tasks = list(dict.fromkeys(cell.task for cell in subject.cells))
+    pending = [(a, task) for a in plan for task in tasks if (a.name, a.k, a.draw, task) not in done]
+    means = None
+    if args.ablation == "mean" and pending:
+        means = reference_means(subject.model, subject.reference, args.batch_size)
+    for condition, task in tqdm(pending, desc="ablations", unit="unit"):
+        unit_started = time.perf_counter()
+        record = dict(ablation=condition.name, k=condition.k, draw=condition.draw, task=task,
+                      heads=None if condition.heads is None else [list(h) for h in condition.heads],
+                      eligible=condition.eligible, cells=[])
+        if condition.heads is not None:
+            interventions = ablation(condition.heads, means, subject.model.config)
+            for cell in (c for c in subject.cells if c.task == task):
+                exact_N = answer_exact(subject.model, cell.batch, interventions, args.batch_size)
+                result = dict(cell=cell.label, correct=int(exact_N.sum()), total=len(exact_N))
+                if condition.name == "none":
+                    result["greedy_checked"], result["greedy_disagreements"] = cell.greedy_check(subject.model, exact_N)
+                record["cells"].append(result)
+        record["seconds"] = round(time.perf_counter() - unit_started, 2)
+        records.append(record)
+        write_jsonl(out / ABLATIONS_FILE, records)
+    print(f"wall time {time.perf_counter() - started:.1f} s" if pending else "nothing left to evaluate; rebuilding the report")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    subject = parser.add_argument_group("the model (one of --model and --run)")
+    subject.add_argument("--model", default=None,
+                         help=f"a named model ({', '.join(f'{k}: {v.description}' for k, v in NAMED_MODELS.items())}), "
+                              "a GGUF file (llama architecture) or a Hugging Face checkpoint folder (None: smollm2, unless --run)")
+    subject.add_argument("--run", type=Path, default=None,
+                         help="a run folder of experiments/length_gen.py: analyse its model of --task")
+    subject.add_argument("--task", choices=TASK_CODES, metavar="CODE", default="UF",
+                         help="with --run: the task whose model is analysed and evaluated")
+    subject.add_argument("--train-seed", type=at_least(0), default=0, help="with --run: the seed of the model")
+    subject.add_argument("--examples-per-length", type=at_least(1), default=None,
+                         help="with --run: test strings per input length (None: as many as its training evaluated)")
+    prompts = parser.add_argument_group("pretrained models: the few-shot prompts of experiments/pretrained.py")
+    prompts.add_argument("--tasks", nargs="+", default=list(PRETRAINED_TASKS), choices=RETRIEVAL_AND_COPYING,
+                         metavar="CODE", help="task codes")
+    prompts.add_argument("--lengths", nargs="+", type=at_least(1), default=[5], metavar="L", help="test input lengths")
+    prompts.add_argument("--n", type=at_least(1), default=32, help="prompts per task and length")
+    analysis = parser.add_argument_group("scores and ablations")
+    analysis.add_argument("--periods", nargs="+", type=at_least(2), default=[5, 10, 20], metavar="T",
+                          help="periods of the repeated random sequences")
+    analysis.add_argument("--sequences", type=at_least(2), default=100, help="random sequences per period")
+    analysis.add_argument("--ablate", nargs="+", choices=SCORES,
+                          default=["induction", "anti_induction", "previous_token", "first_occurrence"],
+                          metavar="SCORE", help=f"scores whose top heads are removed; any of {', '.join(SCORES)}")
+    analysis.add_argument("--k", nargs="+", type=at_least(1), default=None, metavar="K",
+                          help="numbers of heads removed (None: 4 16 for a pretrained model, 1 2 from scratch)")
+    analysis.add_argument("--draws", type=at_least(0), default=2, help="random-head controls per k")
+    analysis.add_argument("--ablation", choices=("mean", "zero"), default="mean",
+                          help="what a removed head outputs: its mean over the reference batch, or zeros")
+    analysis.add_argument("--greedy-check", type=at_least(0), default=8,
+                          help="strings per cell also decoded greedily (unablated model) to cross-check teacher forcing")
+    parser.add_argument("--seed", type=at_least(0), default=0, help="fixes the sequences, prompts and random draws")
+    parser.add_argument("--batch-size", type=at_least(1), default=32, help="strings per forward pass")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="run folder (None: runs/mechanism/<model name> or runs/mechanism/<run name>-<task>)")
+    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
+                        help="rebuild summary.json, report.md and the figures of an existing run folder")
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.run is not None and args.model is not None:
+        parser.error("give --model (a pretrained model) or --run (a from-scratch run), not both")
+    if args.run is None:
+        args.model = args.model or "smollm2"
+    if args.k is None:
+        args.k = [1, 2] if args.run is not None else [4, 16]
+    args.k = sorted(set(args.k))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        out = args.report_only or evaluate(args)
+        summary = write_report(out)
+    except (TaskError, RunFolderError, ResultFileError) as error:
+        raise SystemExit(f"error: {error}")
+    print(report_markdown(summary))
+    print(f"report: {out / 'report.md'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
