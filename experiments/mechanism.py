@@ -54,12 +54,11 @@ import numpy as np
 from tqdm import tqdm
 
 from crasp.tasks import BOS_ID, NUM_SPECIALS, RETRIEVAL_AND_COPYING, SEP_ID, TASK_CODES, TaskError
-from experiments import pretrained as in_context
-from experiments.pretrained import HelpFormatter, at_least
-from incontext.formal_prompts import cell_items
+from cli.arguments import HelpFormatter, at_least
+from incontext.formal_prompts import Demonstrations, cell_items, check_prompt_lengths
 from incontext.greedy import answer_lines
 from models.analysis import (SCORES, AnswerBatch, ablation, ablation_plan, answer_exact, head_scores, reference_means)
-from models.loading import NAMED_MODELS, UnsupportedModelError, load_pretrained
+from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
 from results.files import ResultFileError, read_jsonl, write_json, write_jsonl
 from results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
 from results.run_folder import RunFolderError, check_output_folder, open_run_folder
@@ -98,27 +97,22 @@ class Subject:
     reference: list[AnswerBatch]  # the batch whose head outputs mean ablation uses
 
 
-def prompt_settings(args: argparse.Namespace) -> argparse.Namespace:
-    """The settings of experiments/pretrained.py (its demonstrations among them) for this run's
-    tasks, lengths, prompt count and seed: the same prompts."""
-    return in_context.build_parser().parse_args(["--tasks", *args.tasks, "--lengths", *map(str, args.lengths),
-                                                 "--n", str(args.n), "--seed", str(args.seed)])
+# The demonstrations of experiments/pretrained.py's defaults: with the same tasks, lengths, count
+# and seed, the same prompts.
+DEMONSTRATIONS = Demonstrations()
 
 
 def pretrained_subject(args: argparse.Namespace) -> Subject:
     try:
-        pretrained = load_pretrained(args.model)
+        pretrained = load_with_tokenizer(args.model)
     except UnsupportedModelError as error:
         raise SystemExit(f"error: {error}")
     tokenizer = pretrained.tokenizer
-    if tokenizer is None:
-        raise SystemExit(f"error: {pretrained.path} has no tokenizer.json; the prompts need the model's tokenizer")
     newline_id = tokenizer.encode("\n")[-1]
-    prompts = prompt_settings(args)
     cells = []
     for code in args.tasks:
         for length in args.lengths:
-            items = cell_items(code, length, args.n, args.seed, *in_context.demo_settings(prompts, code))
+            items = cell_items(code, length, args.n, args.seed, *DEMONSTRATIONS.for_task(code))
             prompt_ids = tokenizer.encode_batch([item.prompt for item in items])
             answer_ids = [e.ids for e in tokenizer.backend.encode_batch([f" {item.expected}\n" for item in items],
                                                                         add_special_tokens=False)]
@@ -142,7 +136,7 @@ def pretrained_subject(args: argparse.Namespace) -> Subject:
     prefix = (tokenizer.bos_id,) if tokenizer.add_bos and tokenizer.bos_id is not None else ()
     description = dict(kind="pretrained", model=args.model, model_path=str(pretrained.path),
                        architecture=pretrained.architecture, tasks=list(args.tasks), lengths=list(args.lengths), n=args.n,
-                       demonstrations={code: list(in_context.demo_settings(prompts, code)) for code in args.tasks})
+                       demonstrations={code: list(DEMONSTRATIONS.for_task(code)) for code in args.tasks})
     return Subject(pretrained.model, description, Path("runs/mechanism") / Path(str(args.model)).stem,
                    np.array(candidates), prefix, (), cells, [cell.batch for cell in cells])
 
@@ -221,7 +215,10 @@ def scores_of(args: argparse.Namespace, subject: Subject, out: Path) -> dict:
 def evaluate(args: argparse.Namespace) -> Path:
     """Score every head, then run every ablation the run folder lacks, saving after each; return the folder."""
     if args.run is None:
-        in_context.check_lengths(prompt_settings(args))
+        try:
+            check_prompt_lengths(args.tasks, args.lengths, DEMONSTRATIONS)
+        except TaskError as error:
+            raise SystemExit(f"error: {error}")
     if args.out is not None:
         check_output_folder(args.out)
     started = time.perf_counter()

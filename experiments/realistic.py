@@ -38,13 +38,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from experiments.pretrained import HelpFormatter, at_least
+from cli.arguments import HelpFormatter, at_least
 from incontext.directions import DIRECTIONS
 from incontext.git_history import COMMANDS, git_items
 from incontext.greedy import NEW_TOKENS_BUCKET, answer_lines, continuation_lines
 from incontext.lorem import LoremSettings
 from models.config import DTYPES
-from models.loading import NAMED_MODELS, UnsupportedModelError, load_pretrained
+from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
 from results.files import ResultFileError, read_jsonl, write_jsonl
 from results.realistic import RESULTS_FILE, report_markdown, write_report
 from results.run_folder import RunFolderError, check_output_folder, open_run_folder
@@ -59,12 +59,9 @@ def token_ids(tokenizer, text: str) -> list[int]:
 
 def load_model(args: argparse.Namespace):
     try:
-        pretrained = load_pretrained(args.model, dtype=args.dtype)
+        return load_with_tokenizer(args.model, dtype=args.dtype)
     except UnsupportedModelError as error:
         raise SystemExit(f"error: {error}")
-    if pretrained.tokenizer is None:
-        raise SystemExit(f"error: {pretrained.path} has no tokenizer.json; the prompts need the model's tokenizer")
-    return pretrained
 
 
 def check_context(pretrained, prompts: list[str], new_tokens: int, flags: str) -> None:

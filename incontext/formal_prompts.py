@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crasp.tasks import RETRIEVAL_AND_COPYING, RETRIEVAL_CODES, get_task
+from crasp.tasks import RETRIEVAL_AND_COPYING, RETRIEVAL_CODES, UNBOUNDED, TaskError, get_task
 
 RETRIEVAL_ALPHABET = 62  # crasp.tasks' 62 symbols: ASCII letters, then digits
 COPYING_ALPHABET = 52  # ASCII letters
@@ -27,6 +27,34 @@ def pretrained_task(code: str):
         extra = {} if code in ("UL", "UR") else dict(occurrences=(2, None), non_adjacent=True)
         return get_task(code, alphabet_size=RETRIEVAL_ALPHABET, **extra)
     return get_task(code, alphabet_size=COPYING_ALPHABET)
+
+
+@dataclass(frozen=True)
+class Demonstrations:
+    """How many solved items come before each test item, and their input length, per task family:
+    (count, length). The defaults are the paper's. A fixed short length makes the test lengths a
+    probe of in-context length generalization."""
+
+    retrieval: tuple[int, int] = (4, 4)
+    copying: tuple[int, int] = (5, 5)
+
+    def for_task(self, code: str) -> tuple[int, int]:
+        return self.retrieval if code in RETRIEVAL_CODES else self.copying
+
+
+def check_prompt_lengths(tasks, lengths, demonstrations: Demonstrations) -> None:
+    """Refuse, before anything is loaded or written, test or demonstration lengths that a task's
+    sampler cannot produce (TaskError naming the task, the lengths and what it accepts)."""
+    for code in tasks:
+        task = pretrained_task(code)
+        _, demo_length = demonstrations.for_task(code)
+        for what, asked in (("test lengths", lengths), ("demonstration length", [demo_length])):
+            bad = [length for length in asked if not task.min_length() <= length <= task.max_length()]
+            if bad:
+                accepted = (f"{task.min_length()} or more" if task.max_length() == UNBOUNDED
+                            else f"{task.min_length()} to {task.max_length()}")
+                raise TaskError(f"{what} {bad}: task {code} (alphabet of {task.alphabet_size}) accepts lengths "
+                                f"{accepted}")
 
 
 def format_item(code: str, inputs: list[str], query: str | None) -> str:

@@ -26,7 +26,8 @@ UnsupportedModelError naming the file and what is supported.
 """
 
 from models.loading.errors import UnsupportedModelError
-from models.loading.loader import NAMED_MODELS, Pretrained, model_from_tensors, load_pretrained, resolve_model_path
+from models.loading.loader import (NAMED_MODELS, Pretrained, load_pretrained, load_with_tokenizer, model_from_tensors,
+                                   resolve_model_path)
 from models.loading.tokenizer import PretrainedTokenizer
 
 __all__ = [
@@ -36,5 +37,6 @@ __all__ = [
     "UnsupportedModelError",
     "model_from_tensors",
     "load_pretrained",
+    "load_with_tokenizer",
     "resolve_model_path",
 ]

@@ -100,6 +100,15 @@ def load_pretrained(name_or_path: str | Path, dtype: str = "float32") -> Pretrai
     return Pretrained(model=model, tokenizer=tokenizer, path=path, architecture=f"{kind}/{architecture.name}")
 
 
+
+def load_with_tokenizer(name_or_path: str | Path, dtype: str = "float32") -> Pretrained:
+    """`load_pretrained`, refusing a model that comes without a tokenizer: prompts are text."""
+    pretrained = load_pretrained(name_or_path, dtype=dtype)
+    if pretrained.tokenizer is None:
+        raise UnsupportedModelError(str(pretrained.path), "no tokenizer.json beside the weights, and the prompts need the "
+                                    "model's tokenizer")
+    return pretrained
+
 def _architecture(table: dict[str, Architecture], name: object, field: str, where: str) -> Architecture:
     # A malformed file may name its architecture with a list or a number, which no table holds.
     if not isinstance(name, str) or name not in table:

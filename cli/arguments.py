@@ -1,0 +1,36 @@
+"""Argument types and the help formatter of the experiment scripts."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The script's docstring as written, and every flag's default."""
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def length_bins(text: str) -> tuple[tuple[int, int], ...]:
+    """An argparse type: inclusive length bins written LO-HI,LO-HI,... (e.g. 1-10,11-20)."""
+    try:
+        bins = tuple(tuple(int(x) for x in part.split("-")) for part in text.split(","))
+        if any(len(b) != 2 for b in bins):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LO-HI,LO-HI,... such as 1-10,11-20,21-30") from None
+    return bins
