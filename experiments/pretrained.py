@@ -24,16 +24,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from tqdm import tqdm
 
-from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES, UNBOUNDED, TaskError
-from incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Item, cell_items, pretrained_task
+from cli.arguments import HelpFormatter, at_least
+from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES, TaskError
+from incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, Item, cell_items,
+                                      check_prompt_lengths)
 from incontext.greedy import answer_lines
 from models.config import DTYPES
-from models.loading import NAMED_MODELS, UnsupportedModelError, load_pretrained
+from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
 from results.files import ResultFileError, read_jsonl, write_jsonl
 from results.in_context import RESULTS_FILE, report_markdown, write_report
 from results.run_folder import RunFolderError, check_output_folder, open_run_folder
@@ -51,18 +52,9 @@ def run_config(args: argparse.Namespace, pretrained) -> dict:
     )
 
 
-def check_lengths(args: argparse.Namespace) -> None:
-    """Refuse, before loading anything, lengths a task's sampler cannot satisfy."""
-    for code in args.tasks:
-        task = pretrained_task(code)
-        _, demo_length = demo_settings(args, code)
-        for flag, lengths in (("--lengths", args.lengths), ("demonstration length", [demo_length])):
-            bad = [length for length in lengths if not task.min_length() <= length <= task.max_length()]
-            if bad:
-                accepted = (f"{task.min_length()} or more" if task.max_length() == UNBOUNDED
-                            else f"{task.min_length()} to {task.max_length()}")
-                raise SystemExit(f"error: {flag} {bad}: task {code} (alphabet of {task.alphabet_size}) accepts "
-                                 f"lengths {accepted}")
+def demonstrations(args: argparse.Namespace) -> Demonstrations:
+    return Demonstrations(retrieval=(args.retrieval_demonstrations, args.retrieval_demo_length),
+                          copying=(args.copying_demonstrations, args.copying_demo_length))
 
 
 def run_folder(args: argparse.Namespace) -> Path:
@@ -77,7 +69,7 @@ def pending_batches(args: argparse.Namespace, done: set[tuple[str, int, int]]) -
     for length in args.lengths:
         for kind in (RETRIEVAL_CODES, COPYING_CODES):
             pending = [item for code in args.tasks if code in kind
-                       for item in cell_items(code, length, args.n, args.seed, *demo_settings(args, code))
+                       for item in cell_items(code, length, args.n, args.seed, *demonstrations(args).for_task(code))
                        if (item.task, item.length, item.index) not in done]
             batches += [pending[k: k + args.batch_size] for k in range(0, len(pending), args.batch_size)]
     return batches
@@ -85,15 +77,13 @@ def pending_batches(args: argparse.Namespace, done: set[tuple[str, int, int]]) -
 
 def evaluate(args: argparse.Namespace) -> Path:
     """Evaluate every prompt the run folder lacks, saving after each batch; return the folder."""
-    check_lengths(args)
+    check_prompt_lengths(args.tasks, args.lengths, demonstrations(args))
     out = run_folder(args)
     started = time.perf_counter()
     try:
-        pretrained = load_pretrained(args.model, dtype=args.dtype)
+        pretrained = load_with_tokenizer(args.model, dtype=args.dtype)
     except UnsupportedModelError as error:
         raise SystemExit(f"error: {error}")
-    if pretrained.tokenizer is None:
-        raise SystemExit(f"error: {pretrained.path} has no tokenizer.json; the prompts need the model's tokenizer")
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.perf_counter() - started:.1f} s")
     open_run_folder(out, run_config(args, pretrained))
     records = read_jsonl(out / RESULTS_FILE)
@@ -117,32 +107,6 @@ def evaluate(args: argparse.Namespace) -> Path:
     else:
         print("nothing left to evaluate; rebuilding the report")
     return out
-
-
-def demo_settings(args: argparse.Namespace, code: str) -> tuple[int, int]:
-    if code in RETRIEVAL_CODES:
-        return args.retrieval_demonstrations, args.retrieval_demo_length
-    return args.copying_demonstrations, args.copying_demo_length
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The module docstring as written, and every flag's default."""
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least `minimum`, so that a bad count stops the command while
-    its flags are parsed, before a run folder is written that the corrected command would refuse."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
