@@ -55,11 +55,12 @@ from tqdm import tqdm
 
 from crasp.tasks import BOS_ID, NUM_SPECIALS, RETRIEVAL_AND_COPYING, SEP_ID, TASK_CODES, TaskError
 from cli.arguments import HelpFormatter, at_least
+from cli.experiment import evaluate_and_report
 from incontext.formal_prompts import Demonstrations, cell_items, check_prompt_lengths
 from incontext.greedy import answer_lines
 from models.analysis import (SCORES, AnswerBatch, ablation, ablation_plan, answer_exact, head_scores, reference_means)
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
-from results.files import ResultFileError, read_jsonl, write_json, write_jsonl
+from results.files import read_jsonl, write_json, write_jsonl
 from results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
 from results.run_folder import RunFolderError, check_output_folder, open_run_folder
 from train.evaluate import build_eval_sets, greedy_disagreements
@@ -312,14 +313,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    try:
-        out = args.report_only or evaluate(args)
-        summary = write_report(out)
-    except (TaskError, RunFolderError, ResultFileError) as error:
-        raise SystemExit(f"error: {error}")
-    print(report_markdown(summary))
-    print(f"report: {out / 'report.md'}")
+    evaluate_and_report(parse_args(argv), evaluate, write_report, report_markdown)
 
 
 if __name__ == "__main__":

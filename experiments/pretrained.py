@@ -29,15 +29,16 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cli.arguments import HelpFormatter, at_least
-from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES, TaskError
+from cli.experiment import evaluate_and_report
+from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
 from incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, Item, cell_items,
                                       check_prompt_lengths)
 from incontext.greedy import answer_lines
 from models.config import DTYPES
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
-from results.files import ResultFileError, read_jsonl, write_jsonl
+from results.files import read_jsonl, write_jsonl
 from results.in_context import RESULTS_FILE, report_markdown, write_report
-from results.run_folder import RunFolderError, check_output_folder, open_run_folder
+from results.run_folder import check_output_folder, open_run_folder
 
 TASKS = RETRIEVAL_AND_COPYING
 
@@ -140,14 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    try:
-        out = args.report_only or evaluate(args)
-        summary = write_report(out)
-    except (TaskError, RunFolderError, ResultFileError) as error:
-        raise SystemExit(f"error: {error}")
-    print(report_markdown(summary))
-    print(f"report: {out / 'report.md'}")
+    evaluate_and_report(build_parser().parse_args(argv), evaluate, write_report, report_markdown)
 
 
 if __name__ == "__main__":

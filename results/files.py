@@ -71,3 +71,9 @@ def read_jsonl(path: Path) -> list[dict]:
             raise ResultFileError(f"{path}:{number}: not a JSON record ({error.msg}); expected one JSON object "
                                   "per line as the lab writes them. Delete or repair that line") from None
     return records
+
+
+def write_summary_and_report(run_dir: Path, summary: dict, markdown: str) -> None:
+    """A report's two text files: summary.json (every number) and report.md (the same, for people)."""
+    write_json(Path(run_dir) / "summary.json", summary)
+    write_text(Path(run_dir) / "report.md", markdown)

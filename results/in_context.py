@@ -18,7 +18,7 @@ from pathlib import Path
 from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
 from results.figures import pyplot, save_figure
-from results.files import read_jsonl, write_json, write_text
+from results.files import read_jsonl, write_summary_and_report
 from results.intervals import difference_interval, wilson_interval
 from results.run_folder import read_run_config
 
@@ -210,7 +210,6 @@ def write_report(run_dir: Path) -> dict:
     """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
     run_dir = Path(run_dir)
     summary = summarize(run_dir)
-    write_json(run_dir / "summary.json", summary)
-    write_text(run_dir / "report.md", report_markdown(summary))
+    write_summary_and_report(run_dir, summary, report_markdown(summary))
     draw_figure(summary, run_dir / FIGURE_FILE)
     return summary

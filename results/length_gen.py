@@ -19,7 +19,7 @@ import numpy as np
 
 from crasp.prediction import predict
 from results.figures import pyplot, save_figure
-from results.files import read_jsonl, write_json, write_jsonl, write_text
+from results.files import read_jsonl, write_jsonl, write_summary_and_report
 from results.run_folder import read_run_config
 
 FIGURE_FILE = "accuracy_by_length.png"
@@ -239,7 +239,6 @@ def write_report(run_dir: Path, threshold: float | None = None) -> dict:
     """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
     run_dir = Path(run_dir)
     summary = summarize(run_dir, threshold)
-    write_json(run_dir / "summary.json", summary)
-    write_text(run_dir / "report.md", report_markdown(summary))
+    write_summary_and_report(run_dir, summary, report_markdown(summary))
     draw_figure(summary, run_dir / FIGURE_FILE)
     return summary

@@ -26,7 +26,7 @@ from crasp.prediction import predict, verified_witnesses
 from crasp.tasks import LEFT_OR_BACKWARD
 from models.analysis import SCORE_MEANINGS, SCORES, top_heads
 from results.figures import pyplot, save_figure
-from results.files import ResultFileError, read_jsonl, write_json, write_text
+from results.files import ResultFileError, read_jsonl, write_summary_and_report
 from results.intervals import difference_interval, wilson_interval
 from results.run_folder import read_run_config
 
@@ -425,8 +425,7 @@ def write_report(run_dir: Path) -> dict:
     """Rebuild summary.json, report.md and the figures from the run folder; return the summary."""
     run_dir = Path(run_dir)
     summary = summarize(run_dir)
-    write_json(run_dir / "summary.json", summary)
-    write_text(run_dir / "report.md", report_markdown(summary))
+    write_summary_and_report(run_dir, summary, report_markdown(summary))
     draw_scores(read_scores(run_dir), summary["config"], run_dir / SCORES_FIGURE)
     draw_ablations(summary, run_dir / ABLATIONS_FIGURE)
     return summary

@@ -27,7 +27,7 @@ from incontext.alignment import ON_TRACK, START, analyze
 from incontext.directions import DIRECTIONS, Direction
 from incontext.git_history import COMMANDS
 from results.figures import pyplot, save_figure
-from results.files import read_jsonl, write_json, write_text
+from results.files import read_jsonl, write_summary_and_report
 from results.intervals import difference_interval, wilson_interval
 from results.run_folder import read_run_config
 
@@ -360,8 +360,7 @@ def write_report(experiment: str, run_dir: Path) -> dict:
     summarize, markdown, draw, figure = REPORTS[experiment]
     run_dir = Path(run_dir)
     summary = summarize(run_dir)
-    write_json(run_dir / "summary.json", summary)
-    write_text(run_dir / "report.md", markdown(summary))
+    write_summary_and_report(run_dir, summary, markdown(summary))
     draw(summary, run_dir / figure)
     return summary
 
