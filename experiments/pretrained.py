@@ -26,19 +26,16 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from cli.arguments import HelpFormatter, at_least
-from cli.experiment import evaluate_and_report
+from cli.experiment import answer_pending, evaluate_and_report, in_batches
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
-from incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, Item, cell_items,
+from incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, cell_items,
                                       check_prompt_lengths)
 from incontext.greedy import answer_lines
 from models.config import DTYPES
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
-from results.files import read_jsonl, write_jsonl
 from results.in_context import RESULTS_FILE, report_markdown, write_report
-from results.run_folder import check_output_folder, open_run_folder
+from results.run_folder import check_output_folder
 
 TASKS = RETRIEVAL_AND_COPYING
 
@@ -63,16 +60,16 @@ def run_folder(args: argparse.Namespace) -> Path:
     return check_output_folder(args.out or Path("runs/pretrained") / Path(str(args.model)).stem)
 
 
-def pending_batches(args: argparse.Namespace, done: set[tuple[str, int, int]]) -> list[list[Item]]:
-    """The prompts not evaluated yet, batched per length and task kind (alike prompt and answer
-    lengths, so alike compiled shapes)."""
+def prompt_batches(args: argparse.Namespace) -> list[list[dict]]:
+    """Every prompt of the run as an entry to answer, batched per length and task kind (alike
+    prompt and answer lengths, so alike compiled shapes)."""
     batches = []
     for length in args.lengths:
         for kind in (RETRIEVAL_CODES, COPYING_CODES):
-            pending = [item for code in args.tasks if code in kind
-                       for item in cell_items(code, length, args.n, args.seed, *demonstrations(args).for_task(code))
-                       if (item.task, item.length, item.index) not in done]
-            batches += [pending[k: k + args.batch_size] for k in range(0, len(pending), args.batch_size)]
+            cell = [dict(task=item.task, length=item.length, index=item.index, prompt=item.prompt, expected=item.expected)
+                    for code in args.tasks if code in kind
+                    for item in cell_items(code, length, args.n, args.seed, *demonstrations(args).for_task(code))]
+            batches += in_batches(cell, args.batch_size)
     return batches
 
 
@@ -86,27 +83,15 @@ def evaluate(args: argparse.Namespace) -> Path:
     except UnsupportedModelError as error:
         raise SystemExit(f"error: {error}")
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.perf_counter() - started:.1f} s")
-    open_run_folder(out, run_config(args, pretrained))
-    records = read_jsonl(out / RESULTS_FILE)
-    batches = pending_batches(args, {(r["task"], r["length"], r["index"]) for r in records})
     newline_id = pretrained.tokenizer.encode("\n")[-1]
-    evaluated, generation_seconds = 0, 0.0
-    for batch in tqdm(batches, desc="batches", unit="batch"):
-        batch_started = time.perf_counter()
-        outputs = answer_lines(pretrained, [item.prompt for item in batch], [item.expected for item in batch],
+
+    def answer(batch: list[dict]) -> list[dict]:
+        outputs = answer_lines(pretrained, [entry["prompt"] for entry in batch], [entry["expected"] for entry in batch],
                                newline_id, args.batch_size)
-        seconds = time.perf_counter() - batch_started
-        records += [dict(task=item.task, length=item.length, index=item.index, prompt=item.prompt, expected=item.expected,
-                         output=output, correct=output == item.expected, seconds=seconds / len(batch))
-                    for item, output in zip(batch, outputs)]
-        write_jsonl(out / RESULTS_FILE, records)
-        evaluated += len(batch)
-        generation_seconds += seconds
-    if evaluated:
-        print(f"evaluated {evaluated} prompts in {generation_seconds:.1f} s of generation "
-              f"({evaluated / generation_seconds:.2f} prompts/s); wall time {time.perf_counter() - started:.1f} s")
-    else:
-        print("nothing left to evaluate; rebuilding the report")
+        return [dict(entry, output=output, correct=output == entry["expected"]) for entry, output in zip(batch, outputs)]
+
+    answer_pending(out, run_config(args, pretrained), prompt_batches(args), answer,
+                   lambda record: (record["task"], record["length"], record["index"]), started, RESULTS_FILE)
     return out
 
 

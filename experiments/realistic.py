@@ -33,21 +33,19 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from tqdm import tqdm
-
 from cli.arguments import HelpFormatter, at_least
+from cli.experiment import answer_pending, in_batches
 from incontext.directions import DIRECTIONS
 from incontext.git_history import COMMANDS, git_items
 from incontext.greedy import NEW_TOKENS_BUCKET, answer_lines, continuation_lines
 from incontext.lorem import LoremSettings
 from models.config import DTYPES
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
-from results.files import ResultFileError, read_jsonl, write_jsonl
+from results.files import ResultFileError
 from results.realistic import RESULTS_FILE, report_markdown, write_report
-from results.run_folder import RunFolderError, check_output_folder, open_run_folder
+from results.run_folder import RunFolderError, check_output_folder
 
 OUTPUT_LIMIT = 1.5  # lorem outputs are read up to this many times the reference's tokens
 
@@ -71,36 +69,6 @@ def check_context(pretrained, prompts: list[str], new_tokens: int, flags: str) -
     if longest + new_tokens > context:
         raise SystemExit(f"error: a prompt of {longest} tokens and {new_tokens} generated tokens exceed the context "
                          f"of {context} positions of {pretrained.path}; lower {flags}")
-
-
-def run_batches(out: Path, config: dict, batches: list, answer: Callable[[object], list[dict]], key: Callable[[dict], tuple],
-                started: float) -> None:
-    """Evaluate every batch whose records the folder lacks, saving after each batch.
-
-    A batch is a list of records to fill: `answer(batch)` returns them completed."""
-    open_run_folder(out, config)
-    records = read_jsonl(out / RESULTS_FILE)
-    done = {key(record) for record in records}
-    pending = [[entry for entry in batch if key(entry) not in done] for batch in batches]
-    pending = [batch for batch in pending if batch]
-    evaluated, generation_seconds = 0, 0.0
-    for batch in tqdm(pending, desc="batches", unit="batch"):
-        batch_started = time.perf_counter()
-        answered = answer(batch)
-        seconds = time.perf_counter() - batch_started
-        records += [dict(record, seconds=seconds / len(batch)) for record in answered]
-        write_jsonl(out / RESULTS_FILE, records)
-        evaluated += len(batch)
-        generation_seconds += seconds
-    if evaluated:
-        print(f"evaluated {evaluated} prompts in {generation_seconds:.1f} s of generation; "
-              f"wall time {time.perf_counter() - started:.1f} s")
-    else:
-        print("nothing left to evaluate; rebuilding the report")
-
-
-def in_batches(cell: list[dict], size: int) -> list[list[dict]]:
-    return [cell[k: k + size] for k in range(0, len(cell), size)]
 
 
 def common_config(args: argparse.Namespace, pretrained) -> dict:
@@ -144,7 +112,8 @@ def evaluate_lorem(args: argparse.Namespace, out: Path) -> None:
     config = dict(common_config(args, pretrained), lengths=args.lengths, directions=args.directions,
                   demonstrations=args.demonstrations, demo_length=args.demo_length, repeat_word=args.repeat_word,
                   repeat_sentence=args.repeat_sentence, output_limit=OUTPUT_LIMIT)
-    run_batches(out, config, batches, answer, lambda r: (r["direction"], r["length"], r["index"]), started)
+    answer_pending(out, config, batches, answer, lambda r: (r["direction"], r["length"], r["index"]), started,
+                   RESULTS_FILE)
 
 
 def evaluate_git(args: argparse.Namespace, out: Path) -> None:
@@ -172,7 +141,8 @@ def evaluate_git(args: argparse.Namespace, out: Path) -> None:
 
     config = dict(common_config(args, pretrained), commits=args.commits, commands=args.commands,
                   examples=args.examples, example_commits=args.example_commits)
-    run_batches(out, config, batches, answer, lambda r: (r["command"], r["commits"], r["index"]), started)
+    answer_pending(out, config, batches, answer, lambda r: (r["command"], r["commits"], r["index"]), started,
+                   RESULTS_FILE)
 
 
 def probability(text: str) -> float:
