@@ -16,8 +16,10 @@ def pyplot():
 
 
 def save_figure(figure, path: Path, dpi: int = 120) -> None:
-    """Save `figure` to `path` (written next to it, then moved into place) and close it."""
+    """Lay `figure` out tightly, save it to `path` (written next to it, then moved into place) and
+    close it."""
     path = Path(path)
+    figure.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
     try:
         figure.savefig(tmp, dpi=dpi)

@@ -202,7 +202,6 @@ def draw_figure(summary: dict, path: Path) -> None:
     axes[2].invert_yaxis()
     axes[2].set_xlabel("accuracy gap, pooled over lengths (95% Newcombe)")
     figure.suptitle(f"{summary['model']}: few-shot in-context accuracy", fontsize=10)
-    figure.tight_layout()
     save_figure(figure, path, dpi=110)
 
 

@@ -231,7 +231,6 @@ def draw_figure(summary: dict, path: Path) -> None:
         ax.set_ylabel("exact match")
     figure.suptitle(f"{summary['pe'].upper()} ({summary['preset']}): solid = predicted to generalize, "
                     "dashed = predicted not to; grey = training lengths; dotted = threshold", fontsize=9)
-    figure.tight_layout()
     save_figure(figure, path, dpi=120)
 
 

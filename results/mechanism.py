@@ -417,7 +417,6 @@ def draw_ablations(summary: dict, path: Path) -> None:
     axes[0][0].set_ylabel("exact match")
     axes[0][-1].legend(fontsize=7)
     figure.suptitle(f"{config['ablation']} ablation of each score's top k heads", fontsize=10)
-    figure.tight_layout()
     save_figure(figure, path, dpi=110)
 
 

@@ -265,7 +265,6 @@ def _size_axes(ax, title: str, xlabel: str, sizes: list[int], proportion: bool =
 
 def _save(figure, title: str, path: Path) -> None:
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
     save_figure(figure, path, dpi=110)
 
 
