@@ -65,7 +65,7 @@ def with_lora(model: Transformer, rank: int, alpha: float, seed: int, targets: t
     adapted = nnx.clone(model)
     rngs = nnx.Rngs(seed)
     # Listed before any change: the walk must not see the adapters it adds.
-    modules = [module for _, module in adapted.iter_modules()]
+    modules = [module for _, module in nnx.iter_modules(adapted)]
     for module in modules:
         for name, value in list(vars(module).items()):
             if isinstance(value, nnx.Linear) and name in targets:

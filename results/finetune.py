@@ -21,7 +21,7 @@ from pathlib import Path
 from crasp.prediction import predict
 from crasp.tasks import LEFT_OR_BACKWARD
 from results.figures import pyplot, save_figure
-from results.files import read_jsonl, write_json, write_text
+from results.files import read_jsonl, write_summary_and_report
 from results.in_context import GAPS
 from results.intervals import difference_interval, wilson_interval
 from results.length_gen import FIT_THRESHOLD, observe
@@ -270,7 +270,6 @@ def draw_figure(summary: dict, path: Path) -> None:
     if gaps:
         ax.legend(fontsize=7)
     figure.suptitle(f"{summary['model']}: fine-tuned on lengths {lo}-{hi}, tested beyond", fontsize=10)
-    figure.tight_layout()
     save_figure(figure, path, dpi=110)
 
 
@@ -278,7 +277,6 @@ def write_report(run_dir: Path, threshold: float | None = None) -> dict:
     """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
     run_dir = Path(run_dir)
     summary = summarize(run_dir, threshold)
-    write_json(run_dir / "summary.json", summary)
-    write_text(run_dir / "report.md", report_markdown(summary))
+    write_summary_and_report(run_dir, summary, report_markdown(summary))
     draw_figure(summary, run_dir / FIGURE_FILE)
     return summary

@@ -1,0 +1,144 @@
+"""Fine-tuning settings: one frozen dataclass, its presets, validation with actionable errors.
+
+The optimizer is the one of training from scratch (train.steps.make_optimizer: AdamW, linear
+warmup, linear decay to zero), built from a TrainConfig that `FinetuneConfig.optimizer_config`
+derives; the shared settings are validated there, by TrainConfig's own checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from models.config import DTYPES
+from train.config import ConfigError, TrainConfig
+
+METHODS = ("full", "lora")
+
+
+def _help(text: str) -> dict:
+    """Field metadata: the command line's help for this setting (train.config.command_line_settings)."""
+    return dict(help=text)
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """How a pretrained model is fine-tuned on one task and tested on longer inputs.
+
+    Prompts are the few-shot prompts of the in-context experiment (incontext.formal_prompts):
+    `demonstrations` solved items of input length `demo_length` (one setting for every task), then
+    the item; the loss is on the item's answer and the line break that ends it. Lengths are item
+    input lengths, both ends inclusive; the first test bin is the training range (the "did it
+    fit" bin).
+    """
+
+    train_lengths: tuple[int, int] = (1, 25)
+    test_bins: tuple[tuple[int, int], ...] = ((1, 25), (26, 38), (39, 50))
+    demonstrations: int = field(default=5, metadata=_help("solved items before each item (of length --demo-length)"))
+    demo_length: int = field(default=5, metadata=_help("input length of the demonstrations"))
+    method: str = field(default="full", metadata=_help(
+        "full: every weight trained; lora: low-rank adapters on every dense layer (models.lora), which wants a "
+        "larger --learning-rate, such as 1e-4"))
+    lora_rank: int = field(default=8, metadata=_help("LoRA rank r"))
+    lora_alpha: float = field(default=16.0, metadata=_help("LoRA scale alpha (the update is alpha / r * A B)"))
+    batch_size: int = field(default=8, metadata=_help("prompts per training step"))
+    learning_rate: float = field(default=1e-5, metadata=_help("peak learning rate of AdamW"))
+    weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay"))
+    warmup_fraction: float = field(default=0.15, metadata=_help(
+        "share of the steps spent warming the learning rate up from 0 (then linear decay to 0; the paper: 15%%)"))
+    max_steps: int = field(default=1000, metadata=_help("training steps per task"))
+    examples_per_length: int = field(default=10, metadata=_help(
+        "test prompts at each input length of each bin, answered before and after fine-tuning"))
+    eval_batch_size: int = field(default=16, metadata=_help("test prompts decoded together"))
+    log_every: int = field(default=10, metadata=_help("write a training record every this many steps"))
+    checkpoint_every: int = field(default=50, metadata=_help(
+        "save a checkpoint every this many steps (a multiple of --log-every) and at the end"))
+    dtype: str = field(default="float32", metadata=_help("compute dtype (parameters and optimizer state stay float32)"))
+
+    def optimizer_config(self) -> TrainConfig:
+        """The TrainConfig that train.steps.make_optimizer reads (and that checks the shared settings)."""
+        return TrainConfig(
+            train_lengths=self.train_lengths, test_bins=self.test_bins, batch_size=self.batch_size,
+            learning_rate=self.learning_rate, weight_decay=self.weight_decay, schedule="linear",
+            warmup_steps=round(self.warmup_fraction * self.max_steps), max_steps=self.max_steps,
+            log_every=self.log_every, checkpoint_every=self.checkpoint_every,
+        ).validate()
+
+    def validate(self) -> FinetuneConfig:
+        def require(condition: bool, message: str) -> None:
+            if not condition:
+                raise ConfigError(f"FinetuneConfig: {message}")
+
+        require(self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}")
+        require(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        for name in ("demonstrations", "demo_length", "lora_rank", "examples_per_length", "eval_batch_size"):
+            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        require(self.lora_alpha > 0, f"lora_alpha must be > 0, got {self.lora_alpha}")
+        require(0 <= self.warmup_fraction < 1, f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
+        # A training record averages the steps since the previous one; a checkpoint between two
+        # records would make a resumed run average fewer steps than an uninterrupted one.
+        require(self.checkpoint_every % self.log_every == 0,
+                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of log_every ({self.log_every})")
+        self.optimizer_config()
+        return self
+
+    def replace(self, **changes) -> FinetuneConfig:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown fine-tuning setting(s) {sorted(unknown)}; known: "
+                              f"{[f.name for f in dataclasses.fields(self)]}")
+        return dataclasses.replace(self, **changes).validate()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> FinetuneConfig:
+        values = dict(values)
+        values["train_lengths"] = tuple(values["train_lengths"])
+        values["test_bins"] = tuple(tuple(b) for b in values["test_bins"])
+        return cls().replace(**values)
+
+
+@dataclass(frozen=True)
+class FinetunePreset:
+    name: str
+    description: str
+    config: FinetuneConfig
+    tasks: tuple[str, ...]
+
+
+COPYING = ("UF", "UB", "NF", "NB")
+
+# The paper (GPT-2 1.5B, lengths up to 100, tested on 101-200, lr 1e-5, weight decay 0.01, 15%
+# warmup, up to 30 epochs) scaled to the prompts a pretrained model reads here: unique copying over
+# the 52 ASCII letters allows inputs of at most 52 symbols, so training on 1-25 and testing up to
+# twice that keeps the paper's 2x ratio.
+PAPER = FinetunePreset(
+    name="paper",
+    description="for a GPU: the paper's lr 1e-5, weight decay 0.01, warmup fraction 0.15; lengths 1-25, bins to 50 "
+                "(2x, the longest unique copy over 52 letters), 5 demonstrations, batch 16, 2000 steps",
+    config=FinetuneConfig(
+        train_lengths=(1, 25), test_bins=((1, 25), (26, 38), (39, 50)), demonstrations=5, demo_length=5,
+        batch_size=16, learning_rate=1e-5, max_steps=2000, examples_per_length=20, eval_batch_size=64,
+        log_every=20, checkpoint_every=200,
+    ).validate(),
+    tasks=COPYING,
+)
+
+# Chosen by the calibration in experiments/calibration/finetune/ (its README has the measurements):
+# a full fine-tuning step of SmolLM2-135M on 8 prompts takes 6-8 s on the shared 2-core machine,
+# so a task gets 60 steps; UB trained on lengths 1-10 for 60 steps still missed 10-20% of its
+# training lengths, on 1-6 it nearly fits. lr 1e-4 and 3e-4 learned alike in 60 steps.
+QUICK = FinetunePreset(
+    name="quick",
+    description="for a 2-core CPU: lengths 1-6, bins to 12 (2x), 2 demonstrations, batch 8, lr 3e-4, 60 steps",
+    config=FinetuneConfig(
+        train_lengths=(1, 6), test_bins=((1, 6), (7, 9), (10, 12)), demonstrations=2, demo_length=5,
+        batch_size=8, learning_rate=3e-4, max_steps=60, examples_per_length=3, eval_batch_size=12,
+        log_every=10, checkpoint_every=30,
+    ).validate(),
+    tasks=COPYING,
+)
+
+PRESETS = {preset.name: preset for preset in (QUICK, PAPER)}
