@@ -34,3 +34,18 @@ def length_bins(text: str) -> tuple[tuple[int, int], ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected LO-HI,LO-HI,... such as 1-10,11-20,21-30") from None
     return bins
+
+
+def add_length_flags(group, example_bins: str) -> None:
+    """--train-lengths LO HI and --test-bins LO-HI,...: the length ranges of a training run."""
+    group.add_argument("--train-lengths", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+                       help="training input lengths, inclusive; the first test bin is set to the same range")
+    group.add_argument("--test-bins", type=length_bins, default=None, metavar="LO-HI,...",
+                       help=f"test bins, the first one the training range, e.g. {example_bins}")
+
+
+def add_setting_flags(group, flags: dict[str, tuple[type, str]], choices: dict[str, tuple] | None = None) -> None:
+    """One --flag-name per setting (train.config.command_line_settings), default None: the preset's."""
+    for name, (kind, text) in flags.items():
+        group.add_argument(f"--{name.replace('_', '-')}", type=kind, choices=(choices or {}).get(name), default=None,
+                           help=text)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import jax
 
-from cli.arguments import HelpFormatter, at_least, length_bins
+from cli.arguments import HelpFormatter, add_length_flags, add_setting_flags, at_least
 from cli.experiment import evaluate_and_report
 from crasp.tasks import RETRIEVAL_AND_COPYING
 from incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, check_prompt_lengths
@@ -68,13 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     settings = parser.add_argument_group("settings (default: the preset's)")
-    settings.add_argument("--train-lengths", type=int, nargs=2, default=None, metavar=("LO", "HI"),
-                          help="training input lengths, inclusive; the first test bin is set to the same range")
-    settings.add_argument("--test-bins", type=length_bins, default=None, metavar="LO-HI,...",
-                          help="test bins, the first one the training range, e.g. 1-10,11-15,16-20")
-    for name, (kind, text) in CONFIG_FLAGS.items():
-        settings.add_argument(f"--{name.replace('_', '-')}", type=kind, choices=CHOICES.get(name), default=None,
-                              help=text)
+    add_length_flags(settings, "1-10,11-15,16-20")
+    add_setting_flags(settings, CONFIG_FLAGS, CHOICES)
     return parser
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jax
 
+from cli.arguments import add_length_flags, add_setting_flags
 from crasp.tasks import TASK_CODES
 from models.config import DTYPES, POSITIONS
 from results.files import ResultFileError
@@ -35,16 +36,6 @@ MODEL_FLAGS = command_line_settings(ModelSettings)
 TRAIN_FLAGS = command_line_settings(TrainConfig)
 # Flags whose accepted values are a fixed vocabulary.
 CHOICES = {"pe": POSITIONS, "dtype": tuple(DTYPES)}
-
-
-def parse_bins(text: str) -> tuple[tuple[int, int], ...]:
-    try:
-        bins = tuple(tuple(int(x) for x in part.split("-")) for part in text.split(","))
-        if any(len(b) != 2 for b in bins):
-            raise ValueError
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--test-bins {text!r}: expected LO-HI,LO-HI,... such as 1-10,11-20,21-30")
-    return bins
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,17 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     model = parser.add_argument_group("model overrides (default: the preset's)")
-    for name, (kind, text) in MODEL_FLAGS.items():
-        if name != "pe":
-            model.add_argument(f"--{name.replace('_', '-')}", type=kind, choices=CHOICES.get(name), default=None,
-                               help=text)
+    add_setting_flags(model, {name: flag for name, flag in MODEL_FLAGS.items() if name != "pe"}, CHOICES)
     train = parser.add_argument_group("training overrides (default: the preset's)")
-    train.add_argument("--train-lengths", type=int, nargs=2, default=None, metavar=("LO", "HI"),
-                       help="training input lengths, inclusive; the first test bin is set to the same range")
-    train.add_argument("--test-bins", type=parse_bins, default=None, metavar="LO-HI,...",
-                       help="test bins, the first one the training range, e.g. 1-10,11-20,21-30")
-    for name, (kind, text) in TRAIN_FLAGS.items():
-        train.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=text)
+    add_length_flags(train, "1-10,11-20,21-30")
+    add_setting_flags(train, TRAIN_FLAGS)
     return parser
 
 

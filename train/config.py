@@ -30,40 +30,57 @@ class ConfigError(ValueError):
     """A setting is out of range or inconsistent with another one."""
 
 
-def _require(owner: str, condition: bool, message: str) -> None:
+def require_setting(owner: str, condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(f"{owner}: {message}")
 
 
-def _replace(settings, **changes):
-    unknown = set(changes) - {f.name for f in dataclasses.fields(settings)}
-    if unknown:
-        raise ConfigError(f"unknown {type(settings).__name__} setting(s) {sorted(unknown)}; known: "
-                          f"{[f.name for f in dataclasses.fields(settings)]}")
-    return dataclasses.replace(settings, **changes).validate()
-
-
-def _help(text: str) -> dict:
-    """Field metadata: the command line's help for this setting (experiments/length_gen.py)."""
+def setting_help(text: str) -> dict:
+    """Field metadata: the command line's help for this setting (see command_line_settings)."""
     return dict(help=text)
 
 
+class Settings:
+    """What every frozen settings dataclass of the lab shares: changes and JSON round trips, each
+    validated on the way in (subclasses define `validate`)."""
+
+    def replace(self, **changes):
+        known = [f.name for f in dataclasses.fields(self)]
+        unknown = set(changes) - set(known)
+        if unknown:
+            raise ConfigError(f"unknown {type(self).__name__} setting(s) {sorted(unknown)}; known: {known}")
+        return dataclasses.replace(self, **changes).validate()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        """The settings as JSON stored them (length ranges come back as lists)."""
+        values = dict(values)
+        if "train_lengths" in values:
+            values["train_lengths"] = tuple(values["train_lengths"])
+        if "test_bins" in values:
+            values["test_bins"] = tuple(tuple(b) for b in values["test_bins"])
+        return cls().replace(**values)
+
+
 @dataclass(frozen=True)
-class ModelSettings:
+class ModelSettings(Settings):
     """A from-scratch transformer: its position encoding and size (the block follows from the
     encoding, the vocabulary and position table from the task)."""
 
-    pe: str = field(default="ape", metadata=_help(
+    pe: str = field(default="ape", metadata=setting_help(
         "position encoding: ape (GPT-2 blocks, learned table, random training offsets), rope (Llama blocks, "
         "base 500) or nope (GPT-2 blocks, no positions)"))
-    n_layers: int = field(default=4, metadata=_help("transformer blocks"))
-    n_heads: int = field(default=4, metadata=_help("attention heads per block"))
-    d_model: int = field(default=256, metadata=_help("width of the residual stream"))
-    d_ff: int = field(default=0, metadata=_help("hidden width of the MLP (0: 4 x d_model)"))
-    dtype: str = field(default="float32", metadata=_help("compute dtype (parameters stay float32)"))
+    n_layers: int = field(default=4, metadata=setting_help("transformer blocks"))
+    n_heads: int = field(default=4, metadata=setting_help("attention heads per block"))
+    d_model: int = field(default=256, metadata=setting_help("width of the residual stream"))
+    d_ff: int = field(default=0, metadata=setting_help("hidden width of the MLP (0: 4 x d_model)"))
+    dtype: str = field(default="float32", metadata=setting_help("compute dtype (parameters stay float32)"))
 
     def validate(self) -> ModelSettings:
-        require = lambda condition, message: _require("ModelSettings", condition, message)  # noqa: E731
+        require = lambda condition, message: require_setting("ModelSettings", condition, message)  # noqa: E731
         require(self.pe in POSITIONS, f"pe must be one of {POSITIONS}, got {self.pe!r}")
         require(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         for name in ("n_layers", "n_heads", "d_model"):
@@ -72,9 +89,6 @@ class ModelSettings:
         require(self.d_model % self.n_heads == 0,
                 f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         return self
-
-    def replace(self, **changes) -> ModelSettings:
-        return _replace(self, **changes)
 
     def model_config(self, vocab_size: int, max_positions: int) -> ModelConfig:
         return ModelConfig(vocab_size=vocab_size, max_positions=max_positions, n_layers=self.n_layers,
@@ -85,16 +99,10 @@ class ModelSettings:
         """A freshly initialised model (the seed fixes the initial weights)."""
         return Transformer(self.model_config(vocab_size, max_positions), rngs=nnx.Rngs(seed))
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> ModelSettings:
-        return cls().replace(**values)
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Settings):
     """How one model is trained and evaluated on one task.
 
     Lengths are task input lengths (context length for retrieval, source length for copying),
@@ -105,36 +113,36 @@ class TrainConfig:
 
     train_lengths: tuple[int, int] = (1, 50)
     test_bins: tuple[tuple[int, int], ...] = ((1, 50), (51, 100), (101, 150))
-    batch_size: int = field(default=64, metadata=_help("sequences per training step"))
-    length_buckets: int = field(default=1, metadata=_help(
+    batch_size: int = field(default=64, metadata=setting_help("sequences per training step"))
+    length_buckets: int = field(default=1, metadata=setting_help(
         "training batches come from this many contiguous ranges of the training lengths, each padded to its own "
         "longest string (1: every batch mixes all lengths); every length keeps its share of examples"))
-    learning_rate: float = field(default=1e-4, metadata=_help("peak learning rate of AdamW"))
-    weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay"))
-    schedule: str = field(default="linear", metadata=_help(
+    learning_rate: float = field(default=1e-4, metadata=setting_help("peak learning rate of AdamW"))
+    weight_decay: float = field(default=0.01, metadata=setting_help("AdamW weight decay"))
+    schedule: str = field(default="linear", metadata=setting_help(
         "'linear' (warmup, then linear decay to 0 at max_steps) or 'constant' (warmup, then constant)"))
-    warmup_steps: int = field(default=1000, metadata=_help("steps of linear warmup from 0 to the peak learning rate"))
-    max_steps: int = field(default=30_000, metadata=_help("training steps at most"))
-    eval_every: int = field(default=5_000, metadata=_help("evaluate every this many steps (and at the last step)"))
+    warmup_steps: int = field(default=1000, metadata=setting_help("steps of linear warmup from 0 to the peak learning rate"))
+    max_steps: int = field(default=30_000, metadata=setting_help("training steps at most"))
+    eval_every: int = field(default=5_000, metadata=setting_help("evaluate every this many steps (and at the last step)"))
     # The first test bin must equal the training range: it is the bin the stopping rule watches.
-    stop_after_perfect_evals: int = field(default=1, metadata=_help(
+    stop_after_perfect_evals: int = field(default=1, metadata=setting_help(
         "stop once the training bin is at 100%% in this many consecutive evaluations (0: never stop early)"))
-    eval_examples_per_length: int = field(default=40, metadata=_help(
+    eval_examples_per_length: int = field(default=40, metadata=setting_help(
         "test strings at each input length of each bin (a bin's accuracy is the mean over its lengths)"))
     # Greedy KV-cache decoding must agree with teacher forcing (a disagreement is counted and reported).
-    greedy_examples_per_bin: int = field(default=64, metadata=_help(
+    greedy_examples_per_bin: int = field(default=64, metadata=setting_help(
         "strings per bin also decoded greedily with the KV cache, whose verdict must agree with teacher forcing"))
     eval_batch_size: int = 250
     log_every: int = 100
-    checkpoint_every: int = field(default=1_000, metadata=_help(
+    checkpoint_every: int = field(default=1_000, metadata=setting_help(
         "save a checkpoint every this many steps (and at every evaluation)"))
     # APE only: each training example starts at a random offset so every position row is trained.
     random_position_offset: bool = True
-    max_positions: int = field(default=0, metadata=_help(
+    max_positions: int = field(default=0, metadata=setting_help(
         "APE table size and the longest sequence any run may see; 0: the longest test string of each task"))
 
     def validate(self) -> TrainConfig:
-        require = lambda condition, message: _require("TrainConfig", condition, message)  # noqa: E731
+        require = lambda condition, message: require_setting("TrainConfig", condition, message)  # noqa: E731
         lo, hi = self.train_lengths
         require(1 <= lo <= hi, f"train_lengths must be (lo, hi) with 1 <= lo <= hi, got {self.train_lengths}")
         require(len(self.test_bins) >= 1, "test_bins must hold at least one (lo, hi) bin")
@@ -155,18 +163,6 @@ class TrainConfig:
                 f"warmup_steps ({self.warmup_steps}) must be below max_steps ({self.max_steps})")
         return self
 
-    def replace(self, **changes) -> TrainConfig:
-        return _replace(self, **changes)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TrainConfig:
-        values = dict(values)
-        values["train_lengths"] = tuple(values["train_lengths"])
-        values["test_bins"] = tuple(tuple(b) for b in values["test_bins"])
-        return cls().replace(**values)
 
 
 def command_line_settings(settings_class) -> dict[str, tuple[type, str]]:

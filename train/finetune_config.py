@@ -7,22 +7,16 @@ derives; the shared settings are validated there, by TrainConfig's own checks.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from models.config import DTYPES
-from train.config import ConfigError, TrainConfig
+from train.config import Settings, TrainConfig, require_setting, setting_help
 
 METHODS = ("full", "lora")
 
 
-def _help(text: str) -> dict:
-    """Field metadata: the command line's help for this setting (train.config.command_line_settings)."""
-    return dict(help=text)
-
-
 @dataclass(frozen=True)
-class FinetuneConfig:
+class FinetuneConfig(Settings):
     """How a pretrained model is fine-tuned on one task and tested on longer inputs.
 
     Prompts are the few-shot prompts of the in-context experiment (incontext.formal_prompts):
@@ -34,26 +28,26 @@ class FinetuneConfig:
 
     train_lengths: tuple[int, int] = (1, 25)
     test_bins: tuple[tuple[int, int], ...] = ((1, 25), (26, 38), (39, 50))
-    demonstrations: int = field(default=5, metadata=_help("solved items before each item (of length --demo-length)"))
-    demo_length: int = field(default=5, metadata=_help("input length of the demonstrations"))
-    method: str = field(default="full", metadata=_help(
+    demonstrations: int = field(default=5, metadata=setting_help("solved items before each item (of length --demo-length)"))
+    demo_length: int = field(default=5, metadata=setting_help("input length of the demonstrations"))
+    method: str = field(default="full", metadata=setting_help(
         "full: every weight trained; lora: low-rank adapters on every dense layer (models.lora), which wants a "
         "larger --learning-rate, such as 1e-4"))
-    lora_rank: int = field(default=8, metadata=_help("LoRA rank r"))
-    lora_alpha: float = field(default=16.0, metadata=_help("LoRA scale alpha (the update is alpha / r * A B)"))
-    batch_size: int = field(default=8, metadata=_help("prompts per training step"))
-    learning_rate: float = field(default=1e-5, metadata=_help("peak learning rate of AdamW"))
-    weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay"))
-    warmup_fraction: float = field(default=0.15, metadata=_help(
+    lora_rank: int = field(default=8, metadata=setting_help("LoRA rank r"))
+    lora_alpha: float = field(default=16.0, metadata=setting_help("LoRA scale alpha (the update is alpha / r * A B)"))
+    batch_size: int = field(default=8, metadata=setting_help("prompts per training step"))
+    learning_rate: float = field(default=1e-5, metadata=setting_help("peak learning rate of AdamW"))
+    weight_decay: float = field(default=0.01, metadata=setting_help("AdamW weight decay"))
+    warmup_fraction: float = field(default=0.15, metadata=setting_help(
         "share of the steps spent warming the learning rate up from 0 (then linear decay to 0; the paper: 15%%)"))
-    max_steps: int = field(default=1000, metadata=_help("training steps per task"))
-    examples_per_length: int = field(default=10, metadata=_help(
+    max_steps: int = field(default=1000, metadata=setting_help("training steps per task"))
+    examples_per_length: int = field(default=10, metadata=setting_help(
         "test prompts at each input length of each bin, answered before and after fine-tuning"))
-    eval_batch_size: int = field(default=16, metadata=_help("test prompts decoded together"))
-    log_every: int = field(default=10, metadata=_help("write a training record every this many steps"))
-    checkpoint_every: int = field(default=50, metadata=_help(
+    eval_batch_size: int = field(default=16, metadata=setting_help("test prompts decoded together"))
+    log_every: int = field(default=10, metadata=setting_help("write a training record every this many steps"))
+    checkpoint_every: int = field(default=50, metadata=setting_help(
         "save a checkpoint every this many steps (a multiple of --log-every) and at the end"))
-    dtype: str = field(default="float32", metadata=_help("compute dtype (parameters and optimizer state stay float32)"))
+    dtype: str = field(default="float32", metadata=setting_help("compute dtype (parameters and optimizer state stay float32)"))
 
     def optimizer_config(self) -> TrainConfig:
         """The TrainConfig that train.steps.make_optimizer reads (and that checks the shared settings)."""
@@ -65,9 +59,7 @@ class FinetuneConfig:
         ).validate()
 
     def validate(self) -> FinetuneConfig:
-        def require(condition: bool, message: str) -> None:
-            if not condition:
-                raise ConfigError(f"FinetuneConfig: {message}")
+        require = lambda condition, message: require_setting("FinetuneConfig", condition, message)  # noqa: E731
 
         require(self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}")
         require(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
@@ -81,23 +73,6 @@ class FinetuneConfig:
                 f"checkpoint_every ({self.checkpoint_every}) must be a multiple of log_every ({self.log_every})")
         self.optimizer_config()
         return self
-
-    def replace(self, **changes) -> FinetuneConfig:
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ConfigError(f"unknown fine-tuning setting(s) {sorted(unknown)}; known: "
-                              f"{[f.name for f in dataclasses.fields(self)]}")
-        return dataclasses.replace(self, **changes).validate()
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> FinetuneConfig:
-        values = dict(values)
-        values["train_lengths"] = tuple(values["train_lengths"])
-        values["test_bins"] = tuple(tuple(b) for b in values["test_bins"])
-        return cls().replace(**values)
 
 
 @dataclass(frozen=True)
