@@ -15,11 +15,13 @@ def pyplot():
     return plt
 
 
-def save_figure(figure, path: Path, dpi: int = 120) -> None:
-    """Lay `figure` out tightly, save it to `path` (written next to it, then moved into place) and
+def save_figure(figure, path: Path, dpi: int = 120, tight: bool = True) -> None:
+    """Lay `figure` out tightly (unless `tight` is False: a colorbar shared by several axes is laid
+    out by matplotlib itself), save it to `path` (written next to it, then moved into place) and
     close it."""
     path = Path(path)
-    figure.tight_layout()
+    if tight:
+        figure.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
     try:
         figure.savefig(tmp, dpi=dpi)

@@ -387,7 +387,7 @@ def draw_scores(scores: dict, config: dict, path: Path) -> None:
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("layer")
     figure.colorbar(image, ax=axes[0].tolist(), fraction=0.02, label="mean attention weight")
-    save_figure(figure, path, dpi=110)
+    save_figure(figure, path, dpi=110, tight=False)
 
 
 def draw_ablations(summary: dict, path: Path) -> None:
