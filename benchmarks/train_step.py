@@ -2,18 +2,22 @@
 
 1. Equal shapes: one training step (forward, backward, AdamW) of the quick and the paper
    configurations (GPT-2 blocks with APE, batch 64, the longest training string of unique copy:
-   2 * max_length + 3 tokens) on the same batch, each in its own process on every core (in one
-   process torch's and XLA's thread pools compete and slow each other down many times over). The
-   two are timed in interleaved rounds (ours, HF, ours, HF, ...) so that a change in machine load
-   hits both; the median of the rounds is reported.
+   2 * max_length + 3 tokens) on the same batch, each trainer in its own process (in one process
+   torch's and XLA's thread pools compete and slow each other down many times over), in two
+   modes: one process using every core, and one thread pinned to one core (how the lab trains on
+   a CPU: one such process per core). Ours runs twice: as the lab runs it (freed memory kept for
+   the next step, `train.allocator`) and with glibc's default allocator settings, the baseline
+   that shows what that setting is worth. The trainers take turns (ours, baseline, HF, ours,
+   ...) so that a change in machine load hits all of them; each turn is one untimed step, then
+   three timed ones; the median over all turns is reported.
 2. Real tokens per second on a quick training stream of unique copy: the non-padding tokens of
    the batches each side trains on, per second of training. Ours as the lab trains (batches from
    one length bucket each, `train.data.LengthBuckets`), HF as its users batch (random lengths,
    each batch padded to its longest string), each in its own process on every core; ours also as
    the lab runs it on a CPU (one single-threaded process pinned to each core, run at the same
-   time, throughputs summed).
+   time, throughputs summed), with and without the allocator setting.
 
-    python benchmarks/train_step.py                # about four minutes on a 2-core CPU
+    python benchmarks/train_step.py                # about 14 minutes on a 2-core CPU, most of it the paper rows
     python benchmarks/train_step.py --presets quick --rounds 5
 """
 
@@ -32,11 +36,13 @@ import numpy as np
 from crasp.tasks import get_task
 from train.config import PRESETS
 from train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
+from train.allocator import keep_freed_memory
 from train.steps import init_stack, make_optimizer, make_train_step
 from train.workers import SINGLE_THREAD_XLA_FLAGS, available_cores
 
 STREAM_TASK = "UF"
 STREAM_BATCHES = 24  # batches per timed pass over the real-token stream
+SIDES = {"ours": "ours", "defaults": "ours, glibc defaults", "hf": "HF"}
 
 
 def equal_shape_batch(preset_name: str) -> tuple[dict[str, np.ndarray], int]:
@@ -52,7 +58,9 @@ def equal_shape_batch(preset_name: str) -> tuple[dict[str, np.ndarray], int]:
 class Ours:
     """Our jitted step (train.steps.make_train_step, a stack of one model) on the preset's model."""
 
-    def __init__(self, preset_name: str, vocab_size: int, max_positions: int):
+    def __init__(self, preset_name: str, vocab_size: int, max_positions: int, keep_memory: bool = True):
+        if keep_memory:
+            keep_freed_memory()
         preset = PRESETS[preset_name]
         optimizer = make_optimizer(preset.train)
         model = preset.model.replace(pe="ape").build(vocab_size, max_positions, seed=0)
@@ -68,7 +76,7 @@ class Ours:
 class HuggingFace:
     """GPT2LMHeadModel of the same shape with torch.optim.AdamW and the same answer-only loss."""
 
-    def __init__(self, preset_name: str, vocab_size: int, max_positions: int):
+    def __init__(self, preset_name: str, vocab_size: int, max_positions: int, threads: int | None = None):
         import torch
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -79,6 +87,8 @@ class HuggingFace:
                             n_layer=ours.n_layers, n_head=ours.n_heads, n_inner=ours.d_ff, resid_pdrop=0.0, embd_pdrop=0.0,
                             attn_pdrop=0.0, activation_function="gelu_new", bos_token_id=1, eos_token_id=3)
         self.torch = torch
+        if threads is not None:
+            torch.set_num_threads(threads)
         self.model = GPT2LMHeadModel(config).train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=preset.train.learning_rate,
                                            weight_decay=preset.train.weight_decay)
@@ -107,12 +117,16 @@ def hugging_face_available() -> bool:
 
 
 class StepProcess:
-    """A trainer ("ours" or "hf") in a child process that times one step each time it is asked."""
+    """A trainer (a key of SIDES) in a child process that times one step each time it is asked;
+    with a core, pinned to it and single-threaded."""
 
-    def __init__(self, side: str, preset_name: str, core: int | None = None, env: dict | None = None):
+    def __init__(self, side: str, preset_name: str, core: int | None = None):
         command = [sys.executable, __file__, "--serve", side, "--presets", preset_name]
-        self.process = subprocess.Popen(command + ([] if core is None else ["--core", str(core)]),
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        env = None
+        if core is not None:
+            command += ["--core", str(core)]
+            env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def send(self, request: str) -> None:
         self.process.stdin.write(request + "\n")
@@ -130,37 +144,47 @@ class StepProcess:
         self.process.wait()
 
 
-def serve(side: str, preset_name: str) -> None:
+def serve(side: str, preset_name: str, single_thread: bool) -> None:
     """Child of StepProcess: answer "step" (time one step at equal shapes) and "stream SECONDS"
     (real-token rate on the quick stream), one JSON line each. Each trainer is built on its first
     request, so a child that only streams never builds the equal-shape one."""
-    trainer_class = Ours if side == "ours" else HuggingFace
+
+    def trainer(vocab_size: int, max_positions: int):
+        if side == "hf":
+            return HuggingFace(preset_name, vocab_size, max_positions, threads=1 if single_thread else None)
+        return Ours(preset_name, vocab_size, max_positions, keep_memory=side == "ours")
+
     equal_shape = None
     for request in sys.stdin:
         command, *arguments = request.split()
         if command == "step":
             if equal_shape is None:
                 batch, vocab_size = equal_shape_batch(preset_name)
-                equal_shape = trainer_class(preset_name, vocab_size, batch["tokens_BxT"].shape[1])
+                equal_shape = trainer(vocab_size, batch["tokens_BxT"].shape[1])
             start = time.perf_counter()
             equal_shape.step(batch)
             answer = dict(seconds=time.perf_counter() - start)
         else:
-            streamer = trainer_class(preset_name, *stream_vocab_and_positions(preset_name))
+            streamer = trainer(*stream_vocab_and_positions(preset_name))
             answer = dict(tokens_per_second=real_tokens_per_second(
-                streamer, stream(preset_name, bucketed=side == "ours"), float(arguments[0])))
+                streamer, stream(preset_name, bucketed=side != "hf"), float(arguments[0])))
         print(json.dumps(answer), flush=True)
 
 
-def interleaved_medians(processes: dict[str, StepProcess], rounds: int) -> dict[str, float]:
-    """Median seconds of one step of each trainer over `rounds` rounds in which each runs once, in turn."""
+def interleaved_medians(processes: dict[str, StepProcess], rounds: int, steps_per_turn: int = 3) -> dict[str, float]:
+    """Median seconds of one step of each trainer over `rounds` rounds in which each takes a turn.
+
+    A turn starts with one untimed step: right after another trainer ran, the caches hold its
+    memory, not this one's, and torch's OpenMP threads may still be spinning (a first timed step
+    measured ours 1.5x slower after an HF turn than after one of its own)."""
     for process in processes.values():  # compile / warm up
         process.ask("step")
         process.ask("step")
     times = {name: [] for name in processes}
     for _ in range(rounds):
         for name, process in processes.items():
-            times[name].append(process.ask("step")["seconds"])
+            process.ask("step")
+            times[name] += [process.ask("step")["seconds"] for _ in range(steps_per_turn)]
     return {name: float(np.median(values)) for name, values in times.items()}
 
 
@@ -199,10 +223,9 @@ def stream_vocab_and_positions(preset_name: str) -> tuple[int, int]:
     return len(task.vocab), sequence_length(task, max(hi for _, hi in preset.train_for(STREAM_TASK).test_bins))
 
 
-def pinned_workers_throughput(preset_name: str, seconds: float) -> float:
+def pinned_workers_throughput(side: str, preset_name: str, seconds: float) -> float:
     """Sum of the real-token rates of one pinned single-threaded process per core, run together."""
-    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
-    processes = [StepProcess("ours", preset_name, core, env) for core in available_cores()]
+    processes = [StepProcess(side, preset_name, core) for core in available_cores()]
     for process in processes:
         process.send(f"stream {seconds}")
     rates = [process.receive()["tokens_per_second"] for process in processes]
@@ -212,21 +235,23 @@ def pinned_workers_throughput(preset_name: str, seconds: float) -> float:
 
 
 def equal_shapes_table(presets: list[str], rounds: int) -> None:
-    print(f"## One training step at equal shapes ({len(available_cores())} cores, each side in its own process, "
-          f"median of {rounds} interleaved rounds)")
-    print(f"{'config':8} {'batch x T':>10} {'ours ms':>9} {'ours tok/s':>11} {'HF ms':>9} {'HF tok/s':>10} "
-          f"{'ours/HF':>8}")
-    sides = ["ours", "hf"] if hugging_face_available() else ["ours"]
+    print(f"## One training step at equal shapes (each trainer in its own process; median over {rounds} "
+          f"interleaved rounds of 3 timed steps each)")
+    print(f"{'config':8} {'batch x T':>10} {'threads':>16} {'ours ms':>8} {'defaults ms':>12} {'HF ms':>8} "
+          f"{'ours/HF':>8} {'ours/defaults':>14} {'ours tok/s':>11}")
+    sides = list(SIDES) if hugging_face_available() else ["ours", "defaults"]
+    modes = [("all cores", None), ("1, pinned", available_cores()[-1])]
     for name in presets:
         B, T = equal_shape_batch(name)[0]["tokens_BxT"].shape
-        processes = {side: StepProcess(side, name) for side in sides}
-        medians = interleaved_medians(processes, rounds)
-        for process in processes.values():
-            process.close()
-        ours_s, hf_s = medians["ours"], medians.get("hf")
-        hf_cells = ("-", "-", "-") if hf_s is None else (f"{hf_s * 1e3:.1f}", f"{B * T / hf_s:.0f}", f"{hf_s / ours_s:.2f}x")
-        print(f"{name:8} {f'{B} x {T}':>10} {ours_s * 1e3:>9.1f} {B * T / ours_s:>11.0f} {hf_cells[0]:>9} "
-              f"{hf_cells[1]:>10} {hf_cells[2]:>8}", flush=True)
+        for mode, core in modes:
+            processes = {side: StepProcess(side, name, core) for side in sides}
+            medians = interleaved_medians(processes, rounds)
+            for process in processes.values():
+                process.close()
+            ours_s, defaults_s, hf_s = medians["ours"], medians["defaults"], medians.get("hf")
+            hf_cells = ("-", "-") if hf_s is None else (f"{hf_s * 1e3:.1f}", f"{hf_s / ours_s:.2f}x")
+            print(f"{name:8} {f'{B} x {T}':>10} {mode:>16} {ours_s * 1e3:>8.1f} {defaults_s * 1e3:>12.1f} "
+                  f"{hf_cells[0]:>8} {hf_cells[1]:>8} {defaults_s / ours_s:>13.2f}x {B * T / ours_s:>11.0f}", flush=True)
 
 
 def stream_rate(side: str, preset_name: str, seconds: float) -> float:
@@ -242,13 +267,14 @@ def real_tokens_table(preset_name: str, seconds: float) -> None:
     print(f"\n## Real (non-padding) training tokens per second, {preset_name} preset, task {STREAM_TASK} "
           f"({seconds:.0f} s each)")
     rows = [("ours, buckets, one process", padding["ours"], stream_rate("ours", preset_name, seconds)),
-            ("ours, buckets, pinned per core", padding["ours"], pinned_workers_throughput(preset_name, seconds))]
+            ("ours, buckets, pinned per core", padding["ours"], pinned_workers_throughput("ours", preset_name, seconds)),
+            ("same, glibc defaults", padding["ours"], pinned_workers_throughput("defaults", preset_name, seconds))]
     if hugging_face_available():
         rows.append(("HF, padded to batch's longest", padding["hf"], stream_rate("hf", preset_name, seconds)))
     baseline = rows[-1][2]
-    print(f"{'trainer':32} {'padding':>8} {'real tok/s':>11} {'vs HF':>7}")
+    print(f"{'trainer':32} {'padding':>8} {'real tok/s':>11} {'vs ' + rows[-1][0].split(',')[0]:>9}")
     for label, pad, rate in rows:
-        print(f"{label:32} {pad:>8.0%} {rate:>11.0f} {rate / baseline:>6.2f}x", flush=True)
+        print(f"{label:32} {pad:>8.0%} {rate:>11.0f} {rate / baseline:>8.2f}x", flush=True)
 
 
 def main() -> None:
@@ -257,13 +283,13 @@ def main() -> None:
                         help="configurations timed at equal shapes (the real-token stream uses the first)")
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds at equal shapes (median reported)")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each real-token measurement")
-    parser.add_argument("--serve", choices=("ours", "hf"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=sorted(SIDES), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.core is not None:
         os.sched_setaffinity(0, {args.core})
     if args.serve is not None:
-        serve(args.serve, args.presets[0])
+        serve(args.serve, args.presets[0], single_thread=args.core is not None)
         return
     print(f"jax {jax.__version__} on {jax.default_backend()}; HF baseline "
           f"{'present' if hugging_face_available() else 'absent (pip install -e .[reference])'}\n")

@@ -39,6 +39,7 @@ from models.lora import with_lora
 from results.files import append_jsonl, read_jsonl, write_json, write_jsonl
 from results.finetune import RESULTS_FILE
 from results.length_gen import job_folder
+from train.allocator import keep_freed_memory
 from train.checkpoint import load_checkpoint, save_checkpoint
 from train.data import stack_batches
 from train.evaluate import unstack
@@ -93,6 +94,7 @@ class TaskTraining:
 
     def _train(self, tokenizer, model: nnx.Module, show_progress: bool):
         config = self.config
+        keep_freed_memory()
         optimizer = make_optimizer(config.optimizer_config())
         graphdef, rest, params_S, opt_state_S = init_stack([model], optimizer)
         mesh = data_mesh()

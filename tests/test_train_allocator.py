@@ -1,0 +1,44 @@
+"""train.allocator: memory a step frees stays in the heap for the next step (glibc only)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import subprocess
+import sys
+
+import pytest
+
+HEAP_AFTER_FREE = """
+import ctypes, ctypes.util, sys
+from train.allocator import keep_freed_memory
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+# A step's temporaries in miniature: 32 MB in 1 MB blocks (above glibc's default mmap threshold, so
+# mapped separately by default) and 32 MB in 32 KB blocks (from the heap, trimmed on free by default)
+blocks = [libc.malloc(1 << 20) for _ in range(32)] + [libc.malloc(32 << 10) for _ in range(1024)]
+for block in reversed(blocks):
+    libc.free(block)
+print(libc.mallinfo2().arena)
+"""
+
+
+def heap_bytes_after_free(mode: str) -> int:
+    result = subprocess.run([sys.executable, "-c", HEAP_AFTER_FREE, mode], capture_output=True, text=True, check=True)
+    return int(result.stdout)
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallinfo2"), reason="needs glibc >= 2.33")
+def test_freed_heap_is_kept_only_with_the_setting():
+    kept, default = heap_bytes_after_free("keep"), heap_bytes_after_free("default")
+    assert kept >= 64 << 20, f"the heap shrank to {kept} bytes although the setting asks glibc to keep it"
+    assert default < 16 << 20, f"without the setting glibc kept {default} bytes: the test no longer shows the difference"
