@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-from train.workers import SINGLE_THREAD_XLA_FLAGS
+from train.workers import single_thread_env
 
 GROUPS = ("attention weights (B x H x T x T)", "per token (B x T x ...)", "per parameter (weights, AdamW)")
 KINDS = ("matrix products", "elementwise and other")
@@ -110,7 +110,7 @@ def main() -> None:
     if args.child:
         profile(args.preset, args.steps)
         return
-    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
+    env = single_thread_env()
     for allocator in ("kept", "defaults"):
         label = "freed memory kept (as the lab trains)" if allocator == "kept" else "glibc defaults"
         print(f"\n## {args.preset} step, single-threaded, {label}: XLA op time per step (ms)", flush=True)

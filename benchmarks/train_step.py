@@ -35,14 +35,15 @@ import numpy as np
 
 from crasp.tasks import get_task
 from train.config import PRESETS
-from train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
 from train.allocator import keep_freed_memory
+from train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
 from train.steps import init_stack, make_optimizer, make_train_step
-from train.workers import SINGLE_THREAD_XLA_FLAGS, available_cores
+from train.workers import available_cores, single_thread_env
 
 STREAM_TASK = "UF"
 STREAM_BATCHES = 24  # batches per timed pass over the real-token stream
-SIDES = {"ours": "ours", "defaults": "ours, glibc defaults", "hf": "HF"}
+SIDES = ("ours", "defaults", "hf")  # ours as the lab trains; ours with glibc's default allocator; Hugging Face
+STEPS_PER_TURN = 3  # timed steps per turn, after one untimed step
 
 
 def equal_shape_batch(preset_name: str) -> tuple[dict[str, np.ndarray], int]:
@@ -117,7 +118,7 @@ def hugging_face_available() -> bool:
 
 
 class StepProcess:
-    """A trainer (a key of SIDES) in a child process that times one step each time it is asked;
+    """A trainer (one of SIDES) in a child process that times one step each time it is asked;
     with a core, pinned to it and single-threaded."""
 
     def __init__(self, side: str, preset_name: str, core: int | None = None):
@@ -125,7 +126,7 @@ class StepProcess:
         env = None
         if core is not None:
             command += ["--core", str(core)]
-            env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
+            env = single_thread_env()
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def send(self, request: str) -> None:
@@ -171,7 +172,7 @@ def serve(side: str, preset_name: str, single_thread: bool) -> None:
         print(json.dumps(answer), flush=True)
 
 
-def interleaved_medians(processes: dict[str, StepProcess], rounds: int, steps_per_turn: int = 3) -> dict[str, float]:
+def interleaved_medians(processes: dict[str, StepProcess], rounds: int) -> dict[str, float]:
     """Median seconds of one step of each trainer over `rounds` rounds in which each takes a turn.
 
     A turn starts with one untimed step: right after another trainer ran, the caches hold its
@@ -184,7 +185,7 @@ def interleaved_medians(processes: dict[str, StepProcess], rounds: int, steps_pe
     for _ in range(rounds):
         for name, process in processes.items():
             process.ask("step")
-            times[name] += [process.ask("step")["seconds"] for _ in range(steps_per_turn)]
+            times[name] += [process.ask("step")["seconds"] for _ in range(STEPS_PER_TURN)]
     return {name: float(np.median(values)) for name, values in times.items()}
 
 
@@ -236,7 +237,7 @@ def pinned_workers_throughput(side: str, preset_name: str, seconds: float) -> fl
 
 def equal_shapes_table(presets: list[str], rounds: int) -> None:
     print(f"## One training step at equal shapes (each trainer in its own process; median over {rounds} "
-          f"interleaved rounds of 3 timed steps each)")
+          f"interleaved rounds of {STEPS_PER_TURN} timed steps each)")
     print(f"{'config':8} {'batch x T':>10} {'threads':>16} {'ours ms':>8} {'defaults ms':>12} {'HF ms':>8} "
           f"{'ours/HF':>8} {'ours/defaults':>14} {'ours tok/s':>11}")
     sides = list(SIDES) if hugging_face_available() else ["ours", "defaults"]
@@ -283,7 +284,7 @@ def main() -> None:
                         help="configurations timed at equal shapes (the real-token stream uses the first)")
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds at equal shapes (median reported)")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each real-token measurement")
-    parser.add_argument("--serve", choices=sorted(SIDES), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=SIDES, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.core is not None:

@@ -4,7 +4,7 @@ A training step of the quick model (batch 64 x 43 tokens) needs tens of MB of te
 glibc's default settings the large ones are mapped fresh from the OS on every step and unmapped
 at its end, and the heap is trimmed back after the small ones: the next step page-faults all of
 that memory in again (13,000 page faults and 1.7 ms of kernel time per step, single-threaded).
-Keeping it brings the faults down to a few hundred and the step from about 75 ms to about 47 ms
+Keeping it brings the faults down to a few hundred and the step from about 76 ms to about 51 ms
 (`python benchmarks/train_step.py`, column "defaults"). Torch does not suffer from this: its
 allocator caches blocks.
 

@@ -40,6 +40,11 @@ class WorkerError(RuntimeError):
     """A worker process exited with an error."""
 
 
+def single_thread_env() -> dict[str, str]:
+    """This process's environment with XLA told to use one thread (for a child pinned to a core)."""
+    return dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
+
+
 def available_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
@@ -183,7 +188,7 @@ def run_stacked_in_process(jobs: list[Job], show_progress: bool = True) -> None:
 def _launch(job: Job, core: int) -> subprocess.Popen:
     job.folder.mkdir(parents=True, exist_ok=True)
     write_json(job.folder / "job.json", job.to_dict())
-    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
+    env = single_thread_env()
     with open(job.folder / LOG_FILE, "ab") as log:
         # The child pins itself (--core): a preexec_fn would make Python fork this multithreaded process.
         return subprocess.Popen([sys.executable, "-m", "train.workers", str(job.folder), "--core", str(core),
