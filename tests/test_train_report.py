@@ -170,3 +170,16 @@ def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdict
     length_gen.main(argv)
     assert (out / "UF" / "seed0" / "result.json").read_text() == first
     assert [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] == records
+
+
+def test_readme_table_is_the_committed_quick_runs():
+    """The README's table of the three quick runs is what their committed summaries give, so a rerun
+    that is copied into experiments/calibration/ without updating the README (or a number typed by
+    hand) fails here."""
+    from experiments.calibration import readme_table
+
+    summaries = {pe: json.loads((readme_table.HERE / f"quick-run-{pe}" / "summary.json").read_text())
+                 for pe in readme_table.ENCODINGS}
+    readme = (readme_table.HERE.parents[1] / "README.md").read_text()
+    assert readme_table.table(summaries) in readme
+    assert readme_table.agreement_line(summaries) in " ".join(readme.split())

@@ -1,0 +1,59 @@
+"""The top-level README's table of the three quick runs, printed from their committed summaries
+(quick-run-ape/, quick-run-rope/, quick-run-nope/ here), so that no number in it is typed by hand.
+
+    python experiments/calibration/readme_table.py   # paste its output over the README's table
+
+Each cell is the mean exact match per bin (training lengths first), then what was observed; the
+mark says whether that agrees with the prediction (APE and NoPE against their theorems, RoPE
+against the APE prediction, without a theorem). A model below the fit threshold on its training
+lengths is shown as "did not fit" and gets no mark.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ENCODINGS = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}  # folder suffix -> name shown
+
+
+def cell(row: dict) -> str:
+    accuracies = " / ".join(f"{b['mean']:.2f}" for b in row["bins"])
+    if row["observed"] == "did not fit":
+        return f"{accuracies} (**did not fit**)"
+    observed = "does not" if row["observed"] == "does not generalize" else row["observed"]
+    mark = {True: " ✓", False: " ✗", None: ""}[row["agrees"]]
+    return f"{accuracies} ({observed}{mark})"
+
+
+def table(summaries: dict[str, dict]) -> str:
+    bins = " / ".join(f"{lo}-{hi}" for lo, hi in summaries["ape"]["bins"])
+    lines = [f"| task | APE predicted | APE {bins} | RoPE {bins} | NoPE predicted | NoPE {bins} |",
+             "|---|---|---|---|---|---|"]
+    rows = {pe: {row["task"]: row for row in summary["rows"]} for pe, summary in summaries.items()}
+    for task, ape in rows["ape"].items():
+        rope, nope = rows["rope"][task], rows["nope"][task]
+        lines.append(f"| {task} | {ape['predicted']['label']} | {cell(ape)} | {cell(rope)} | "
+                     f"{nope['predicted']['label']} | {cell(nope)} |")
+    return "\n".join(lines)
+
+
+def agreement_line(summaries: dict[str, dict]) -> str:
+    parts = []
+    for pe, summary in summaries.items():
+        not_fit = len(summary["did_not_fit"])
+        parts.append(f"{ENCODINGS[pe]} {summary['agreements']} of {summary['judged']}"
+                     + (f" ({not_fit} did not fit)" if not_fit else ""))
+    return "Agreement over the tasks that fit and have a prediction: " + ", ".join(parts) + "."
+
+
+def main() -> None:
+    summaries = {pe: json.loads((HERE / f"quick-run-{pe}" / "summary.json").read_text()) for pe in ENCODINGS}
+    print(table(summaries))
+    print()
+    print(agreement_line(summaries))
+
+
+if __name__ == "__main__":
+    main()
