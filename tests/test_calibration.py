@@ -1,0 +1,24 @@
+"""The calibration study's analysis scripts read what the task samplers wrote."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crasp.tasks import get_task
+from experiments.calibration.last_occurrence_distance import distances_from_end
+
+
+@settings(max_examples=25, deadline=None)
+@given(code=st.sampled_from(["NLLast", "NRLast"]), length=st.integers(3, 40), seed=st.integers(0, 2**16))
+def test_distance_from_end_points_at_the_occurrence_whose_neighbour_is_the_answer(code, length, seed):
+    """Counting back `distance` symbols from the end of the context lands on the last occurrence of
+    the query, and its neighbour on the task's side is the answer: a misread token layout breaks it."""
+    task = get_task(code)
+    examples = task.sample(np.random.default_rng(seed), 20, length)
+    step = -1 if code == "NLLast" else 1
+    for tokens, prompt_length, distance in zip(examples.tokens, examples.prompt_lengths,
+                                               distances_from_end(examples.tokens, examples.prompt_lengths)):
+        context, query = tokens[1:prompt_length - 2], tokens[prompt_length - 1]
+        position = len(context) - 1 - distance
+        assert context[position] == query and query not in context[position + 1:]
+        assert context[position + step] == tokens[prompt_length]
