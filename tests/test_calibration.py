@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp.tasks import get_task
-from experiments.calibration.last_occurrence_distance import distances_from_end
+from experiments.calibration.last_occurrence_distance import DISTANCE_GROUPS, distances_from_end, strings_by_distance
 
 
 @settings(max_examples=25, deadline=None)
@@ -22,3 +22,16 @@ def test_distance_from_end_points_at_the_occurrence_whose_neighbour_is_the_answe
         position = len(context) - 1 - distance
         assert context[position] == query and query not in context[position + 1:]
         assert context[position + step] == tokens[prompt_length]
+
+
+@settings(max_examples=5, deadline=None)
+@given(code=st.sampled_from(["NLLast", "NRLast"]), per_group=st.integers(1, 30))
+def test_strings_by_distance_fill_every_group_with_strings_of_that_distance(code, per_group):
+    """Each group holds exactly `per_group` strings, all at a distance inside the group's range:
+    a string filed under the wrong group would blur the far-occurrence column."""
+    groups = strings_by_distance(get_task(code), 40, per_group)
+    assert len(groups) == len(DISTANCE_GROUPS)
+    for (tokens_NxT, prompt_lengths_N, lengths_N), (lo, hi) in zip(groups, DISTANCE_GROUPS):
+        assert len(tokens_NxT) == len(prompt_lengths_N) == len(lengths_N) == per_group
+        distance_N = distances_from_end(tokens_NxT, prompt_lengths_N)
+        assert np.all((distance_N >= lo) & (distance_N <= hi))

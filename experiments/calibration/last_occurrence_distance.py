@@ -5,7 +5,8 @@ on lengths 31-40. The test strings draw every context symbol uniformly from 5, s
 occurrence lies a few positions from the end at every length; a model that looks only at recent
 positions would pass. This script reads the trained models of a length_gen.py run, decodes fresh
 test strings at one length (the run's own sampler), and splits exact match by how far the last
-occurrence lies from the end of the context.
+occurrence lies from the end of the context. Far occurrences are rare (about 2% of strings at
+length 40), so strings are drawn until every distance group holds the same number of them.
 
     python experiments/calibration/last_occurrence_distance.py runs/length_gen/ape-quick-3seeds
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crasp.tasks import EOS_ID, PAD_ID
+from crasp.tasks import EOS_ID, PAD_ID, get_task
 from models.generate import generate
 from train.trained import job_folders, load_trained_model
 
@@ -35,6 +36,11 @@ def distances_from_end(tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray) -> 
     return np.array(distances)
 
 
+def occurrences(tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray) -> np.ndarray:
+    """How often the query occurs in each context (far last occurrences go with rare queries)."""
+    return np.array([np.sum(tokens[1:p - 2] == tokens[p - 1]) for tokens, p in zip(tokens_NxT, prompt_lengths_N)])
+
+
 def exact_match(trained, tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray, lengths_N: np.ndarray) -> np.ndarray:
     answer_length = int((lengths_N - prompt_lengths_N).max())
     generated_NxA = np.asarray(generate(trained.model, tokens_NxT, prompt_lengths_N, max_new_tokens=answer_length,
@@ -43,27 +49,55 @@ def exact_match(trained, tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray, l
                      for i, (p, n) in enumerate(zip(prompt_lengths_N, lengths_N))])
 
 
+def strings_by_distance(task, length: int, per_group: int, seed: int = 12345) -> list[tuple[np.ndarray, ...]]:
+    """(tokens_NxT, prompt_lengths_N, lengths_N) with `per_group` test strings of `length` for each
+    of DISTANCE_GROUPS, from the task's own sampler: a string goes to the group of its distance,
+    and draws stop when every group is full (strings of one length share one width)."""
+    rng = np.random.default_rng(seed)
+    chosen: list[list[tuple]] = [[] for _ in DISTANCE_GROUPS]
+    while any(len(rows) < per_group for rows in chosen):
+        examples = task.sample(rng, 10 * per_group, length)
+        distance_N = distances_from_end(examples.tokens, examples.prompt_lengths)
+        for rows, (lo, hi) in zip(chosen, DISTANCE_GROUPS):
+            rows += [(examples.tokens[i], examples.prompt_lengths[i], examples.lengths[i])
+                     for i in np.flatnonzero((distance_N >= lo) & (distance_N <= hi))]
+    return [tuple(np.stack(column) for column in zip(*rows[:per_group])) for rows in chosen]
+
+
+def sampler_distances(task, lengths: list[int], n: int = 2000, seed: int = 0) -> str:
+    """How far from the end the task's sampler puts the last occurrence, at each of `lengths`."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for length in lengths:
+        examples = task.sample(rng, n, length)
+        distance_N = distances_from_end(examples.tokens, examples.prompt_lengths)
+        parts.append(f"length {length}: mean {distance_N.mean():.1f}, 90% within {np.percentile(distance_N, 90):.0f}")
+    return f"{task.code} sampler, distance of the last occurrence from the end: " + "; ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, help="a run folder of experiments/length_gen.py with NLLast and NRLast")
     parser.add_argument("--length", type=int, default=40, help="context length of the test strings (default 40)")
-    parser.add_argument("--n", type=int, default=2000, help="test strings per model (default 2000)")
+    parser.add_argument("--per-group", type=int, default=200, help="test strings per distance group (default 200)")
     args = parser.parse_args()
+    for task in TASKS:
+        print(sampler_distances(get_task(task), [20, 30, args.length]))
+    print()
     header = " | ".join(f"{lo}-{hi}" if hi < 1000 else f"{lo}+" for lo, hi in DISTANCE_GROUPS)
     print(f"Exact match at length {args.length} by distance of the last occurrence from the end "
-          f"(strings in each group in brackets)\n")
-    print(f"| task | seed | all | {header} |\n|---|---|---|" + "---|" * len(DISTANCE_GROUPS))
+          f"({args.per_group} strings per group)\n")
+    print(f"| task | seed | {header} |\n|---|---|" + "---|" * len(DISTANCE_GROUPS))
     for task in TASKS:
+        groups = None
         for folder in job_folders(args.run_dir, task):
             trained = load_trained_model(folder)
-            examples = trained.task.sample(np.random.default_rng(12345), args.n, args.length)
-            right_N = exact_match(trained, examples.tokens, examples.prompt_lengths, examples.lengths)
-            distance_N = distances_from_end(examples.tokens, examples.prompt_lengths)
-            cells = []
-            for lo, hi in DISTANCE_GROUPS:
-                group = (distance_N >= lo) & (distance_N <= hi)
-                cells.append(f"{right_N[group].mean():.2f} ({group.sum()})" if group.any() else "-")
-            print(f"| {task} | {trained.job.seed} | {right_N.mean():.2f} | " + " | ".join(cells) + " |")
+            if groups is None:
+                groups = strings_by_distance(trained.task, args.length, args.per_group)
+                counts = [f"{occurrences(tokens, prompts).mean():.1f}" for tokens, prompts, _ in groups]
+                print(f"| {task} | (query occurrences, mean) | " + " | ".join(counts) + " |")
+            cells = [f"{exact_match(trained, *strings).mean():.2f}" for strings in groups]
+            print(f"| {task} | {trained.job.seed} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
