@@ -17,7 +17,7 @@ from flax import nnx
 
 from crasp.tasks import get_task
 from train.config import ModelSettings, TrainConfig
-from train.evaluate import build_eval_sets, teacher_forced_exact
+from train.evaluate import build_eval_sets, greedy_disagreements, greedy_exact_match, teacher_forced_exact
 from train.trained import load_trained_model
 from train.data import sample_batch, sequence_length
 from train.loop import Job, run_stack
@@ -137,6 +137,13 @@ def assert_reloaded_model_reproduces_the_result(folder: Path, result: dict) -> N
     for eval_set, recorded in zip(eval_sets, result["bins"]):
         exact_SxN = teacher_forced_exact(eval_step, params_S, [eval_set], config.eval_batch_size, lambda part: part)
         assert round(float(exact_SxN.mean()), 6) == recorded["accuracy"]
+        # Cached greedy decoding gives every string the teacher-forced verdict, and a verdict that
+        # differs from it is counted as a disagreement.
+        exact_N = exact_SxN[0].astype(bool)
+        greedy_N = greedy_exact_match(trained.model, eval_set.batch.tokens_BxT, eval_set.prompt_lengths_N,
+                                      eval_set.batch.lengths_B)
+        assert np.array_equal(greedy_N, exact_N)
+        assert greedy_disagreements(trained.model, eval_set, ~exact_N, 8) == 8
 
 
 SHARDED_SCRIPT = """

@@ -178,8 +178,7 @@ def test_readme_table_is_the_committed_quick_runs():
     hand) fails here."""
     from experiments.calibration import readme_table
 
-    summaries = {pe: json.loads((readme_table.HERE / f"quick-run-{pe}" / "summary.json").read_text())
-                 for pe in readme_table.ENCODINGS}
+    summaries = readme_table.committed_summaries()
     readme = (readme_table.HERE.parents[1] / "README.md").read_text()
     assert readme_table.table(summaries) in readme
     assert readme_table.agreement_line(summaries) in " ".join(readme.split())

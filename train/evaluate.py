@@ -73,26 +73,26 @@ def teacher_forced_exact(eval_step, params_S, stacked_sets: list[EvalSet], chunk
     return np.concatenate(results, axis=1)[:, :n]
 
 
+def greedy_exact_match(model, tokens_NxT: np.ndarray, prompts_N: np.ndarray, lengths_N: np.ndarray) -> np.ndarray:
+    """exact_N under the model's KV-cache greedy decoding: the answer is right when the first
+    (length - prompt length) tokens generated equal the reference answer and EOS."""
+    answers_N = lengths_N - prompts_N
+    generated_NxM = np.asarray(generate(model, tokens_NxT, prompts_N, max_new_tokens=int(answers_N.max()),
+                                        eos_id=EOS_ID, pad_id=PAD_ID).tokens_BxN)
+    return np.array([np.array_equal(generated_NxM[i, :answers_N[i]], tokens_NxT[i, prompts_N[i]:lengths_N[i]])
+                     for i in range(len(tokens_NxT))])
+
+
 def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: int) -> int:
     """How many of `count` strings, spread evenly over the bin (so over its lengths), get a
-    different verdict from the model's KV-cache greedy decoding, under which the answer is right
-    when the first (length - prompt_length) tokens generated equal the reference answer and EOS."""
+    different verdict from the model's KV-cache greedy decoding (`greedy_exact_match`)."""
     count = min(count, len(exact_N))
     if count == 0:
         return 0
     rows = np.linspace(0, len(exact_N) - 1, count).round().astype(int)
-    tokens_NxT = eval_set.batch.tokens_BxT[rows]
-    lengths_N = eval_set.batch.lengths_B[rows]
-    prompts_N = eval_set.prompt_lengths_N[rows]
-    answer_lengths_N = lengths_N - prompts_N
-    generated_NxM = np.asarray(generate(model, tokens_NxT, prompts_N, max_new_tokens=int(answer_lengths_N.max()),
-                                        eos_id=EOS_ID, pad_id=PAD_ID).tokens_BxN)
-    disagreements = 0
-    for i, row in enumerate(rows):
-        reference = tokens_NxT[i, prompts_N[i]:lengths_N[i]]
-        greedy_right = np.array_equal(generated_NxM[i, :answer_lengths_N[i]], reference)
-        disagreements += int(greedy_right != bool(exact_N[row]))
-    return disagreements
+    greedy_N = greedy_exact_match(model, eval_set.batch.tokens_BxT[rows], eval_set.prompt_lengths_N[rows],
+                                  eval_set.batch.lengths_B[rows])
+    return int(np.sum(greedy_N != exact_N[rows].astype(bool)))
 
 
 def unstack(params_S, index: int):

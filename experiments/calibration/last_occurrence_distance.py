@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crasp.tasks import EOS_ID, PAD_ID, get_task
-from models.generate import generate
+from crasp.tasks import get_task
+from train.evaluate import greedy_exact_match
 from train.trained import job_folders, load_trained_model
 
 TASKS = ("NLLast", "NRLast")
@@ -27,26 +27,24 @@ TASKS = ("NLLast", "NRLast")
 DISTANCE_GROUPS = ((0, 3), (4, 7), (8, 15), (16, 1000))
 
 
+def context_and_query(tokens_T: np.ndarray, prompt_length: int) -> tuple[np.ndarray, int]:
+    """The context c_1 .. c_m and the query q of `<bos> c_1 .. c_m <sep> q` (the prompt)."""
+    return tokens_T[1:prompt_length - 2], tokens_T[prompt_length - 1]
+
+
 def distances_from_end(tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray) -> np.ndarray:
-    """For `<bos> c_1 .. c_m <sep> q`: m - 1 - (index of q's last occurrence among c)."""
+    """m - 1 - (index of q's last occurrence among c_1 .. c_m), per string."""
     distances = []
-    for tokens, prompt_length in zip(tokens_NxT, prompt_lengths_N):
-        context, query = tokens[1:prompt_length - 2], tokens[prompt_length - 1]
+    for tokens_T, prompt_length in zip(tokens_NxT, prompt_lengths_N):
+        context, query = context_and_query(tokens_T, prompt_length)
         distances.append(len(context) - 1 - np.flatnonzero(context == query)[-1])
     return np.array(distances)
 
 
 def occurrences(tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray) -> np.ndarray:
     """How often the query occurs in each context (far last occurrences go with rare queries)."""
-    return np.array([np.sum(tokens[1:p - 2] == tokens[p - 1]) for tokens, p in zip(tokens_NxT, prompt_lengths_N)])
-
-
-def exact_match(trained, tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray, lengths_N: np.ndarray) -> np.ndarray:
-    answer_length = int((lengths_N - prompt_lengths_N).max())
-    generated_NxA = np.asarray(generate(trained.model, tokens_NxT, prompt_lengths_N, max_new_tokens=answer_length,
-                                        eos_id=EOS_ID, pad_id=PAD_ID).tokens_BxN)
-    return np.array([np.array_equal(generated_NxA[i, :n - p], tokens_NxT[i, p:n])
-                     for i, (p, n) in enumerate(zip(prompt_lengths_N, lengths_N))])
+    return np.array([np.sum(context == query) for context, query in
+                     (context_and_query(tokens_T, p) for tokens_T, p in zip(tokens_NxT, prompt_lengths_N))])
 
 
 def strings_by_distance(task, length: int, per_group: int, seed: int = 12345) -> list[tuple[np.ndarray, ...]]:
@@ -96,7 +94,7 @@ def main() -> None:
                 groups = strings_by_distance(trained.task, args.length, args.per_group)
                 counts = [f"{occurrences(tokens, prompts).mean():.1f}" for tokens, prompts, _ in groups]
                 print(f"| {task} | (query occurrences, mean) | " + " | ".join(counts) + " |")
-            cells = [f"{exact_match(trained, *strings).mean():.2f}" for strings in groups]
+            cells = [f"{greedy_exact_match(trained.model, *strings).mean():.2f}" for strings in groups]
             print(f"| {task} | {trained.job.seed} | " + " | ".join(cells) + " |")
 
 

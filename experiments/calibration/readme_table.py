@@ -48,8 +48,13 @@ def agreement_line(summaries: dict[str, dict]) -> str:
     return "Agreement over the tasks that fit and have a prediction: " + ", ".join(parts) + "."
 
 
+def committed_summaries() -> dict[str, dict]:
+    """encoding -> summary.json of its quick run copied here."""
+    return {pe: json.loads((HERE / f"quick-run-{pe}" / "summary.json").read_text()) for pe in ENCODINGS}
+
+
 def main() -> None:
-    summaries = {pe: json.loads((HERE / f"quick-run-{pe}" / "summary.json").read_text()) for pe in ENCODINGS}
+    summaries = committed_summaries()
     print(table(summaries))
     print()
     print(agreement_line(summaries))
