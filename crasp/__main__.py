@@ -1,4 +1,4 @@
-"""Command line: `python -m crasp {run,fragment,check,tasks,search}`; `--help` on each explains it."""
+"""Command line: `python -m crasp {run,fragment,check,agreement,tasks,search}`; `--help` on each explains it."""
 
 from __future__ import annotations
 
@@ -115,6 +115,38 @@ def _check(args) -> int | None:
         raise SystemExit(1)
 
 
+def _agreement(args) -> None:
+    from crasp.approximations import SIDE_OF_TASK, last_within_window
+    from crasp.check import agreement_by_length, lookup, program_for
+    from crasp.fragment import fragment_of
+    from crasp.languages import Language
+    from crasp.library import load_source
+
+    target = lookup(args.task)
+    if isinstance(target, Language):
+        raise CraspError(f"{target.name} is a language; agreement by length measures next-token programs on a task "
+                         "(python -m crasp tasks lists them)")
+    if (args.program is None) == (args.window is None):
+        raise CraspError("give either --program FILE or --window W (a window program, for NLLast and NRLast)")
+    if args.program is not None:
+        source = load_source(args.program)
+        program, name = program_for(source, target), source.name
+    elif target.code not in SIDE_OF_TASK:
+        raise CraspError(f"window programs exist for {' and '.join(SIDE_OF_TASK)} (retrieval at the last occurrence), "
+                         f"not for {target.code}; measure your own program with --program FILE")
+    else:
+        try:
+            program = last_within_window(SIDE_OF_TASK[target.code], args.window)(target.symbols)
+        except ValueError as error:
+            raise CraspError(f"--window {args.window}: {error}")
+        name = program.title
+    print(f"{name} ({fragment_of(program).name})")
+    print(f"on task {target.code}: {target.description}")
+    print(f"{'length':>6} | agreement ({args.samples} strings per length)")
+    for length, agreement in agreement_by_length(target, program, args.lengths, args.samples, args.seed).items():
+        print(f"{length:>6} | {agreement:.1%}")
+
+
 def _tasks(args) -> None:
     from crasp.languages import LANGUAGES
     from crasp.prediction import predict
@@ -170,6 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--samples", type=int, default=200, help="random strings per sampled length (default 200)")
     check.add_argument("--seed", type=int, default=0, help="seed of the random samples (default 0)")
     check.set_defaults(handler=_check)
+    agreement = commands.add_parser("agreement", help="how often a program that is not a witness answers a task "
+                                                      "right, at each length of the task's own sampler")
+    agreement.add_argument("task", metavar="TASK", help="a task code (python -m crasp tasks lists them)")
+    agreement.add_argument("--program", metavar="FILE", help="a .crasp file (or shipped example) to measure")
+    agreement.add_argument("--window", type=int, metavar="W", help="instead of --program, for NLLast or NRLast: the "
+                                                                   "C-RASP[local] program that looks for the query "
+                                                                   "only among the last W context tokens")
+    agreement.add_argument("--lengths", type=int, nargs="+", default=[10, 20, 40, 150], metavar="N",
+                           help="input lengths (default: 10 20 40 150)")
+    agreement.add_argument("--samples", type=int, default=500, help="random strings per length (default 500)")
+    agreement.add_argument("--seed", type=int, default=0, help="seed of the random strings (default 0)")
+    agreement.set_defaults(handler=_agreement)
     tasks = commands.add_parser("tasks", help="every task with its one-line definition and what theory predicts "
                                               "(decided by verifying the witnesses)")
     tasks.add_argument("--verbose", action="store_true", help="also print the reason behind each prediction")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +23,8 @@ from crasp.languages import LANGUAGES, Language
 from crasp.nexttoken import Failure, check_teacher_forced, encode
 from crasp.program import CraspProgramError, Program
 from crasp.source import ProgramSource
-from crasp.tasks import (PAD_ID, PROGRAM_SPECIALS, TASK_CODES, InvalidInputError, Task, UnknownTaskError, get_task,
-                         parameters_of)
+from crasp.tasks import (PAD_ID, PROGRAM_SPECIALS, TASK_CODES, Examples, InvalidInputError, Task, UnknownTaskError,
+                         get_task, parameters_of)
 
 EXHAUSTIVE_ALPHABET = 3  # symbols for the exhaustive stage, where the task lets us choose
 EXHAUSTIVE_MAX_LENGTH = 6
@@ -146,6 +146,23 @@ def _task_strings_batch(program: Program, task: Task, strings: list[list[str]]) 
     lengths = np.array([len(s) for s in strings])
     prompt_lengths = np.array([s.index("<sep>") + 1 + int(task.has_query) for s in strings])
     return _task_batch(program, task, tokens, prompt_lengths, lengths)
+
+
+def agreement_by_length(task: Task, program: Program, lengths: Iterable[int], samples_per_length: int = 200,
+                        seed: int = 0) -> dict[int, float]:
+    """For each length, the fraction of the task's sampled strings on which `program` predicts every
+    answer token and the final <eos>: how well a program that is not a witness approximates the
+    task on the task's own test distribution."""
+    # One generator per length: a length's strings do not depend on which other lengths are asked for.
+    # A length the sampler cannot produce raises its SamplerError, which names the accepted lengths.
+    return {length: float(correct_answers(task, program, task.sample(np.random.default_rng((seed, length)),
+                                                                     samples_per_length, length)).mean())
+            for length in lengths}
+
+
+def correct_answers(task: Task, program: Program, examples: Examples) -> np.ndarray:
+    """One bool per sampled string: `program` predicts every answer token and the final <eos>."""
+    return _task_batch(program, task, examples.tokens, examples.prompt_lengths, examples.lengths).correct
 
 
 def small_version(task: Task) -> Task:

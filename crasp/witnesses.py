@@ -49,30 +49,31 @@ at_query = (steps == 2).named("at_query")
 at_answer = (steps == 3).named("at_answer")
 
 
-def _retrieval(symbols, found: Callable[[Var], object], title: str) -> Program:
+def retrieval_program(symbols, found: Callable[[Var], object], title: str) -> Program:
+    """At the query, output the symbol s where `found(s)` holds; after the answer, <eos>."""
     return _program(symbols, lambda s: (at_query & found(s)) | (at_answer & s.is_symbol(EOS_SYMBOL)), title)
 
 
 def unique_right(symbols) -> Program:
     """UR: the token after the occurrence of q (with APE: via the previous-token relation)."""
     right_of = family("right_of_query", ["s"], lambda s: any_(t, Q(t) & (count(Q(s) & prev(t) & in_input) >= 1)))
-    return _retrieval(symbols, right_of, "UR: the token right of the unique occurrence of the query")
+    return retrieval_program(symbols, right_of, "UR: the token right of the unique occurrence of the query")
 
 
 def unique_left(symbols) -> Program:
     left_of = family("left_of_query", ["s"], lambda s: any_(t, Q(t) & (count(Q(t) & prev(s) & in_input) >= 1)))
-    return _retrieval(symbols, left_of, "UL: the token left of the unique occurrence of the query")
+    return retrieval_program(symbols, left_of, "UL: the token left of the unique occurrence of the query")
 
 
 def first_right(symbols) -> Program:
     seen = family("right_of_first", ["s"], lambda s: any_(
         t, Q(t) & (count(Q(s) & (count(first(t), offset=1) >= 1) & in_input) >= 1)))
-    return _retrieval(symbols, seen, "NRFirst: the token right of the first occurrence of the query")
+    return retrieval_program(symbols, seen, "NRFirst: the token right of the first occurrence of the query")
 
 
 def first_left(symbols) -> Program:
     seen = family("left_of_first", ["s"], lambda s: any_(t, Q(t) & (count(first(t) & prev(s) & in_input) >= 1)))
-    return _retrieval(symbols, seen, "NLFirst: the token left of the first occurrence of the query")
+    return retrieval_program(symbols, seen, "NLFirst: the token left of the first occurrence of the query")
 
 
 def first_right_without_positions(symbols) -> Program:
@@ -80,7 +81,7 @@ def first_right_without_positions(symbols) -> Program:
     for exactly two positions (a nested count), so no local relation is needed."""
     seen = family("right_of_first", ["s"], lambda s: any_(
         t, Q(t) & (count(Q(s) & follows_first(t) & in_input) >= 1)))
-    return _retrieval(symbols, seen, "UR / NRFirst in C-RASP[]: right of the first occurrence via a nested count")
+    return retrieval_program(symbols, seen, "UR / NRFirst in C-RASP[]: right of the first occurrence via a nested count")
 
 
 # ---------------------------------------------------------------- copying (distinct tokens)

@@ -1,11 +1,16 @@
 """The calibration study's analysis scripts read what the task samplers wrote."""
 
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp.tasks import get_task
 from experiments.calibration.last_occurrence_distance import DISTANCE_GROUPS, distances_from_end, strings_by_distance
+from experiments.calibration.last_occurrence_window import SAMPLERS, window_agreement
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @settings(max_examples=25, deadline=None)
@@ -35,3 +40,14 @@ def test_strings_by_distance_fill_every_group_with_strings_of_that_distance(code
         assert len(tokens_NxT) == len(prompt_lengths_N) == len(lengths_N) == per_group
         distance_N = distances_from_end(tokens_NxT, prompt_lengths_N)
         assert np.all((distance_N >= lo) & (distance_N <= hi))
+
+
+def test_the_readme_window_table_is_what_last_occurrence_window_prints():
+    """The README's NLLast table (window 20, lengths 20 / 40 / 150, 500 strings) recomputed."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("| sampler | window | length 20 | 40 | 150 |")
+    rows = [line.strip("|").split(" | ") for line in lines[start + 2:start + 2 + len(SAMPLERS)]]
+    assert [row[0].strip() for row in rows] == list(SAMPLERS)
+    for sampler, window, *cells in rows:
+        agreement = window_agreement("NLLast", sampler.strip(), int(window), [20, 40, 150], samples=500)
+        assert [cell.strip() for cell in cells] == [f"{a:.2f}" for a in agreement]

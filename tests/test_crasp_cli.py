@@ -8,9 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp.__main__ import main
+from crasp.approximations import last_within_window
+from crasp.check import agreement_by_length
 from crasp.library import example_names, load_program
 from crasp.nexttoken import check_teacher_forced, encode, generate
 from crasp.syntax import parse
+from crasp.tasks import get_task
 
 GOLDEN = Path(__file__).parent / "golden"
 TRACES = {
@@ -99,3 +102,28 @@ def test_empty_input_is_an_error(tmp_path, capsys, given):
     assert main(["run", str(program), "--input", given]) == 2
     assert "the input is empty: a trace needs at least one symbol, separated by spaces, of the program's " \
            "alphabet (a b)" in _one_line_error(capsys)
+
+
+def test_agreement_of_a_witness_is_complete_and_of_a_window_program_is_what_the_library_measures(capsys):
+    solution = str(Path(__file__).parent / "exercises" / "10-unique-copy-backward.crasp")
+    assert main(["agreement", "UB", "--program", solution, "--lengths", "5", "40", "--samples", "50"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{solution} (C-RASP[])"
+    assert lines[3:] == ["     5 | 100.0%", "    40 | 100.0%"]
+    assert main(["agreement", "NLLast", "--window", "4", "--lengths", "12", "30", "--samples", "200", "--seed", "3"]) == 0
+    printed = [row.split("|")[1].strip() for row in capsys.readouterr().out.splitlines()[3:]]
+    task = get_task("NLLast")
+    expected = agreement_by_length(task, last_within_window("left", 4)(task.symbols), [12, 30], 200, seed=3)
+    assert printed == [f"{a:.1%}" for a in expected.values()] and max(expected.values()) < 1.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["agreement", "UF", "--window", "3"], "window programs exist for NLLast and NRLast"),
+    (["agreement", "NRLast"], "give either --program FILE or --window W"),
+    (["agreement", "NRLast", "--window", "1"], "window must be an integer >= 2"),
+    (["agreement", "Dyck1", "--window", "3"], "is a language"),
+    (["agreement", "NRLast", "--window", "3", "--lengths", "1"], "accepted lengths"),
+])
+def test_agreement_refuses_what_it_cannot_measure_and_says_why(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -10,7 +10,7 @@ from crasp.check import check_witness
 from crasp.expr import Q, any_, count, family
 from crasp.nexttoken import generate
 from crasp.tasks import get_task
-from crasp.witnesses import WITNESSES, _retrieval, in_input, prev, t
+from crasp.witnesses import WITNESSES, in_input, prev, retrieval_program, t
 
 WITNESS_CASES = [(code, make) for code, makers in WITNESSES.items() for make in makers]
 
@@ -39,7 +39,7 @@ def task_params(code):
 def broken_unique_right(symbols):
     """UR answering the left neighbour: the count keys on the query at j instead of j - 1."""
     wrong = family("right_of_query", ["s"], lambda s: any_(t, Q(t) & (count(Q(t) & prev(s) & in_input) >= 1)))
-    return _retrieval(symbols, wrong, "a broken UR witness")
+    return retrieval_program(symbols, wrong, "a broken UR witness")
 
 
 def test_a_broken_witness_is_caught_with_a_small_counterexample():

@@ -25,6 +25,7 @@ from crasp.tasks import get_task
 from results.files import append_jsonl, read_jsonl, write_json, write_jsonl
 from train.allocator import keep_freed_memory
 from train.checkpoint import load_checkpoint, save_checkpoint
+from train.compile_cache import use_compile_cache
 from train.config import ModelSettings, TrainConfig
 from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
                         stack_batches)
@@ -103,6 +104,7 @@ def run_stack(jobs: list[Job], progress: ProgressCallback | None = None) -> list
     pending = [job for job in jobs if not is_done(job)]
     if pending:
         keep_freed_memory()
+        use_compile_cache()
         _StackRun(pending, progress).run()
     return [read_result(job) for job in jobs]
 
