@@ -25,9 +25,13 @@ if sys.argv[1] == "keep":
     assert keep_freed_memory()
 # A step's temporaries in miniature: 32 MB in 1 MB blocks (above glibc's default mmap threshold, so
 # mapped separately by default) and 32 MB in 32 KB blocks (from the heap, trimmed on free by default)
-blocks = [libc.malloc(1 << 20) for _ in range(32)] + [libc.malloc(32 << 10) for _ in range(1024)]
-for block in reversed(blocks):
-    libc.free(block)
+# The pointers go into an array made beforehand: a Python list growing between the mallocs could
+# land at the top of the heap and keep glibc from trimming it, whichever mode runs.
+blocks = (ctypes.c_void_p * (32 + 1024))()
+for k in range(len(blocks)):
+    blocks[k] = libc.malloc(1 << 20 if k < 32 else 32 << 10)
+for k in reversed(range(len(blocks))):
+    libc.free(blocks[k])
 print(libc.mallinfo2().arena)
 """
 
