@@ -140,10 +140,12 @@ def _agreement(args) -> None:
         except ValueError as error:
             raise CraspError(f"--window {args.window}: {error}")
         name = program.title
+    # Measured before anything is printed: a length the sampler cannot produce is an error, not half a table.
+    by_length = agreement_by_length(target, program, args.lengths, args.samples, args.seed)
     print(f"{name} ({fragment_of(program).name})")
     print(f"on task {target.code}: {target.description}")
     print(f"{'length':>6} | agreement ({args.samples} strings per length)")
-    for length, agreement in agreement_by_length(target, program, args.lengths, args.samples, args.seed).items():
+    for length, agreement in by_length.items():
         print(f"{length:>6} | {agreement:.1%}")
 
 

@@ -126,4 +126,5 @@ def test_agreement_of_a_witness_is_complete_and_of_a_window_program_is_what_the_
 ])
 def test_agreement_refuses_what_it_cannot_measure_and_says_why(argv, message, capsys):
     assert main(argv) == 2
-    assert message in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert message in printed.err and printed.out == ""

@@ -1,8 +1,8 @@
 """Compiled steps kept on disk, so that a job does not compile what another job already did.
 
 A job compiles its training step once per length bucket, and its evaluation once per test bin
-(teacher forcing and KV-cache greedy decoding): about 20-40 s per job on one core of the 2-core
-machine, a tenth of a quick copying job. Most of it repeats work another process has already
+(teacher forcing and KV-cache greedy decoding): about 24 s per job on one core of the 2-core
+machine (benchmarks/compile_cache.py). Most of it repeats work another process has already
 done: tasks with the same vocabulary and lengths (UL and UR, the four non-unique retrieval tasks,
 UF and UB, NF and NB) compile identical programs, and so do other seeds and resumed runs. JAX's
 persistent compilation cache stores each compiled program under a key made of the computation,
