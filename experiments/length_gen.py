@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
                         help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    model = parser.add_argument_group("model overrides (default: the preset's)")
+    model = parser.add_argument_group("model overrides (default: the preset's; a flag given here applies to every "
+                                      "task, also to one whose model the preset changes)")
     add_setting_flags(model, {name: flag for name, flag in MODEL_FLAGS.items() if name != "pe"}, CHOICES)
     train = parser.add_argument_group("training overrides (default: the preset's)")
     add_length_flags(train, "1-10,11-20,21-30")
@@ -80,16 +81,19 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         changes["train_lengths"] = tuple(args.train_lengths)
         bins = args.test_bins or ((tuple(args.train_lengths),) + tuple(preset.train.test_bins[1:]))
     changes["test_bins"] = bins
-    model = preset.model.replace(**{name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None})
+    model_changes = {name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None}
     tasks = tuple(args.tasks or preset.tasks)
+    model_overrides = {task: preset.model_changes_for(task, **model_changes) for task in tasks}
     return RunSettings(preset=preset.name, tasks=tasks, seeds=tuple(args.seeds or preset.seeds),
-                       threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold, model=model,
+                       threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
+                       model=preset.model.replace(**model_changes),
                        train={task: preset.train_for(task, **changes) for task in tasks},
-                       task_overrides={task: preset.overrides_for(task) for task in tasks})
+                       task_overrides={task: preset.overrides_for(task) for task in tasks},
+                       model_overrides={task: changed for task, changed in model_overrides.items() if changed})
 
 
 def make_jobs(settings: RunSettings, run_dir: Path) -> list[Job]:
-    return [Job(task_code=task, seed=seed, model=settings.model, train=settings.train[task],
+    return [Job(task_code=task, seed=seed, model=settings.model_for(task), train=settings.train[task],
                 task_overrides=settings.task_overrides[task], out_dir=str(job_folder(run_dir, task, seed)))
             for task, seed in run_jobs(settings.tasks, settings.seeds)]
 

@@ -93,6 +93,18 @@ def length_curve(records_by_seed: list[dict]) -> dict | None:
                 std=[round(float(a), 4) for a in accuracy_SxN.std(axis=0)])
 
 
+def model_description(config: dict) -> str:
+    """The run's model as the report states it, with the tasks whose model differs."""
+    model = config["model"]
+    text = (f"{model['n_layers']} layers x {model['n_heads']} heads x d_model {model['d_model']} "
+            f"(d_ff {model['d_ff'] or 4 * model['d_model']}, {model['dtype']})")
+    changes = config.get("model_overrides", {})
+    if changes:
+        text += "; " + "; ".join(f"{task}: " + ", ".join(f"{name} {value}" for name, value in changed.items())
+                                 for task, changed in changes.items())
+    return text
+
+
 def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> str:
     if train_bin_mean < FIT_THRESHOLD:
         return "did not fit"
@@ -137,7 +149,8 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
             train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1)))
     judged = [row for row in rows if row["agrees"] is not None]
     first_task_train = config["train"][config["tasks"][0]]
-    return dict(pe=config["model"]["pe"], preset=config["preset"], threshold=threshold, fit_threshold=FIT_THRESHOLD,
+    return dict(pe=config["model"]["pe"], preset=config["preset"], model=model_description(config),
+                threshold=threshold, fit_threshold=FIT_THRESHOLD,
                 rows=rows, bins=[list(b) for b in first_task_train["test_bins"]],
                 agreements=sum(row["agrees"] for row in judged), judged=len(judged),
                 did_not_fit=[row["task"] for row in rows if row["observed"] == "did not fit"],
@@ -175,6 +188,7 @@ def report_markdown(summary: dict) -> str:
     checked = sum(row["greedy_checked"] for row in summary["rows"])
     parts = [
         f"# Length generalization from scratch: {summary['pe'].upper()}, preset {summary['preset']}\n\n",
+        f"Model: {summary['model']}.\n\n",
         f"Accuracy = exact match of the whole answer (teacher forcing, argmax), the same number of test strings "
         f"at every input length; mean ± std over seeds {seeds}. "
         f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}; "

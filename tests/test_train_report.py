@@ -8,7 +8,7 @@ from crasp.prediction import Prediction
 from experiments import length_gen
 from results import length_gen as length_gen_report
 from results.length_gen import summarize
-from train.config import PRESETS, RunSettings, TrainConfig
+from train.config import PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig
 
 
 @pytest.fixture
@@ -31,8 +31,8 @@ def eval_record(task, seed, step, accuracies):
 def run_dir(tmp_path):
     train = TrainConfig(train_lengths=(1, 10), test_bins=((1, 10), (11, 20), (21, 30))).to_dict()
     config = dict(preset="quick", tasks=["UF", "NF", "NB"], seeds=[0, 1], threshold=0.9,
-                  train={task: train for task in ("UF", "NF", "NB")}, model=dict(pe="ape"),
-                  task_overrides={task: {} for task in ("UF", "NF", "NB")})
+                  train={task: train for task in ("UF", "NF", "NB")}, model=ModelSettings(pe="ape").to_dict(),
+                  task_overrides={task: {} for task in ("UF", "NF", "NB")}, model_overrides={"NB": dict(n_layers=6)})
     (tmp_path / "config.json").write_text(json.dumps(config))
     records = [
         eval_record("UF", 0, 500, [0.5, 0.0, 0.0]),  # superseded by the later evaluation
@@ -126,6 +126,36 @@ def test_every_flag_is_explained_and_overrides_apply(tmp_path):
     jobs = length_gen.make_jobs(settings, tmp_path)
     assert [job.folder.name for job in jobs] == ["seed3", "seed4"]
     assert all(job.model.pe == "rope" for job in jobs)
+
+
+def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_sets_it(tmp_path):
+    quick = PRESETS["quick"]
+    (task, changes), = quick.model_overrides.items()
+    other = next(code for code in quick.tasks if code != task)
+    parser = length_gen.build_parser()
+    settings = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", other, task]))
+    models = {job.task_code: job.model for job in length_gen.make_jobs(settings, tmp_path)}
+    assert models[other] == quick.model.replace(pe="ape")
+    assert models[task] == quick.model.replace(pe="ape", **changes) != models[other]
+    assert RunSettings.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
+
+    # A flag applies to every task, the changed one included.
+    flag = "--" + next(iter(changes)).replace("_", "-")
+    settings = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", other, task, flag, "3"]))
+    assert settings.model_overrides == {}
+    assert {job.model for job in length_gen.make_jobs(settings, tmp_path)} == {settings.model}
+
+    absent = next(code for code in quick.tasks if code not in (task, other))
+    with pytest.raises(ConfigError, match="not among the tasks"):
+        RunSettings.from_dict({**settings.to_dict(), "model_overrides": {absent: dict(n_layers=3)}})
+    with pytest.raises(ConfigError, match="unknown ModelSettings setting"):
+        RunSettings.from_dict({**settings.to_dict(), "model_overrides": {task: dict(layers=3)}})
+
+
+def test_the_report_names_the_model_and_each_task_whose_model_differs(run_dir, verdicts):
+    length_gen_report.write_report(run_dir)
+    assert "Model: 4 layers x 4 heads x d_model 256 (d_ff 1024, float32); NB: n_layers 6." in (
+        run_dir / "report.md").read_text()
 
 
 def test_bad_bins_are_refused(capsys):

@@ -164,10 +164,11 @@ def run_on_cpu_cores(jobs: list[Job], workers: int, show_progress: bool = True) 
 
 
 def expected_cost(job: Job) -> int:
-    """A job's cost at its step cap, in token-steps (the step cost grows with the string length)."""
+    """A job's cost at its step cap, in token-layer-steps (the step cost grows with the string
+    length and the depth)."""
     task = get_task(job.task_code, **job.task_overrides)
     longest = min(job.train.train_lengths[1], task.max_length())
-    return job.train.max_steps * sequence_length(task, longest)
+    return job.train.max_steps * sequence_length(task, longest) * job.model.n_layers
 
 
 def run_stacked_in_process(jobs: list[Job], show_progress: bool = True) -> None:
