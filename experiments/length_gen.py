@@ -83,13 +83,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
     changes["test_bins"] = bins
     model_changes = {name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None}
     tasks = tuple(args.tasks or preset.tasks)
-    model_overrides = {task: preset.model_changes_for(task, **model_changes) for task in tasks}
     return RunSettings(preset=preset.name, tasks=tasks, seeds=tuple(args.seeds or preset.seeds),
                        threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
                        model=preset.model.replace(**model_changes),
                        train={task: preset.train_for(task, **changes) for task in tasks},
                        task_overrides={task: preset.overrides_for(task) for task in tasks},
-                       model_overrides={task: changed for task, changed in model_overrides.items() if changed})
+                       model_overrides={task: changed for task in tasks
+                                        if (changed := preset.model_changes_for(task, **model_changes))})
 
 
 def make_jobs(settings: RunSettings, run_dir: Path) -> list[Job]:
