@@ -35,7 +35,7 @@ from train.config import QUICK
 from train.data import TRAIN_STREAM, batch_rng, sample_training_batch, stack_batches
 from train.loop import Job, _StackRun
 from train.steps import shard_batch
-from train.workers import available_cores, single_thread_env
+from train.workers import available_cores, worker_env
 
 PAIRS = ("UF:UB", "UL:UR")
 
@@ -71,7 +71,7 @@ def _time_first_calls(run: _StackRun) -> dict:
 
 
 def in_fresh_process(code: str, cache: str, core: int) -> dict:
-    env = dict(single_thread_env(), **{CACHE_ENV: cache})
+    env = dict(worker_env(), **{CACHE_ENV: cache})
     output = subprocess.run([sys.executable, __file__, "--child", code, "--core", str(core)], env=env,
                             capture_output=True, text=True, check=True).stdout
     return json.loads(output.splitlines()[-1])

@@ -1,9 +1,9 @@
 """Where one training step spends its time: XLA's per-op profile of our step, grouped.
 
 Runs the step of a preset's model on its longest unique-copy batch (as benchmarks/train_step.py
-does) in this process, single-threaded, under jax.profiler, once with the allocator setting the
+does) in this process, single-threaded, under jax.profiler, once with the allocator settings the
 lab trains with (`train.allocator`) and once with glibc's defaults (each in its own child
-process, since the setting cannot be undone). Every executed op is put in a group by its output
+process, since the settings cannot be undone). Every executed op is put in a group by its output
 (attention weights, per-token activations and their gradients, or parameter-shaped: weight
 gradients and AdamW) and in a kind by what XLA compiled it to (matrix products: a dot or a fusion
 around one; everything else), and the milliseconds per step are summed per group. (The vmapped
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-from train.workers import single_thread_env
+from train.workers import single_thread_env, worker_env
 
 GROUPS = ("attention weights (B x H x T x T)", "per token (B x T x ...)", "per parameter (weights, AdamW)")
 KINDS = ("matrix products", "elementwise and other")
@@ -110,9 +110,9 @@ def main() -> None:
     if args.child:
         profile(args.preset, args.steps)
         return
-    env = single_thread_env()
     for allocator in ("kept", "defaults"):
         label = "freed memory kept (as the lab trains)" if allocator == "kept" else "glibc defaults"
+        env = worker_env() if allocator == "kept" else single_thread_env()
         print(f"\n## {args.preset} step, single-threaded, {label}: XLA op time per step (ms)", flush=True)
         subprocess.run([sys.executable, __file__, "--child", "--preset", args.preset, "--steps", str(args.steps)],
                        env=dict(env, PROFILE_ALLOCATOR=allocator), check=True)

@@ -6,8 +6,8 @@
    torch's and XLA's thread pools compete and slow each other down many times over), in two
    modes: one process using every core, and one thread pinned to one core (how the lab trains on
    a CPU: one such process per core). Ours runs twice: as the lab runs it (freed memory kept for
-   the next step, `train.allocator`) and with glibc's default allocator settings, the baseline
-   that shows what that setting is worth. The trainers take turns (ours, baseline, HF, ours,
+   the next step and large blocks on huge pages, `train.allocator`) and with glibc's default
+   allocator settings, the baseline that shows what those settings are worth. The trainers take turns (ours, baseline, HF, ours,
    ...) so that a change in machine load hits all of them; each turn is one untimed step, then
    three timed ones; the median over all turns is reported.
 2. Real tokens per second on a quick training stream of unique copy: the non-padding tokens of
@@ -35,7 +35,7 @@ import numpy as np
 
 from crasp.tasks import get_task
 from train.config import PRESETS
-from train.allocator import keep_freed_memory
+from train.allocator import keep_freed_memory, with_huge_page_blocks
 from train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
 from train.steps import init_stack, make_optimizer, make_train_step
 from train.workers import available_cores, single_thread_env
@@ -123,10 +123,12 @@ class StepProcess:
 
     def __init__(self, side: str, preset_name: str, core: int | None = None):
         command = [sys.executable, __file__, "--serve", side, "--presets", preset_name]
-        env = None
+        env = dict(os.environ)
         if core is not None:
             command += ["--core", str(core)]
             env = single_thread_env()
+        if side == "ours":  # as the lab's workers run; "defaults" and HF keep glibc's defaults
+            env = with_huge_page_blocks(env)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def send(self, request: str) -> None:

@@ -1,13 +1,17 @@
-"""train.allocator: memory a step frees stays in the heap for the next step (glibc only)."""
+"""train.allocator: memory a step frees stays in the heap for the next step; large blocks on huge pages (glibc only)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
+
+from train.allocator import HUGE_PAGE_TUNABLE, with_huge_page_blocks
 
 HEAP_AFTER_FREE = """
 import ctypes, ctypes.util, sys
@@ -41,8 +45,40 @@ def heap_bytes_after_free(mode: str) -> int:
     return int(result.stdout)
 
 
-@pytest.mark.skipif(not hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallinfo2"), reason="needs glibc >= 2.33")
+needs_glibc = pytest.mark.skipif(not hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallinfo2"), reason="needs glibc >= 2.33")
+
+
+@needs_glibc
 def test_freed_heap_is_kept_only_with_the_setting():
     kept, default = heap_bytes_after_free("keep"), heap_bytes_after_free("default")
     assert kept >= 64 << 20, f"the heap shrank to {kept} bytes although the setting asks glibc to keep it"
     assert default < 16 << 20, f"without the setting glibc kept {default} bytes: the test no longer shows the difference"
+
+
+# Touch a 256 MB block (65,536 pages of 4 kB) and print the page faults it took.
+FAULTS_TOUCHING_A_LARGE_BLOCK = """
+import ctypes, ctypes.util, resource
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+ctypes.memset(libc.malloc(256 << 20), 1, 256 << 20)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+TRANSPARENT_HUGE_PAGES = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+@needs_glibc
+@pytest.mark.skipif(not TRANSPARENT_HUGE_PAGES.exists() or "[never]" in TRANSPARENT_HUGE_PAGES.read_text(),
+                    reason="the kernel gives no transparent huge pages")
+def test_a_child_given_the_tunable_maps_large_blocks_on_huge_pages():
+    result = subprocess.run([sys.executable, "-c", FAULTS_TOUCHING_A_LARGE_BLOCK], capture_output=True, text=True,
+                            check=True, env=with_huge_page_blocks(dict(os.environ)))
+    faults = int(result.stdout)
+    assert faults < 4096, f"touching 256 MB took {faults} page faults: the block is on 4 kB pages, not 2 MB ones"
+
+
+def test_the_tunable_joins_those_already_set():
+    env = with_huge_page_blocks({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0", "HOME": "/x"})
+    assert env["GLIBC_TUNABLES"].split(":") == ["glibc.malloc.arena_max=2", HUGE_PAGE_TUNABLE]
+    assert env["HOME"] == "/x"
+    assert with_huge_page_blocks({})["GLIBC_TUNABLES"] == HUGE_PAGE_TUNABLE

@@ -27,10 +27,11 @@ from tqdm import tqdm
 
 from crasp.tasks import get_task
 from results.files import write_json
+from train.allocator import with_huge_page_blocks
 from train.data import sequence_length
 from train.loop import Job, is_done, run_stack
 
-SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 PROGRESS_FILE = "progress.json"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 LOG_FILE = "worker.log"
@@ -43,6 +44,11 @@ class WorkerError(RuntimeError):
 def single_thread_env() -> dict[str, str]:
     """This process's environment with XLA told to use one thread (for a child pinned to a core)."""
     return dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA_FLAGS).strip())
+
+
+def worker_env() -> dict[str, str]:
+    """The environment a training worker runs in: one XLA thread, large blocks on huge pages."""
+    return with_huge_page_blocks(single_thread_env())
 
 
 def available_cores() -> list[int]:
@@ -189,7 +195,7 @@ def run_stacked_in_process(jobs: list[Job], show_progress: bool = True) -> None:
 def _launch(job: Job, core: int) -> subprocess.Popen:
     job.folder.mkdir(parents=True, exist_ok=True)
     write_json(job.folder / "job.json", job.to_dict())
-    env = single_thread_env()
+    env = worker_env()
     with open(job.folder / LOG_FILE, "ab") as log:
         # The child pins itself (--core): a preexec_fn would make Python fork this multithreaded process.
         return subprocess.Popen([sys.executable, "-m", "train.workers", str(job.folder), "--core", str(core),
