@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 
 # glibc malloc.h parameters
 M_TRIM_THRESHOLD = -1  # free memory at the top of the heap kept before returning any of it
