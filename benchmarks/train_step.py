@@ -7,9 +7,9 @@
    modes: one process using every core, and one thread pinned to one core (how the lab trains on
    a CPU: one such process per core). Ours runs twice: as the lab runs it (freed memory kept for
    the next step and large blocks on huge pages, `train.allocator`) and with glibc's default
-   allocator settings, the baseline that shows what those settings are worth. The trainers take turns (ours, baseline, HF, ours,
-   ...) so that a change in machine load hits all of them; each turn is one untimed step, then
-   three timed ones; the median over all turns is reported.
+   allocator settings, the baseline that shows what those settings are worth. The trainers take
+   turns (ours, baseline, HF, ours, ...) so that a change in machine load hits all of them;
+   each turn is one untimed step, then three timed ones; the median over all turns is reported.
 2. Real tokens per second on a quick training stream of unique copy: the non-padding tokens of
    the batches each side trains on, per second of training. Ours as the lab trains (batches from
    one length bucket each, `train.data.LengthBuckets`), HF as its users batch (random lengths,

@@ -19,7 +19,7 @@ of it in again on every step: 219,000 faults and 0.35 s of kernel time, the step
 single-threaded. `with_huge_page_blocks` sets glibc's tunable that backs mapped blocks with
 transparent huge pages (2 MB instead of 4 kB): about 660 faults, the step 1.03 s. (Sending every
 thread to one heap instead removes the faults too, but the threads then queue for that heap's
-lock: the quick step was 10-20% slower.) glibc reads its tunables when a process starts, hence
+lock: the quick step was 5-20% slower.) glibc reads its tunables when a process starts, hence
 an environment for a child rather than a call like `keep_freed_memory`.
 """
 
