@@ -236,7 +236,9 @@ QUICK = Preset(
     train_overrides={**{code: dict(max_steps=16000) for code in RETRIEVAL_CODES},
                      **{code: dict(max_steps=10000, stop_after_perfect_evals=0) for code in COPYING_CODES}},
     # Two layers never fit NB's training lengths (0.38-0.55 in rounds 1-4: 10,000 or 20,000 steps, learning
-    # rate 1e-3 or 3e-3); three fit only after 9000 steps, four (the paper's depth) by step 1500 (round 5).
+    # rate 1e-3 or 3e-3); on seed 0, three fit it late (step 6500), four (the paper's depth) by step 1500
+    # (round 5). Round 6: four layers stop UF at the training lengths too, three fit NB on every seed and
+    # carry UF to 2x (trials copy_4layers, copy_3layers): all copying at three layers is the next candidate.
     model_overrides={"NB": dict(n_layers=4)},
     seeds=(0,),
 )
