@@ -39,6 +39,7 @@ from models.loading import NAMED_MODELS, load_with_tokenizer
 from results.finetune import report_markdown, write_report
 from results.length_gen import DEFAULT_THRESHOLD, collect_metrics
 from results.run_folder import check_output_folder, open_run_folder
+from train.allocator import restart_with_huge_page_blocks
 from train.config import command_line_settings
 from train.finetune import FinetuneRun
 from train.finetune_config import METHODS, PRESETS, FinetuneConfig
@@ -121,4 +122,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    restart_with_huge_page_blocks()
     main()

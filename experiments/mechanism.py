@@ -63,6 +63,7 @@ from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokeni
 from results.files import read_jsonl, write_json, write_jsonl
 from results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
 from results.run_folder import RunFolderError, check_output_folder, open_run_folder
+from train.allocator import restart_with_huge_page_blocks
 from train.evaluate import build_eval_sets, greedy_disagreements
 from train.trained import TrainedModelError, job_folders, load_trained_model
 
@@ -317,4 +318,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    restart_with_huge_page_blocks()
     sys.exit(main())

@@ -36,6 +36,7 @@ from models.config import DTYPES
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
 from results.in_context import RESULTS_FILE, report_markdown, write_report
 from results.run_folder import check_output_folder
+from train.allocator import restart_with_huge_page_blocks
 
 TASKS = RETRIEVAL_AND_COPYING
 
@@ -130,4 +131,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    restart_with_huge_page_blocks()
     sys.exit(main())

@@ -46,6 +46,7 @@ from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokeni
 from results.files import ResultFileError
 from results.realistic import RESULTS_FILE, report_markdown, write_report
 from results.run_folder import RunFolderError, check_output_folder
+from train.allocator import restart_with_huge_page_blocks
 
 OUTPUT_LIMIT = 1.5  # lorem outputs are read up to this many times the reference's tokens
 
@@ -241,4 +242,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    restart_with_huge_page_blocks()
     sys.exit(main())

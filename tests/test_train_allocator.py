@@ -82,3 +82,41 @@ def test_the_tunable_joins_those_already_set():
     assert env["GLIBC_TUNABLES"].split(":") == ["glibc.malloc.arena_max=2", HUGE_PAGE_TUNABLE]
     assert env["HOME"] == "/x"
     assert with_huge_page_blocks({})["GLIBC_TUNABLES"] == HUGE_PAGE_TUNABLE
+
+
+# A script as the experiments use the restart: a line before it (printed once per start), then its
+# arguments, the tunables it runs under and the page faults of touching a large block.
+RESTARTING_SCRIPT = """
+import os, sys
+print("started", flush=True)
+from train.allocator import restart_with_huge_page_blocks
+restart_with_huge_page_blocks()
+print(sys.argv[1:], os.environ.get("GLIBC_TUNABLES"))
+""" + FAULTS_TOUCHING_A_LARGE_BLOCK
+
+
+def run_restarting_script(tmp_path, tunables: str | None) -> list[str]:
+    script = tmp_path / "experiment.py"
+    script.write_text(RESTARTING_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    if tunables is not None:
+        env["GLIBC_TUNABLES"] = tunables
+    result = subprocess.run([sys.executable, str(script), "--tasks", "UF"], capture_output=True, text=True,
+                            check=True, env=env)
+    return result.stdout.splitlines()
+
+
+@needs_glibc
+@pytest.mark.skipif(not TRANSPARENT_HUGE_PAGES.exists() or "[never]" in TRANSPARENT_HUGE_PAGES.read_text(),
+                    reason="the kernel gives no transparent huge pages")
+def test_a_script_restarts_once_with_huge_pages_and_its_arguments(tmp_path):
+    started_1, started_2, arguments, faults = run_restarting_script(tmp_path, "glibc.malloc.arena_max=4")
+    assert (started_1, started_2) == ("started", "started"), "the script did not start exactly twice"
+    assert arguments == f"['--tasks', 'UF'] glibc.malloc.arena_max=4:{HUGE_PAGE_TUNABLE}"
+    assert int(faults) < 4096, f"touching 256 MB took {faults} page faults after the restart: no huge pages"
+
+
+def test_a_script_told_not_to_use_huge_pages_is_not_restarted(tmp_path):
+    started, arguments, _ = run_restarting_script(tmp_path, "glibc.malloc.hugetlb=0")
+    assert started == "started"
+    assert arguments == "['--tasks', 'UF'] glibc.malloc.hugetlb=0"
