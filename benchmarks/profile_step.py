@@ -1,9 +1,13 @@
 """Where one training step spends its time: XLA's per-op profile of our step, grouped.
 
 Runs the step of a preset's model on its longest unique-copy batch (as benchmarks/train_step.py
-does) in this process, single-threaded, under jax.profiler, once with the allocator settings the
-lab trains with (`train.allocator`) and once with glibc's defaults (each in its own child
-process, since the settings cannot be undone). Every executed op is put in a group by its output
+does) in this process, single-threaded, under jax.profiler, with three allocator settings (each in
+its own child process, since the settings cannot be undone): the lab's (`train.allocator`: large
+blocks on huge pages, freed memory kept), huge pages alone, and glibc's defaults. Each table ends
+with the same step timed without the profiler. Read the table whose op times add up to about
+that step: under the profiler the lab's two settings together slow every op several-fold (the
+quick step's ops summed to 192.5 ms against 33.6 ms unprofiled), huge pages alone do not (32.9
+against 34.9 ms), nor do glibc's defaults (48.7 against 51.2 ms). Every executed op is put in a group by its output
 (attention weights, per-token activations and their gradients, or parameter-shaped: weight
 gradients and AdamW) and in a kind by what XLA compiled it to (matrix products: a dot or a fusion
 around one; everything else), and the milliseconds per step are summed per group. (The vmapped
@@ -23,10 +27,18 @@ import os
 import re
 import subprocess
 import sys
+import statistics
 import tempfile
+import time
 
 from train.workers import single_thread_env, worker_env
 
+# (label, environment of the child, whether it keeps freed memory); see the module docstring.
+ALLOCATOR_SETTINGS = (
+    ("huge pages and freed memory kept (as the lab trains)", worker_env, "kept"),
+    ("huge pages only", worker_env, "defaults"),
+    ("glibc defaults", single_thread_env, "defaults"),
+)
 GROUPS = ("attention weights (B x H x T x T)", "per token (B x T x ...)", "per parameter (weights, AdamW)")
 KINDS = ("matrix products", "elementwise and other")
 
@@ -73,6 +85,11 @@ def profile(preset_name: str, steps: int) -> None:
                        *batch["tokens_BxT"].shape)
     for _ in range(3):
         ours.step(batch)
+    unprofiled_ms = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        ours.step(batch)
+        unprofiled_ms.append((time.perf_counter() - start) * 1e3)
     with tempfile.TemporaryDirectory() as trace_dir:
         with jax.profiler.trace(trace_dir):
             for _ in range(steps):
@@ -95,6 +112,7 @@ def profile(preset_name: str, steps: int) -> None:
         print(f"{group:32} " + " ".join(f"{ms:>22.1f}" for ms in cells) + f" {sum(cells):>9.1f}")
     print(f"{'all':32} " + " ".join(f"{sum(groups[g, kind] for g in GROUPS):>22.1f}" for kind in KINDS)
           + f" {sum(per_step.values()):>9.1f}   ({len(per_step)} distinct ops)")
+    print(f"the same step without the profiler: {statistics.median(unprofiled_ms):.1f} ms (median of {steps})")
     print("costliest ops:")
     for name, ms in sorted(per_step.items(), key=lambda item: -item[1])[:10]:
         shape, _, kind = ops[name]
@@ -110,12 +128,10 @@ def main() -> None:
     if args.child:
         profile(args.preset, args.steps)
         return
-    for allocator in ("kept", "defaults"):
-        label = "freed memory kept (as the lab trains)" if allocator == "kept" else "glibc defaults"
-        env = worker_env() if allocator == "kept" else single_thread_env()
+    for label, env, allocator in ALLOCATOR_SETTINGS:
         print(f"\n## {args.preset} step, single-threaded, {label}: XLA op time per step (ms)", flush=True)
         subprocess.run([sys.executable, __file__, "--child", "--preset", args.preset, "--steps", str(args.steps)],
-                       env=dict(env, PROFILE_ALLOCATOR=allocator), check=True)
+                       env=dict(env(), PROFILE_ALLOCATOR=allocator), check=True)
 
 
 if __name__ == "__main__":
