@@ -15,12 +15,10 @@ time, and writes the same to OUT/comparison.md. Running it again reuses finished
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from experiments import length_gen
 from results.files import read_jsonl, write_text
-from results.length_gen import job_folder
 from train.config import PAPER
 
 DTYPES = ("float32", "bfloat16")
@@ -48,13 +46,13 @@ def final_train_bin_accuracy(records: list[dict], task: str) -> float:
     return sum(finals) / len(finals)
 
 
-def training_seconds(run_dir: Path, task: str, seeds: list[int]) -> float:
-    """The task's training time from its jobs' result.json (the longest seed; on an accelerator the
+def training_seconds(records: list[dict], task: str) -> float:
+    """The task's training time from its jobs' results (the longest seed; on an accelerator the
     seeds train as one stack, and each job records the stack's time)."""
-    return max(json.loads((job_folder(run_dir, task, seed) / "result.json").read_text())["elapsed_s"] for seed in seeds)
+    return max(r["elapsed_s"] for r in records if r["kind"] == "result" and r["task"] == task)
 
 
-def comparison(out: Path, tasks: list[str], seeds: list[int]) -> str:
+def comparison(out: Path, tasks: list[str]) -> str:
     records = {dtype: read_jsonl(out / dtype / "metrics.jsonl") for dtype in DTYPES}
     lines = ["# float32 against bfloat16, paper preset (APE)", ""]
     for task in tasks:
@@ -64,7 +62,7 @@ def comparison(out: Path, tasks: list[str], seeds: list[int]) -> str:
         lines += [f"## {task}", "", "| step | loss float32 | loss bfloat16 | relative gap |", "|---|---|---|---|"]
         lines += [f"| {s} | {curves['float32'][s]:.4f} | {curves['bfloat16'][s]:.4f} | {g:.2%} |" for s, g in zip(steps, gaps)]
         accuracies = ", ".join(f"{dtype} {final_train_bin_accuracy(records[dtype], task):.3f}" for dtype in DTYPES)
-        times = ", ".join(f"{dtype} {training_seconds(out / dtype, task, seeds):.0f} s" for dtype in DTYPES)
+        times = ", ".join(f"{dtype} {training_seconds(records[dtype], task):.0f} s" for dtype in DTYPES)
         lines += ["", f"Largest relative gap in the training loss: {max(gaps):.2%}. "
                   f"Accuracy on the training bin at the end: {accuracies}. "
                   f"Training time (compilation and evaluation included): {times}.", ""]
@@ -85,7 +83,7 @@ def main() -> None:
                      f"preset averages one training record")
     for dtype in DTYPES:
         train(args.out, dtype, args)
-    text = comparison(args.out, args.tasks, args.seeds)
+    text = comparison(args.out, args.tasks)
     write_text(args.out / "comparison.md", text + "\n")
     print(text)
 

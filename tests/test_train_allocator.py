@@ -95,12 +95,10 @@ print(sys.argv[1:], os.environ.get("GLIBC_TUNABLES"))
 """ + FAULTS_TOUCHING_A_LARGE_BLOCK
 
 
-def run_restarting_script(tmp_path, tunables: str | None) -> list[str]:
+def run_restarting_script(tmp_path, tunables: str) -> list[str]:
     script = tmp_path / "experiment.py"
     script.write_text(RESTARTING_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    if tunables is not None:
-        env["GLIBC_TUNABLES"] = tunables
+    env = dict(os.environ, GLIBC_TUNABLES=tunables)
     result = subprocess.run([sys.executable, str(script), "--tasks", "UF"], capture_output=True, text=True,
                             check=True, env=env)
     return result.stdout.splitlines()
