@@ -57,10 +57,11 @@ def comparison(out: Path, tasks: list[str]) -> str:
     lines = ["# float32 against bfloat16, paper preset (APE)", ""]
     for task in tasks:
         curves = {dtype: losses_by_step(records[dtype], task) for dtype in DTYPES}
-        steps = sorted(set(curves["float32"]) & set(curves["bfloat16"]))
-        gaps = [abs(curves["bfloat16"][s] - curves["float32"][s]) / max(curves["float32"][s], 1e-9) for s in steps]
+        full, half = curves["float32"], curves["bfloat16"]
+        steps = sorted(set(full) & set(half))
+        gaps = [abs(half[s] - full[s]) / max(full[s], 1e-9) for s in steps]
         lines += [f"## {task}", "", "| step | loss float32 | loss bfloat16 | relative gap |", "|---|---|---|---|"]
-        lines += [f"| {s} | {curves['float32'][s]:.4f} | {curves['bfloat16'][s]:.4f} | {g:.2%} |" for s, g in zip(steps, gaps)]
+        lines += [f"| {s} | {full[s]:.4f} | {half[s]:.4f} | {g:.2%} |" for s, g in zip(steps, gaps)]
         accuracies = ", ".join(f"{dtype} {final_train_bin_accuracy(records[dtype], task):.3f}" for dtype in DTYPES)
         times = ", ".join(f"{dtype} {training_seconds(records[dtype], task):.0f} s" for dtype in DTYPES)
         lines += ["", f"Largest relative gap in the training loss: {max(gaps):.2%}. "
