@@ -70,10 +70,24 @@ def _dense(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, use_bias:
     )
 
 
+class LayerNorm(nnx.LayerNorm):
+    """nnx.LayerNorm's parameters and function (up to rounding), written out as torch computes it:
+    (x - mean) * rsqrt(mean((x - mean)^2) + eps) * scale + bias, statistics in float32 at least.
+    flax's general statistics subtract the mean twice and multiply the scale into the reciprocal
+    standard deviation first; written out, the quick training step compiles to fewer elementwise
+    ops and takes about 10% less time on one core (experiments/calibration/README.md, round 8)."""
+
+    def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
+        x32_BxTxD = x_BxTxD.astype(jnp.promote_types(x_BxTxD.dtype, jnp.float32))
+        centered_BxTxD = x32_BxTxD - x32_BxTxD.mean(-1, keepdims=True)
+        variance_BxTx1 = (centered_BxTxD * centered_BxTxD).mean(-1, keepdims=True)
+        normalized_BxTxD = centered_BxTxD * jax.lax.rsqrt(variance_BxTx1 + self.epsilon)
+        return (normalized_BxTxD * self.scale[...] + self.bias[...]).astype(self.dtype or x32_BxTxD.dtype)
+
+
 def _norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     if config.block == "gpt2":
-        # use_fast_variance=False: E[(x-mean)^2] as torch computes it, not E[x^2]-mean^2.
-        return nnx.LayerNorm(
+        return LayerNorm(
             config.d_model, epsilon=config.norm_eps, use_fast_variance=False,
             dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs,
         )

@@ -13,6 +13,7 @@ from models import (
     parameter_count, preset, set_params,
 )
 from models.config import POSITIONS
+from models.transformer import LayerNorm
 from train.config import ARCHITECTURE_OF_POSITION
 from train.config import PRESETS as TRAIN_PRESETS
 
@@ -198,3 +199,34 @@ def test_bfloat16_compute_approximates_float32():
     assert half.dtype == jnp.float32
     assert np.abs(np.asarray(half - full)).max() < 0.05 * np.abs(np.asarray(full)).max()
     assert not np.array_equal(half, full)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_layer_norm_equals_flax_layer_norm_in_values_and_gradients(dtype):
+    """Our LayerNorm (written out for a faster step) is flax's nnx.LayerNorm with the variance of
+    x - mean (torch's), up to rounding: outputs and the gradients for input, scale and bias, with
+    rows of very different means and spreads; statistics in float32 also under bfloat16."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 5, 16)) * rng.uniform(0.01, 100, size=(3, 5, 1)) + rng.normal(size=(3, 5, 1)) * 50
+    ours = LayerNorm(16, epsilon=1e-5, dtype=dtype, param_dtype=jnp.float32, rngs=nnx.Rngs(0))
+    theirs = nnx.LayerNorm(16, epsilon=1e-5, use_fast_variance=False, dtype=dtype, param_dtype=jnp.float32,
+                           rngs=nnx.Rngs(0))
+    for name in ("scale", "bias"):
+        value = jnp.asarray(rng.normal(size=16), jnp.float32)
+        getattr(ours, name)[...] = value
+        getattr(theirs, name)[...] = value
+    weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+
+    def loss_and_grads(norm):
+        def loss(module, x_):
+            return (module(x_).astype(jnp.float32) * weights).sum()
+        return nnx.value_and_grad(loss, argnums=(0, 1))(norm, jnp.asarray(x, dtype))
+
+    (ours_loss, (ours_params, ours_dx)), (theirs_loss, (theirs_params, theirs_dx)) = map(loss_and_grads, (ours, theirs))
+    assert ours(jnp.asarray(x, dtype)).dtype == dtype
+    tolerance = dict(rtol=1e-4, atol=1e-4) if dtype == jnp.float32 else dict(rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(ours(jnp.asarray(x, dtype)).astype(jnp.float32),
+                               theirs(jnp.asarray(x, dtype)).astype(jnp.float32), **tolerance)
+    np.testing.assert_allclose(ours_dx.astype(jnp.float32), theirs_dx.astype(jnp.float32), **tolerance)
+    for name in ("scale", "bias"):
+        np.testing.assert_allclose(getattr(ours_params, name)[...], getattr(theirs_params, name)[...], **tolerance)
