@@ -88,8 +88,7 @@ class LayerNorm(nnx.LayerNorm):
 def _norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     if config.block == "gpt2":
         return LayerNorm(
-            config.d_model, epsilon=config.norm_eps, use_fast_variance=False,
-            dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs,
+            config.d_model, epsilon=config.norm_eps, dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs,
         )
     return nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs)
 

@@ -207,7 +207,8 @@ def test_layer_norm_equals_flax_layer_norm_in_values_and_gradients(dtype):
     x - mean (torch's), up to rounding: outputs and the gradients for input, scale and bias, with
     rows of very different means and spreads; statistics in float32 also under bfloat16."""
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(3, 5, 16)) * rng.uniform(0.01, 100, size=(3, 5, 1)) + rng.normal(size=(3, 5, 1)) * 50
+    spread_and_mean_rows = rng.uniform(0.01, 100, size=(3, 5, 1)), rng.normal(size=(3, 5, 1)) * 50
+    x_BxTxD = jnp.asarray(rng.normal(size=(3, 5, 16)) * spread_and_mean_rows[0] + spread_and_mean_rows[1], dtype)
     ours = LayerNorm(16, epsilon=1e-5, dtype=dtype, param_dtype=jnp.float32, rngs=nnx.Rngs(0))
     theirs = nnx.LayerNorm(16, epsilon=1e-5, use_fast_variance=False, dtype=dtype, param_dtype=jnp.float32,
                            rngs=nnx.Rngs(0))
@@ -215,18 +216,17 @@ def test_layer_norm_equals_flax_layer_norm_in_values_and_gradients(dtype):
         value = jnp.asarray(rng.normal(size=16), jnp.float32)
         getattr(ours, name)[...] = value
         getattr(theirs, name)[...] = value
-    weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+    weights_BxTxD = jnp.asarray(rng.normal(size=x_BxTxD.shape), jnp.float32)
 
-    def loss_and_grads(norm):
-        def loss(module, x_):
-            return (module(x_).astype(jnp.float32) * weights).sum()
-        return nnx.value_and_grad(loss, argnums=(0, 1))(norm, jnp.asarray(x, dtype))
+    def weighted_sum(module, x):
+        return (module(x).astype(jnp.float32) * weights_BxTxD).sum()
 
-    (ours_loss, (ours_params, ours_dx)), (theirs_loss, (theirs_params, theirs_dx)) = map(loss_and_grads, (ours, theirs))
-    assert ours(jnp.asarray(x, dtype)).dtype == dtype
+    (ours_param_grads, ours_dx), (theirs_param_grads, theirs_dx) = (
+        nnx.grad(weighted_sum, argnums=(0, 1))(norm, x_BxTxD) for norm in (ours, theirs))
+    assert ours(x_BxTxD).dtype == dtype
     tolerance = dict(rtol=1e-4, atol=1e-4) if dtype == jnp.float32 else dict(rtol=2e-2, atol=2e-2)
-    np.testing.assert_allclose(ours(jnp.asarray(x, dtype)).astype(jnp.float32),
-                               theirs(jnp.asarray(x, dtype)).astype(jnp.float32), **tolerance)
+    np.testing.assert_allclose(ours(x_BxTxD).astype(jnp.float32), theirs(x_BxTxD).astype(jnp.float32), **tolerance)
     np.testing.assert_allclose(ours_dx.astype(jnp.float32), theirs_dx.astype(jnp.float32), **tolerance)
     for name in ("scale", "bias"):
-        np.testing.assert_allclose(getattr(ours_params, name)[...], getattr(theirs_params, name)[...], **tolerance)
+        np.testing.assert_allclose(getattr(ours_param_grads, name)[...], getattr(theirs_param_grads, name)[...],
+                                   **tolerance)
