@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cli.arguments import at_least
 from experiments import length_gen
 from results.files import read_jsonl, write_text
 from train.config import PAPER
@@ -74,7 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for the two runs and comparison.md")
     parser.add_argument("--tasks", nargs="+", default=["UF", "NLFirst"], help="task codes (default: UF NLFirst)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds (default: 0 1 2)")
+    parser.add_argument("--seeds", nargs="+", type=at_least(0), default=[0, 1, 2], help="seeds (default: 0 1 2)")
     parser.add_argument("--steps", type=int, default=300, help="training steps in each dtype, a third of them "
                         "warming the learning rate up (default: 300)")
     args = parser.parse_args()

@@ -39,9 +39,12 @@ def length_bins(text: str) -> tuple[tuple[int, int], ...]:
 def add_length_flags(group, example_bins: str) -> None:
     """--train-lengths LO HI and --test-bins LO-HI,...: the length ranges of a training run."""
     group.add_argument("--train-lengths", type=int, nargs=2, default=None, metavar=("LO", "HI"),
-                       help="training input lengths, inclusive; the first test bin is set to the same range")
+                       help="training input lengths, inclusive. Without --test-bins, the test bins are the preset's "
+                            "moved with them: the first is this range, each later one keeps its upper end's ratio to "
+                            "the longest training length (quick: --train-lengths 1 30 tests 1-30, 31-45, 46-60)")
     group.add_argument("--test-bins", type=length_bins, default=None, metavar="LO-HI,...",
-                       help=f"test bins, the first one the training range, e.g. {example_bins}")
+                       help=f"test bins, the first one the training range, each later one beyond the one before, e.g. "
+                            f"{example_bins}")
 
 
 def add_setting_flags(group, flags: dict[str, tuple[type, str]], choices: dict[str, tuple] | None = None) -> None:

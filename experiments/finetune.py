@@ -40,7 +40,7 @@ from results.finetune import report_markdown, write_report
 from results.length_gen import DEFAULT_THRESHOLD, collect_metrics
 from results.run_folder import check_output_folder, open_run_folder
 from train.allocator import restart_with_huge_page_blocks
-from train.config import command_line_settings
+from train.config import bins_for_train_lengths, command_line_settings
 from train.finetune import FinetuneRun
 from train.finetune_config import METHODS, PRESETS, FinetuneConfig
 
@@ -80,7 +80,7 @@ def run_settings(args: argparse.Namespace) -> dict:
     changes = {name: getattr(args, name) for name in CONFIG_FLAGS if getattr(args, name) is not None}
     if args.train_lengths is not None:
         changes["train_lengths"] = tuple(args.train_lengths)
-        changes["test_bins"] = (tuple(args.train_lengths),) + preset.config.test_bins[1:]
+        changes["test_bins"] = bins_for_train_lengths(args.train_lengths, preset.config.test_bins)
     if args.test_bins is not None:
         changes["test_bins"] = args.test_bins
     config = preset.config.replace(**changes)

@@ -21,14 +21,15 @@ from pathlib import Path
 
 import jax
 
-from cli.arguments import add_length_flags, add_setting_flags
+from cli.arguments import add_length_flags, add_setting_flags, at_least
 from crasp.tasks import TASK_CODES
 from models.config import DTYPES, POSITIONS
 from results.files import ResultFileError
 from results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, job_folder, markdown_table,
                                 run_jobs, write_report)
 from results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
-from train.config import PRESETS, ModelSettings, RunSettings, TrainConfig, command_line_settings
+from train.config import (PRESETS, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
+                          command_line_settings)
 from train.loop import Job, TaskSetup
 from train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
 
@@ -48,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", nargs="+", default=None, metavar="CODE", choices=TASK_CODES,
                         help="task codes (default: the preset's ten retrieval and copying tasks); accepted: "
                              + ", ".join(TASK_CODES))
-    parser.add_argument("--seeds", nargs="+", type=int, default=None, metavar="SEED",
+    parser.add_argument("--seeds", nargs="+", type=at_least(0), default=None, metavar="SEED",
                         help="training seeds (default: the preset's)")
     parser.add_argument("--out", type=Path, default=None,
                         help="run folder (default: runs/length_gen/<pe>-<preset>)")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=at_least(1), default=None,
                         help="CPU only: jobs run at once, each in a single-threaded process pinned to one core "
                              "(default: one per available core)")
     parser.add_argument("--threshold", type=float, default=None,
@@ -76,11 +77,10 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
     on_accelerator = jax.default_backend() != "cpu"
     preset = PRESETS[args.preset or ("paper" if on_accelerator else "quick")]
     changes = {name: getattr(args, name) for name in TRAIN_FLAGS if getattr(args, name) is not None}
-    bins = args.test_bins or preset.train.test_bins
+    changes["test_bins"] = args.test_bins or preset.train.test_bins
     if args.train_lengths is not None:
         changes["train_lengths"] = tuple(args.train_lengths)
-        bins = args.test_bins or ((tuple(args.train_lengths),) + tuple(preset.train.test_bins[1:]))
-    changes["test_bins"] = bins
+        changes["test_bins"] = args.test_bins or bins_for_train_lengths(args.train_lengths, preset.train.test_bins)
     model_changes = {name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None}
     tasks = tuple(args.tasks or preset.tasks)
     return RunSettings(preset=preset.name, tasks=tasks, seeds=tuple(args.seeds or preset.seeds),

@@ -53,8 +53,19 @@ def check_prompt_lengths(tasks, lengths, demonstrations: Demonstrations) -> None
             if bad:
                 accepted = (f"{task.min_length()} or more" if task.max_length() == UNBOUNDED
                             else f"{task.min_length()} to {task.max_length()}")
-                raise TaskError(f"{what} {bad}: task {code} (alphabet of {task.alphabet_size}) accepts lengths "
-                                f"{accepted}")
+                raise TaskError(f"{what} {as_ranges(bad)}: task {code} (alphabet of {task.alphabet_size}) accepts "
+                                f"lengths {accepted}")
+
+
+def as_ranges(lengths: list[int]) -> str:
+    """Lengths written as sorted runs: [7, 3, 5, 6] -> "3, 5-7"."""
+    runs = []
+    for length in sorted(set(lengths)):
+        if runs and length == runs[-1][1] + 1:
+            runs[-1][1] = length
+        else:
+            runs.append([length, length])
+    return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
 
 
 def format_item(code: str, inputs: list[str], query: str | None) -> str:

@@ -145,15 +145,24 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tiny, tmp_p
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--tasks", "UF", "--train-lengths", "1", "60"], "task UF \\(alphabet of 52\\) accepts lengths 1 to 52"),
+    # The quick preset's bins 1-6 / 7-9 / 10-12 move to 1-60 / 61-90 / 91-120.
+    (["--tasks", "UF", "--train-lengths", "1", "60"],
+     "test lengths 53-120: task UF \\(alphabet of 52\\) accepts lengths 1 to 52"),
     (["--tasks", "NRFirst", "--train-lengths", "1", "6"], "task NRFirst .* accepts lengths 3 or more"),
     (["--test-bins", "2-6,7-9"], "must equal train_lengths"),
+    (["--test-bins", "1-6,5-9"], "test bin 5-9 starts at or below 6"),
     (["--method", "lora", "--lora-alpha", "-1"], "lora_alpha must be > 0"),
 ])
 def test_bad_settings_are_refused_before_the_model_or_the_folder(tmp_path, flags, message):
     with pytest.raises(SystemExit, match=message):
         experiment.main(flags + ["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "run")])
     assert not (tmp_path / "run").exists()
+
+
+def test_training_lengths_alone_move_the_presets_test_bins_with_them():
+    args = experiment.build_parser().parse_args(["--preset", "quick", "--train-lengths", "1", "8"])
+    # The quick preset's bins are 1-6 / 7-9 / 10-12.
+    assert experiment.run_settings(args)["finetune"]["test_bins"] == ((1, 8), (9, 12), (13, 16))
 
 
 def test_a_file_that_is_not_a_model_is_refused_before_the_folder(tmp_path):

@@ -1,5 +1,8 @@
 """Properties of the online batches, the learning-rate schedule and the atomic files of train/."""
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -8,7 +11,7 @@ from hypothesis import strategies as st
 from crasp.tasks import PAD_ID, get_task
 from results.files import read_jsonl
 from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from train.config import ConfigError, ModelSettings, TrainConfig
+from train.config import ConfigError, ModelSettings, TrainConfig, bins_for_train_lengths
 from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_batch, sample_training_batch,
                         sequence_length)
 from train.steps import learning_rate_schedule
@@ -112,8 +115,44 @@ def test_config_errors_name_the_setting():
         ModelSettings.from_dict(dict(position="ape"))
     with pytest.raises(ConfigError, match="pe must be one of \\('ape', 'rope', 'nope'\\)"):
         ModelSettings(pe="alibi").validate()
-    with pytest.raises(ValueError, match="outside what its sampler produces"):
-        effective_range(get_task("UF", alphabet_size=8), 9, 12)
+    with pytest.raises(ConfigError, match="test bin 15-30 starts at or below 20, where the bin before it ends"):
+        TrainConfig(train_lengths=(1, 20), test_bins=((1, 20), (15, 30))).validate()
+    with pytest.raises(ConfigError, match="test bin 21-25 starts at or below 30"):
+        TrainConfig(train_lengths=(1, 20), test_bins=((1, 20), (21, 30), (21, 25))).validate()
+
+
+def test_a_length_range_must_lie_within_what_the_sampler_produces():
+    unique_copy = get_task("UF", alphabet_size=8)  # distinct symbols: inputs of 1 to 8
+    with pytest.raises(ValueError, match=r"task UF, test bin 9-12: not within the lengths its sampler produces "
+                                         r"\(1 to 8, with alphabet_size=8\)"):
+        effective_range(unique_copy, 9, 12, what="test bin")
+    with pytest.raises(ValueError, match="1 to 8"):  # partly beyond: refused, not silently cut to 5-8
+        effective_range(unique_copy, 5, 12)
+    assert effective_range(unique_copy, 5, 8) == (5, 8)
+    # Bins are written from 1, as in the papers; a sampler whose shortest input is longer starts there.
+    first_retrieval = get_task("NLFirst")
+    assert first_retrieval.min_length() == 3 and effective_range(first_retrieval, 1, 20) == (3, 20)
+    with pytest.raises(ValueError, match="3 to 16384"):
+        effective_range(first_retrieval, 1, 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(train_hi=st.integers(1, 200), preset_hi=st.integers(1, 60), widths=st.lists(st.integers(1, 40), max_size=4))
+def test_bins_follow_new_training_lengths(train_hi, preset_hi, widths):
+    preset_bins = [(1, preset_hi)]
+    for width in widths:
+        preset_bins.append((preset_bins[-1][1] + 1, preset_bins[-1][1] + width))
+    bins = bins_for_train_lengths((1, train_hi), tuple(preset_bins))
+    assert bins[0] == (1, train_hi) and len(bins) == len(preset_bins)
+    TrainConfig(train_lengths=(1, train_hi), test_bins=bins).validate()  # each beyond the one before
+    for (lo, hi), (_, preset_bin_hi) in zip(bins[1:], preset_bins[1:]):  # each upper end's ratio kept
+        assert hi == max(lo, math.floor(Fraction(preset_bin_hi * train_hi, preset_hi) + Fraction(1, 2)))
+    if train_hi == preset_hi:
+        assert bins == tuple(preset_bins)
+
+
+def test_quick_bins_for_training_lengths_one_to_thirty_reach_twice_thirty():
+    assert bins_for_train_lengths((1, 30), ((1, 20), (21, 30), (31, 40))) == ((1, 30), (31, 45), (46, 60))
 
 
 def test_checkpoint_round_trip_and_structure_check(tmp_path):

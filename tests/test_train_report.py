@@ -128,6 +128,16 @@ def test_every_flag_is_explained_and_overrides_apply(tmp_path):
     assert all(job.model.pe == "rope" for job in jobs)
 
 
+def test_training_lengths_alone_move_the_presets_test_bins_with_them():
+    """--train-lengths 1 30 on the quick preset tests 1.5x and 2x of 30, as 21-30 and 31-40 do of 20
+    (it used to keep 21-30 and 31-40, inside the new training range)."""
+    args = length_gen.build_parser().parse_args(["--preset", "quick", "--tasks", "UF", "NF",
+                                                 "--train-lengths", "1", "30"])
+    settings = length_gen.run_settings(args)
+    assert {task: train.test_bins for task, train in settings.train.items()} == {
+        "UF": ((1, 30), (31, 45), (46, 60)), "NF": ((1, 30), (31, 45), (46, 60))}
+
+
 def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_sets_it(tmp_path):
     quick = PRESETS["quick"]
     (task, changes), = quick.model_overrides.items()
@@ -167,7 +177,13 @@ def test_bad_bins_are_refused(capsys):
 @pytest.mark.parametrize("flags, message", [
     (["--tasks", "ZZ"], "invalid choice: 'ZZ'"),
     (["--seeds", "0", "0"], "each seed may appear once"),
-    (["--tasks", "UF", "--test-bins", "1-20,400-500"], "outside what its sampler produces"),
+    (["--workers", "0"], "argument --workers: must be at least 1, got 0"),  # 0 used to mean the default
+    (["--seeds", "-1"], "argument --seeds: must be at least 0, got -1"),
+    (["--tasks", "UF", "--test-bins", "1-20,400-500"], "task UF, test bin 400-500: not within the lengths its "
+                                                       "sampler produces (1 to 64, with alphabet_size=64)"),
+    # The quick preset's UF has 64 symbols: 1-80 used to be cut silently to 1-64.
+    (["--tasks", "UF", "--train-lengths", "1", "80"], "task UF, training lengths 1-80: not within"),
+    (["--test-bins", "1-20,15-30"], "test bin 15-30 starts at or below 20"),
 ])
 def test_bad_settings_are_refused_before_anything_is_written(tmp_path, capsys, flags, message):
     """A typo must not leave a config.json behind that then refuses the corrected command."""

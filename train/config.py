@@ -151,6 +151,11 @@ class TrainConfig(Settings):
         require(tuple(self.test_bins[0]) == tuple(self.train_lengths),
                 f"the first test bin {self.test_bins[0]} must equal train_lengths {self.train_lengths}: "
                 "it is the in-distribution bin the stopping rule watches")
+        for (_, previous_hi), (bin_lo, bin_hi) in zip(self.test_bins, self.test_bins[1:]):
+            require(bin_lo > previous_hi,
+                    f"test bin {bin_lo}-{bin_hi} starts at or below {previous_hi}, where the bin before it ends: after "
+                    "the first (the training lengths), each bin holds longer inputs than the one before, and the last "
+                    "one decides the verdict")
         require(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for name in ("batch_size", "length_buckets", "max_steps", "eval_every", "eval_examples_per_length",
                      "eval_batch_size", "log_every", "checkpoint_every"):
@@ -163,6 +168,21 @@ class TrainConfig(Settings):
                 f"warmup_steps ({self.warmup_steps}) must be below max_steps ({self.max_steps})")
         return self
 
+
+
+def bins_for_train_lengths(train_lengths: tuple[int, int],
+                           preset_bins: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """Test bins for training lengths other than a preset's: the training range, then one bin per
+    later preset bin, whose upper end keeps its ratio to the longest training length (the quick
+    preset's 1-20 / 21-30 / 31-40 become 1-30 / 31-45 / 46-60 for training lengths 1-30). Each
+    bin starts after the one before and holds at least one length."""
+    new_longest, old_longest = train_lengths[1], preset_bins[0][1]
+    bins = [tuple(train_lengths)]
+    for _, hi in preset_bins[1:]:
+        lo = bins[-1][1] + 1
+        scaled = (2 * hi * new_longest + old_longest) // (2 * old_longest)  # hi * new / old, halves rounded up
+        bins.append((lo, max(lo, scaled)))
+    return tuple(bins)
 
 
 def command_line_settings(settings_class) -> dict[str, tuple[type, str]]:

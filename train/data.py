@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crasp.tasks import PAD_ID
+from crasp.tasks import MAX_LENGTH, PAD_ID
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 
@@ -39,13 +39,15 @@ class Batch:
                     targets_BxT=self.targets_BxT, loss_mask_BxT=self.loss_mask_BxT)
 
 
-def effective_range(task, lo: int, hi: int) -> tuple[int, int]:
-    """(lo, hi) clipped to the lengths the task's sampler can produce; error if nothing is left."""
-    clipped = (max(lo, task.min_length()), min(hi, task.max_length()))
-    if clipped[0] > clipped[1]:
-        raise ValueError(f"task {task.code}: length range {lo}-{hi} is outside what its sampler produces "
-                         f"({task.min_length()}-{task.max_length()}); choose lengths in that range")
-    return clipped
+def effective_range(task, lo: int, hi: int, what: str = "length range") -> tuple[int, int]:
+    """(lo, hi) with lo raised to the task's shortest input: bins are written from 1, as in the
+    papers, while some samplers start at 2 or 3. An error, naming `what`, if the sampler cannot
+    produce inputs of length hi or nothing is left."""
+    shortest, longest = task.min_length(), min(task.max_length(), MAX_LENGTH)
+    if hi > longest or max(lo, shortest) > hi:
+        raise ValueError(f"task {task.code}, {what} {lo}-{hi}: not within the lengths its sampler produces "
+                         f"({shortest} to {longest}, with {task.parameter_summary()}); choose lengths in that range")
+    return max(lo, shortest), hi
 
 
 def sequence_length(task, input_length: int) -> int:

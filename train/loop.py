@@ -68,7 +68,7 @@ def is_done(job: Job) -> bool:
 
 @dataclass(frozen=True)
 class TaskSetup:
-    """What a job needs to know about its task, with lengths clipped to what the sampler allows."""
+    """What a job needs to know about its task, with lengths starting at its sampler's shortest input."""
 
     task: object
     train_range: tuple[int, int]
@@ -79,8 +79,8 @@ class TaskSetup:
     @classmethod
     def for_job(cls, job: Job) -> TaskSetup:
         task = get_task(job.task_code, **job.task_overrides)
-        train_range = effective_range(task, *job.train.train_lengths)
-        bins = [effective_range(task, lo, hi) for lo, hi in job.train.test_bins]
+        train_range = effective_range(task, *job.train.train_lengths, what="training lengths")
+        bins = [effective_range(task, lo, hi, what="test bin") for lo, hi in job.train.test_bins]
         longest = sequence_length(task, max(hi for _, hi in bins + [train_range]))
         max_positions = job.train.max_positions or longest
         if max_positions < longest:

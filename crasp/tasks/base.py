@@ -177,7 +177,7 @@ class Task:
         self._check_parameters()
         if self.min_length() > MAX_LENGTH:
             raise ParameterError(f"task {self.code}: no input length from 1 to {MAX_LENGTH} can be sampled with "
-                                 f"{self._parameter_summary()}")
+                                 f"{self.parameter_summary()}")
 
     @property
     def name(self) -> str:
@@ -231,9 +231,10 @@ class Task:
         problem = self.length_problem(int(length))
         if problem is not None:
             raise SamplerError(f"task {self.code}: cannot sample length={length}: {problem}; accepted lengths with "
-                               f"{self._parameter_summary()}: {accepted}")
+                               f"{self.parameter_summary()}: {accepted}")
 
-    def _parameter_summary(self) -> str:
+    def parameter_summary(self) -> str:
+        """The task's parameters as `name=value, ...` (for messages)."""
         return ", ".join(f"{k}={v!r}" for k, v in self.params.items()) or "no parameters"
 
     # --- sampling ----------------------------------------------------------------------------
