@@ -11,11 +11,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from crasp.tasks import TaskError
+from incontext.greedy import ContextError, GenerationMemoryError
 from results.files import ResultFileError, read_jsonl, write_jsonl
 from results.run_folder import RunFolderError, open_run_folder
 
 # The errors a user's flags or folders can cause: each message says what was wrong and what to do.
-USER_ERRORS = (TaskError, RunFolderError, ResultFileError)
+USER_ERRORS = (TaskError, RunFolderError, ResultFileError, ContextError, GenerationMemoryError)
 
 
 def evaluate_and_report(args: argparse.Namespace, evaluate: Callable[[argparse.Namespace], Path],

@@ -31,7 +31,7 @@ from cli.experiment import answer_pending, evaluate_and_report, in_batches
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
 from incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, cell_items,
                                       check_prompt_lengths)
-from incontext.greedy import answer_lines
+from incontext.greedy import answer_budget, answer_lines, check_context
 from models.config import DTYPES
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
 from results.in_context import RESULTS_FILE, report_markdown, write_report
@@ -91,7 +91,12 @@ def evaluate(args: argparse.Namespace) -> Path:
                                newline_id, args.batch_size)
         return [dict(entry, output=output, correct=output == entry["expected"]) for entry, output in zip(batch, outputs)]
 
-    answer_pending(out, run_config(args, pretrained), prompt_batches(args), answer,
+    batches = prompt_batches(args)
+    for batch in batches:
+        check_context(pretrained, [entry["prompt"] for entry in batch],
+                      answer_budget(pretrained.tokenizer, [entry["expected"] for entry in batch]),
+                      "--lengths, or the --retrieval-/--copying-demonstrations and -demo-length flags")
+    answer_pending(out, run_config(args, pretrained), batches, answer,
                    lambda record: (record["task"], record["length"], record["index"]), started, RESULTS_FILE)
     return out
 

@@ -39,7 +39,8 @@ from cli.arguments import HelpFormatter, at_least
 from cli.experiment import answer_pending, in_batches
 from incontext.directions import DIRECTIONS
 from incontext.git_history import COMMANDS, git_items
-from incontext.greedy import NEW_TOKENS_BUCKET, answer_lines, continuation_lines
+from incontext.greedy import (ContextError, GenerationMemoryError, answer_budget, answer_lines, check_context,
+                              continuation_lines)
 from incontext.lorem import LoremSettings
 from models.config import DTYPES
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
@@ -63,13 +64,16 @@ def load_model(args: argparse.Namespace):
         raise SystemExit(f"error: {error}")
 
 
-def check_context(pretrained, prompts: list[str], new_tokens: int, flags: str) -> None:
-    """Refuse, before the run folder is written, prompts and outputs longer than the model's context."""
-    longest = max(map(len, pretrained.tokenizer.encode_batch(prompts)))
+def check_sizes(pretrained, sizes: list[int], positions_per_unit: float, flag: str, holds: str, why: str) -> None:
+    """Refuse at once a size that no prompt and answer of it could fit in the model's context, for
+    any text: building such prompts takes minutes (or never ends) before
+    incontext.greedy.check_context can look. `holds` is formatted with the largest size that may fit."""
     context = pretrained.config.max_positions
-    if longest + new_tokens > context:
-        raise SystemExit(f"error: a prompt of {longest} tokens and {new_tokens} generated tokens exceed the context "
-                         f"of {context} positions of {pretrained.path}; lower {flags}")
+    too_large = [size for size in sizes if size * positions_per_unit > context]
+    if too_large:
+        raise SystemExit(f"error: {flag} {' '.join(map(str, too_large))}: the context of {context} positions of "
+                         f"{pretrained.path} holds {holds.format(math.floor(context / positions_per_unit))} ({why}); "
+                         f"choose smaller {flag}")
 
 
 def common_config(args: argparse.Namespace, pretrained) -> dict:
@@ -84,6 +88,9 @@ def evaluate_lorem(args: argparse.Namespace, out: Path) -> None:
     pretrained = load_model(args)
     tokenizer = pretrained.tokenizer
     settings = LoremSettings(args.seed, args.demonstrations, args.demo_length, args.repeat_word, args.repeat_sentence)
+
+    check_sizes(pretrained, args.lengths, 1 + OUTPUT_LIMIT, "--lengths", "paragraphs of at most {} tokens",
+                f"each token needs {1 + OUTPUT_LIMIT:g} positions: one in the prompt, up to {OUTPUT_LIMIT:g} in the copy")
 
     def count(text: str) -> int:
         return len(token_ids(tokenizer, text))
@@ -122,14 +129,15 @@ def evaluate_git(args: argparse.Namespace, out: Path) -> None:
     started = time.perf_counter()
     pretrained = load_model(args)
     tokenizer = pretrained.tokenizer
+    check_sizes(pretrained, args.commits, 2, "--commits", "at most {} commits",
+                "each needs 2 positions at least: its hash in the history and in the answer")
     batches = []
     for commits in args.commits:
         for command in args.commands:
             cell = [dict(command=item.command, commits=commits, index=item.index, prompt=item.prompt, expected=item.expected)
                     for item in git_items(command, commits, args.n, args.seed, args.examples, args.example_commits)]
-            # answer_lines decodes the answer, its line break and two tokens more, rounded up to a bucket.
-            answer_tokens = max(len(token_ids(tokenizer, " " + entry["expected"] + "\n")) for entry in cell)
-            check_context(pretrained, [entry["prompt"] for entry in cell], answer_tokens + 2 + NEW_TOKENS_BUCKET,
+            check_context(pretrained, [entry["prompt"] for entry in cell],
+                          answer_budget(tokenizer, [entry["expected"] for entry in cell]),
                           "--commits, --examples or --example-commits")
             batches += in_batches(cell, args.batch_size)
     newline_id = token_ids(tokenizer, "\n")[-1]
@@ -235,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
             out = check_output_folder(args.out or Path("runs/realistic") / args.experiment / Path(str(args.model)).stem)
             evaluate(args, out)
         summary = write_report(args.experiment, out)
-    except (RunFolderError, ResultFileError) as error:
+    except (RunFolderError, ResultFileError, ContextError, GenerationMemoryError) as error:
         raise SystemExit(f"error: {error}")
     print(report_markdown(args.experiment, summary))
     print(f"report: {out / 'report.md'}")

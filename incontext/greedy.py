@@ -1,8 +1,11 @@
 """Greedy answers of a pretrained model to batches of prompts: batched prefill, then KV-cache
-decoding, each answer read up to the end of its line."""
+decoding, each answer read up to the end of its line. Prompts and answers beyond the model's
+context are refused before a run starts (check_context); a batch that runs out of memory is
+reported with what to lower (GenerationMemoryError)."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from models.generate import generate
@@ -11,6 +14,31 @@ from models.generate import generate
 # tokens is rounded up likewise, so a handful of compiled programs serve a whole run.
 WIDTH_BUCKET = 32
 NEW_TOKENS_BUCKET = 8
+
+
+class ContextError(ValueError):
+    """Prompts and the tokens to generate after them do not fit in the model's context."""
+
+
+class GenerationMemoryError(RuntimeError):
+    """A batch of prompts and answers needed more memory than the machine has."""
+
+
+def check_context(pretrained, prompts: list[str], new_tokens: int, flags: str) -> None:
+    """Refuse (ContextError naming `flags`, the flags that set the sizes) prompts whose tokens and
+    `new_tokens` generated ones exceed the model's context."""
+    longest = max(map(len, pretrained.tokenizer.encode_batch(prompts)))
+    context = pretrained.config.max_positions
+    if longest + new_tokens > context:
+        raise ContextError(f"a prompt of {longest} tokens and {new_tokens} generated tokens exceed the context of "
+                           f"{context} positions of {pretrained.path}; lower {flags}")
+
+
+def answer_budget(tokenizer, expected: list[str]) -> int:
+    """The tokens answer_lines generates for these expected answers: the longest with its line
+    break, plus two, rounded up to NEW_TOKENS_BUCKET."""
+    answer_tokens = max(len(tokenizer.encode(" " + answer + "\n")) for answer in expected)
+    return _round_up(answer_tokens + 2, NEW_TOKENS_BUCKET)
 
 
 def answer_line(tokenizer, generated: list[int]) -> str:
@@ -28,11 +56,9 @@ def answer_lines(pretrained, prompts: list[str], expected: list[str], newline_id
     """The greedy answer line to each prompt, decoded for as many tokens as the longest expected
     answer and its line break take, plus two; batches of up to `batch_size` prompts share compiled
     programs."""
-    tokenizer = pretrained.tokenizer
-    answer_tokens = max(len(tokenizer.encode(" " + answer + "\n")) for answer in expected)
-    max_new_tokens = _round_up(answer_tokens + 2, NEW_TOKENS_BUCKET)
-    generated_BxN = _generated_tokens(pretrained, prompts, max_new_tokens, newline_id, batch_size)
-    return [answer_line(tokenizer, row.tolist()) for row in generated_BxN]
+    generated_BxN = _generated_tokens(pretrained, prompts, answer_budget(pretrained.tokenizer, expected), newline_id,
+                                      batch_size)
+    return [answer_line(pretrained.tokenizer, row.tolist()) for row in generated_BxN]
 
 
 def continuation_lines(pretrained, prompts: list[str], limits: list[int], max_new_tokens: int, newline_id: int,
@@ -59,6 +85,14 @@ def _generated_tokens(pretrained, prompts: list[str], max_new_tokens: int, newli
     tokens_BxT = np.full((len(rows), width), newline_id, dtype=np.int32)
     for r, row in enumerate(rows):
         tokens_BxT[r, : len(row)] = row
-    generation = generate(pretrained.model, tokens_BxT, np.array([len(row) for row in rows]),
-                          max_new_tokens=max_new_tokens, eos_id=newline_id, pad_id=newline_id)
-    return np.asarray(generation.tokens_BxN)[: len(prompts)]
+    try:
+        generation = generate(pretrained.model, tokens_BxT, np.array([len(row) for row in rows]),
+                              max_new_tokens=max_new_tokens, eos_id=newline_id, pad_id=newline_id)
+        return np.asarray(generation.tokens_BxN)[: len(prompts)]
+    except jax.errors.JaxRuntimeError as error:
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        raise GenerationMemoryError(
+            f"out of memory decoding a batch of {len(rows)} rows (--batch-size {batch_size} plus one) of {width} "
+            f"prompt tokens and {max_new_tokens} generated ones ({error}); run the same command again with a lower "
+            "--batch-size, or smaller prompts: the batches already answered are kept") from error

@@ -5,6 +5,7 @@ random-weight Llama checkpoint written here, with a byte-level tokenizer.json)."
 import json
 import re
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from experiments import pretrained
 from crasp.tasks import COPYING_CODES, RETRIEVAL_CODES
 from incontext import formal_prompts
+from incontext import greedy
 from incontext.greedy import answer_line
 from results.in_context import bias_statement, summarize
 from results.intervals import difference_interval, wilson_interval
@@ -189,6 +191,45 @@ def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
 
     with pytest.raises(SystemExit, match="different settings \\(n\\)"):
         pretrained.main(common + ["--n", "4", "--out", str(tmp_path / "resumed")])
+
+
+def test_prompts_beyond_the_models_context_are_refused_before_the_folder_is_written(tmp_path):
+    model = write_tiny_llama(tmp_path)  # 512 positions; it sees text byte by byte
+    with pytest.raises(SystemExit, match="exceed the context of 512 positions .* lower --lengths"):
+        pretrained.main(["--model", str(model), "--tasks", "NB", "--lengths", "300", "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+
+
+def test_running_out_of_memory_says_what_to_lower_and_keeps_the_answered_batches(tmp_path, monkeypatch):
+    model = write_tiny_llama(tmp_path)
+    flags = ["--model", str(model), "--tasks", "UR", "--lengths", "6", "--n", "3", "--batch-size", "2",
+             "--out", str(tmp_path / "run")]
+    real_generate, calls = greedy.generate, []
+
+    def generate_until_memory_runs_out(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 27227974704 bytes.")
+        return real_generate(*args, **kwargs)
+
+    monkeypatch.setattr(greedy, "generate", generate_until_memory_runs_out)
+    with pytest.raises(SystemExit, match=r"^error: out of memory decoding a batch of 3 rows \(--batch-size 2 plus one\) "
+                                         r".*run the same command again with a lower --batch-size"):
+        pretrained.main(flags)
+    assert len(_records(tmp_path / "run")) == 2  # the first batch's two prompts
+    monkeypatch.setattr(greedy, "generate", real_generate)
+    pretrained.main(flags[:-3] + ["1"] + flags[-2:])  # --batch-size 1: the third prompt
+    assert len(_records(tmp_path / "run")) == 3
+
+
+def test_other_runtime_errors_of_the_model_are_not_called_a_lack_of_memory(tmp_path, monkeypatch):
+    def failing_generate(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError("INTERNAL: something else")
+
+    monkeypatch.setattr(greedy, "generate", failing_generate)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL: something else"):
+        pretrained.main(["--model", str(write_tiny_llama(tmp_path)), "--tasks", "UR", "--lengths", "6", "--n", "1",
+                         "--out", str(tmp_path / "run")])
 
 
 def test_lengths_a_task_cannot_sample_are_refused_before_loading(tmp_path):

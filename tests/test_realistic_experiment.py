@@ -112,8 +112,25 @@ def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path):
 
 def test_prompts_beyond_the_models_context_are_refused_before_the_folder_is_written(tmp_path):
     model = write_tiny_llama(tmp_path)  # 512 positions
+    # 200 tokens of paragraph and 300 of copy fit in 512; the instruction and demonstrations do not.
     with pytest.raises(SystemExit, match="exceed the context of 512 positions .* lower --lengths"):
-        realistic.main(["lorem", "--model", str(model), "--lengths", "400", "--out", str(tmp_path / "run")])
+        realistic.main(["lorem", "--model", str(model), "--lengths", "200", "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    # 205 tokens of paragraph and up to 307.5 of copy cannot fit in 512, whatever the text.
+    (["lorem", "--lengths", "8", "205"], "--lengths 205: the context of 512 positions of .* holds paragraphs of at "
+                                         "most 204 tokens \\(each token needs 2.5 positions"),
+    # Building these prompts used to run for minutes before the context was checked.
+    (["lorem", "--lengths", "99999999"], "--lengths 99999999: .* holds paragraphs of at most 204 tokens"),
+    (["git", "--commits", "4", "100000"], "--commits 100000: the context of 512 positions of .* holds at most 256 "
+                                          "commits"),
+])
+def test_sizes_that_cannot_fit_the_context_are_refused_before_any_prompt_is_built(tmp_path, flags, message):
+    model = write_tiny_llama(tmp_path)  # 512 positions
+    with pytest.raises(SystemExit, match=message):
+        realistic.main(flags + ["--model", str(model), "--out", str(tmp_path / "run")])
     assert not (tmp_path / "run").exists()
 
 
