@@ -186,11 +186,19 @@ def check_against_model(args: argparse.Namespace, subject: Subject) -> None:
     if max(args.periods) > len(subject.candidates_C):
         raise SystemExit(f"error: --periods {max(args.periods)} needs that many distinct tokens; the model's vocabulary "
                          f"offers {len(subject.candidates_C)}; give periods up to {len(subject.candidates_C)}")
+    # An APE model has no position past its table; a RoPE or NoPE model's context is where its
+    # training (and, on this machine, its memory) ends.
+    limit = (f"position table has {config.max_positions} rows" if config.position == "ape"
+             else f"context is {config.max_positions} positions")
     fixed = len(subject.prefix) + len(subject.separator)
-    if config.position == "ape" and fixed + 2 * max(args.periods) > config.max_positions:
+    if fixed + 2 * max(args.periods) > config.max_positions:
         raise SystemExit(f"error: --periods {max(args.periods)} makes {fixed + 2 * max(args.periods)}-token sequences; the "
-                         f"model's position table has {config.max_positions} rows; give periods up to "
-                         f"{(config.max_positions - fixed) // 2}")
+                         f"model's {limit}; give periods up to {(config.max_positions - fixed) // 2}")
+    for cell in subject.cells:
+        longest = int(cell.batch.mask_NxT.sum(axis=1).max())
+        if longest > config.max_positions:
+            raise SystemExit(f"error: the {cell.task} prompts at {cell.label} take up to {longest} tokens with their "
+                             f"answers; the model's {limit}; lower --lengths")
 
 
 def run_config(args: argparse.Namespace, subject: Subject) -> dict:

@@ -190,6 +190,15 @@ def test_more_heads_than_the_model_has_are_refused_before_writing(tmp_path, tiny
     assert not (tmp_path / "run").exists()
 
 
+def test_prompts_beyond_the_models_context_are_refused_before_writing(tmp_path, tiny_llama):
+    # The tiny Llama (RoPE, 512 positions) reads text byte by byte: 300 symbols and their copy do not fit.
+    with pytest.raises(SystemExit, match="the NF prompts at length 300 take up to .* tokens with their answers; the "
+                                         "model's context is 512 positions; lower --lengths"):
+        mechanism.main(["--model", str(tiny_llama), "--tasks", "NF", "--lengths", "300", "--n", "2", "--k", "1",
+                        "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_folder_that_is_not_a_run_a_bad_length_and_a_file_that_is_not_a_model_are_clear_errors(tmp_path):
     with pytest.raises(SystemExit, match=f"error: {tmp_path} holds no run: it has no config.json"):
         mechanism.main(["--run", str(tmp_path), "--task", "UF", "--out", str(tmp_path / "out")])
