@@ -34,6 +34,7 @@ from cli.arguments import HelpFormatter, add_length_flags, add_setting_flags, at
 from cli.experiment import evaluate_and_report
 from crasp.tasks import RETRIEVAL_AND_COPYING
 from incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, check_prompt_lengths
+from incontext.greedy import answer_budget, check_context
 from models.config import DTYPES
 from models.loading import NAMED_MODELS, load_with_tokenizer
 from results.finetune import report_markdown, write_report
@@ -43,6 +44,7 @@ from train.allocator import restart_with_huge_page_blocks
 from train.config import bins_for_train_lengths, command_line_settings
 from train.finetune import FinetuneRun
 from train.finetune_config import METHODS, PRESETS, FinetuneConfig
+from train.finetune_data import eval_items
 
 CONFIG_FLAGS = command_line_settings(FinetuneConfig)
 # Flags whose accepted values are a fixed vocabulary.
@@ -94,6 +96,19 @@ def run_settings(args: argparse.Namespace) -> dict:
                 finetune=config.to_dict(), retrieval_alphabet=RETRIEVAL_ALPHABET, copying_alphabet=COPYING_ALPHABET)
 
 
+def check_longest_prompts(pretrained, settings: dict) -> None:
+    """Refuse (ContextError) test prompts whose answers would run past the model's context: those
+    at the longest test length, which is also longer than every training string."""
+    config = settings["finetune"]
+    longest = max(hi for _, hi in config["test_bins"])
+    for code in settings["tasks"]:
+        items = eval_items(code, [longest], config["examples_per_length"], settings["seed"], config["demonstrations"],
+                           config["demo_length"])
+        check_context(pretrained, [item.prompt for item in items],
+                      answer_budget(pretrained.tokenizer, [item.expected for item in items]),
+                      "--train-lengths or --test-bins, or --demonstrations or --demo-length")
+
+
 def finetune(args: argparse.Namespace) -> Path:
     """Fine-tune and answer everything the run folder lacks; return the folder."""
     try:  # everything that could fail is checked before the first file is written
@@ -101,6 +116,7 @@ def finetune(args: argparse.Namespace) -> Path:
         out = check_output_folder(args.out or Path("runs/finetune") / f"{Path(args.model).stem}-{settings['preset']}")
         started = time.monotonic()
         pretrained = load_with_tokenizer(args.model, dtype=settings["finetune"]["dtype"])
+        check_longest_prompts(pretrained, settings)
     except ValueError as error:  # ConfigError, TaskError, RunFolderError, UnsupportedModelError: each says what to do
         raise SystemExit(f"error: {error}")
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.monotonic() - started:.1f} s")

@@ -93,6 +93,7 @@ def _generated_tokens(pretrained, prompts: list[str], max_new_tokens: int, newli
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise
         raise GenerationMemoryError(
-            f"out of memory decoding a batch of {len(rows)} rows (--batch-size {batch_size} plus one) of {width} "
-            f"prompt tokens and {max_new_tokens} generated ones ({error}); run the same command again with a lower "
-            "--batch-size, or smaller prompts: the batches already answered are kept") from error
+            f"out of memory decoding a batch of {len(rows)} rows (batch size {batch_size} plus one) of {width} "
+            f"prompt tokens and {max_new_tokens} generated ones ({error}); run the same command again with a smaller "
+            "batch (--batch-size; --eval-batch-size when fine-tuning) or smaller prompts: the batches already "
+            "answered are kept") from error

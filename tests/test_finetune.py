@@ -165,6 +165,14 @@ def test_training_lengths_alone_move_the_presets_test_bins_with_them():
     assert experiment.run_settings(args)["finetune"]["test_bins"] == ((1, 8), (9, 12), (13, 16))
 
 
+def test_prompts_beyond_the_models_context_are_refused_before_the_folder(tiny, tmp_path):
+    # The tiny Llama (512 positions) reads text byte by byte: NF strings of 200 symbols and their copy do not fit.
+    with pytest.raises(SystemExit, match="exceed the context of 512 positions .* lower --train-lengths or --test-bins"):
+        experiment.main(["--model", str(tiny), "--tasks", "NF", "--train-lengths", "1", "3", "--test-bins", "1-3,4-200",
+                         "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_file_that_is_not_a_model_is_refused_before_the_folder(tmp_path):
     (tmp_path / "notes.gguf").write_text("not a model")
     with pytest.raises(SystemExit, match="notes.gguf"):

@@ -213,8 +213,8 @@ def test_running_out_of_memory_says_what_to_lower_and_keeps_the_answered_batches
         return real_generate(*args, **kwargs)
 
     monkeypatch.setattr(greedy, "generate", generate_until_memory_runs_out)
-    with pytest.raises(SystemExit, match=r"^error: out of memory decoding a batch of 3 rows \(--batch-size 2 plus one\) "
-                                         r".*run the same command again with a lower --batch-size"):
+    with pytest.raises(SystemExit, match=r"^error: out of memory decoding a batch of 3 rows \(batch size 2 plus one\) "
+                                         r".*run the same command again with a smaller batch \(--batch-size"):
         pretrained.main(flags)
     assert len(_records(tmp_path / "run")) == 2  # the first batch's two prompts
     monkeypatch.setattr(greedy, "generate", real_generate)
