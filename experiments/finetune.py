@@ -34,7 +34,7 @@ from cli.arguments import HelpFormatter, add_length_flags, add_setting_flags, at
 from cli.experiment import evaluate_and_report
 from crasp.tasks import RETRIEVAL_AND_COPYING
 from incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, check_prompt_lengths
-from incontext.greedy import answer_budget, check_context
+from incontext.greedy import check_answers_fit
 from models.config import DTYPES
 from models.loading import NAMED_MODELS, load_with_tokenizer
 from results.finetune import report_markdown, write_report
@@ -104,9 +104,8 @@ def check_longest_prompts(pretrained, settings: dict) -> None:
     for code in settings["tasks"]:
         items = eval_items(code, [longest], config["examples_per_length"], settings["seed"], config["demonstrations"],
                            config["demo_length"])
-        check_context(pretrained, [item.prompt for item in items],
-                      answer_budget(pretrained.tokenizer, [item.expected for item in items]),
-                      "--train-lengths or --test-bins, or --demonstrations or --demo-length")
+        check_answers_fit(pretrained, [item.prompt for item in items], [item.expected for item in items],
+                          "--train-lengths or --test-bins, or --demonstrations or --demo-length")
 
 
 def finetune(args: argparse.Namespace) -> Path:

@@ -31,7 +31,7 @@ from cli.experiment import answer_pending, evaluate_and_report, in_batches
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
 from incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, cell_items,
                                       check_prompt_lengths)
-from incontext.greedy import answer_budget, answer_lines, check_context
+from incontext.greedy import answer_lines, check_answers_fit
 from models.config import DTYPES
 from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
 from results.in_context import RESULTS_FILE, report_markdown, write_report
@@ -93,9 +93,8 @@ def evaluate(args: argparse.Namespace) -> Path:
 
     batches = prompt_batches(args)
     for batch in batches:
-        check_context(pretrained, [entry["prompt"] for entry in batch],
-                      answer_budget(pretrained.tokenizer, [entry["expected"] for entry in batch]),
-                      "--lengths, or the --retrieval-/--copying-demonstrations and -demo-length flags")
+        check_answers_fit(pretrained, [entry["prompt"] for entry in batch], [entry["expected"] for entry in batch],
+                          "--lengths, or the --retrieval-/--copying-demonstrations and -demo-length flags")
     answer_pending(out, run_config(args, pretrained), batches, answer,
                    lambda record: (record["task"], record["length"], record["index"]), started, RESULTS_FILE)
     return out

@@ -39,7 +39,7 @@ from cli.arguments import HelpFormatter, at_least
 from cli.experiment import answer_pending, in_batches
 from incontext.directions import DIRECTIONS
 from incontext.git_history import COMMANDS, git_items
-from incontext.greedy import (ContextError, GenerationMemoryError, answer_budget, answer_lines, check_context,
+from incontext.greedy import (ContextError, GenerationMemoryError, answer_lines, check_answers_fit, check_context,
                               continuation_lines)
 from incontext.lorem import LoremSettings
 from models.config import DTYPES
@@ -136,9 +136,8 @@ def evaluate_git(args: argparse.Namespace, out: Path) -> None:
         for command in args.commands:
             cell = [dict(command=item.command, commits=commits, index=item.index, prompt=item.prompt, expected=item.expected)
                     for item in git_items(command, commits, args.n, args.seed, args.examples, args.example_commits)]
-            check_context(pretrained, [entry["prompt"] for entry in cell],
-                          answer_budget(tokenizer, [entry["expected"] for entry in cell]),
-                          "--commits, --examples or --example-commits")
+            check_answers_fit(pretrained, [entry["prompt"] for entry in cell], [entry["expected"] for entry in cell],
+                              "--commits, --examples or --example-commits")
             batches += in_batches(cell, args.batch_size)
     newline_id = token_ids(tokenizer, "\n")[-1]
 

@@ -41,6 +41,11 @@ def answer_budget(tokenizer, expected: list[str]) -> int:
     return _round_up(answer_tokens + 2, NEW_TOKENS_BUCKET)
 
 
+def check_answers_fit(pretrained, prompts: list[str], expected: list[str], flags: str) -> None:
+    """check_context for the prompts that answer_lines will answer, with its budget of tokens."""
+    check_context(pretrained, prompts, answer_budget(pretrained.tokenizer, expected), flags)
+
+
 def answer_line(tokenizer, generated: list[int]) -> str:
     """The generated text up to the first special token or line break, stripped."""
     special = tokenizer.special_ids
