@@ -90,7 +90,8 @@ def evaluate_lorem(args: argparse.Namespace, out: Path) -> None:
     settings = LoremSettings(args.seed, args.demonstrations, args.demo_length, args.repeat_word, args.repeat_sentence)
 
     check_sizes(pretrained, args.lengths, 1 + OUTPUT_LIMIT, "--lengths", "paragraphs of at most {} tokens",
-                f"each token needs {1 + OUTPUT_LIMIT:g} positions: one in the prompt, up to {OUTPUT_LIMIT:g} in the copy")
+                f"each token needs {1 + OUTPUT_LIMIT:g} positions: one in the prompt, up to {OUTPUT_LIMIT:g} in "
+                "the copy")
 
     def count(text: str) -> int:
         return len(token_ids(tokenizer, text))
