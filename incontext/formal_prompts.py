@@ -53,11 +53,11 @@ def check_prompt_lengths(tasks, lengths, demonstrations: Demonstrations) -> None
             if bad:
                 accepted = (f"{task.min_length()} or more" if task.max_length() == UNBOUNDED
                             else f"{task.min_length()} to {task.max_length()}")
-                raise TaskError(f"{what} {as_ranges(bad)}: task {code} (alphabet of {task.alphabet_size}) accepts "
+                raise TaskError(f"{what} {_as_ranges(bad)}: task {code} (alphabet of {task.alphabet_size}) accepts "
                                 f"lengths {accepted}")
 
 
-def as_ranges(lengths: list[int]) -> str:
+def _as_ranges(lengths: list[int]) -> str:
     """Lengths written as sorted runs: [7, 3, 5, 6] -> "3, 5-7"."""
     runs = []
     for length in sorted(set(lengths)):
