@@ -77,3 +77,13 @@ def write_summary_and_report(run_dir: Path, summary: dict, markdown: str) -> Non
     """A report's two text files: summary.json (every number) and report.md (the same, for people)."""
     write_json(Path(run_dir) / "summary.json", summary)
     write_text(Path(run_dir) / "report.md", markdown)
+
+
+def rebuild_report(run_dir: Path, summarize: Callable[[Path], dict], markdown: Callable[[dict], str],
+                   draw: Callable[[dict, Path], None], figure_file: str) -> dict:
+    """Rebuild a run folder's summary.json, report.md and figure from its own files; return the summary."""
+    run_dir = Path(run_dir)
+    summary = summarize(run_dir)
+    write_summary_and_report(run_dir, summary, markdown(summary))
+    draw(summary, run_dir / figure_file)
+    return summary

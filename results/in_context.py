@@ -18,7 +18,7 @@ from pathlib import Path
 from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
 from results.figures import pyplot, save_figure
-from results.files import read_jsonl, write_summary_and_report
+from results.files import read_jsonl, rebuild_report
 from results.intervals import difference_interval, wilson_interval
 from results.run_folder import read_run_config
 
@@ -207,8 +207,4 @@ def draw_figure(summary: dict, path: Path) -> None:
 
 def write_report(run_dir: Path) -> dict:
     """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
-    run_dir = Path(run_dir)
-    summary = summarize(run_dir)
-    write_summary_and_report(run_dir, summary, report_markdown(summary))
-    draw_figure(summary, run_dir / FIGURE_FILE)
-    return summary
+    return rebuild_report(run_dir, summarize, report_markdown, draw_figure, FIGURE_FILE)

@@ -19,7 +19,7 @@ import numpy as np
 
 from crasp.prediction import predict
 from results.figures import pyplot, save_figure
-from results.files import read_jsonl, write_jsonl, write_summary_and_report
+from results.files import read_jsonl, rebuild_report, write_jsonl
 from results.run_folder import read_run_config
 
 FIGURE_FILE = "accuracy_by_length.png"
@@ -250,8 +250,4 @@ def draw_figure(summary: dict, path: Path) -> None:
 
 def write_report(run_dir: Path, threshold: float | None = None) -> dict:
     """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
-    run_dir = Path(run_dir)
-    summary = summarize(run_dir, threshold)
-    write_summary_and_report(run_dir, summary, report_markdown(summary))
-    draw_figure(summary, run_dir / FIGURE_FILE)
-    return summary
+    return rebuild_report(run_dir, lambda folder: summarize(folder, threshold), report_markdown, draw_figure, FIGURE_FILE)

@@ -27,7 +27,7 @@ from incontext.alignment import ON_TRACK, START, analyze
 from incontext.directions import DIRECTIONS, Direction
 from incontext.git_history import COMMANDS
 from results.figures import pyplot, save_figure
-from results.files import read_jsonl, write_summary_and_report
+from results.files import read_jsonl, rebuild_report
 from results.intervals import difference_interval, wilson_interval
 from results.run_folder import read_run_config
 
@@ -356,12 +356,7 @@ REPORTS = {
 def write_report(experiment: str, run_dir: Path) -> dict:
     """Rebuild summary.json, report.md and the figure of a run folder of `experiment`; return the
     summary."""
-    summarize, markdown, draw, figure = REPORTS[experiment]
-    run_dir = Path(run_dir)
-    summary = summarize(run_dir)
-    write_summary_and_report(run_dir, summary, markdown(summary))
-    draw(summary, run_dir / figure)
-    return summary
+    return rebuild_report(run_dir, *REPORTS[experiment])
 
 
 def report_markdown(experiment: str, summary: dict) -> str:
