@@ -37,7 +37,7 @@ from crasp.tasks import get_task
 from train.config import PRESETS
 from train.allocator import keep_freed_memory, with_huge_page_blocks
 from train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
-from train.steps import init_stack, make_optimizer, make_train_step
+from train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
 from train.workers import available_cores, single_thread_env
 
 STREAM_TASK = "UF"
@@ -57,7 +57,8 @@ def equal_shape_batch(preset_name: str) -> tuple[dict[str, np.ndarray], int]:
 
 
 class Ours:
-    """Our jitted step (train.steps.make_train_step, a stack of one model) on the preset's model."""
+    """Our jitted step (train.steps.make_train_step, a stack of one model, the batch in the parts
+    that from-scratch training cuts it into) on the preset's model."""
 
     def __init__(self, preset_name: str, vocab_size: int, max_positions: int, keep_memory: bool = True):
         if keep_memory:
@@ -66,7 +67,7 @@ class Ours:
         optimizer = make_optimizer(preset.train)
         model = preset.model.replace(pe="ape").build(vocab_size, max_positions, seed=0)
         graphdef, rest, self.params, self.opt_state = init_stack([model], optimizer)
-        self.step_fn = make_train_step(graphdef, rest, optimizer)
+        self.step_fn = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
 
     def step(self, batch: dict[str, np.ndarray]) -> None:
         stacked = {name: array[None] for name, array in batch.items()}

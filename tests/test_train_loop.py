@@ -1,5 +1,5 @@
-"""The training loop: loss on answer tokens only, stacked (vmapped) training equal to separate
-runs, resume after kill -9 equal to an uninterrupted run, data parallelism equal to one device."""
+"""The training loop: loss on answer tokens only, a batch trained in parts equal to the whole
+batch, stacked (vmapped) training equal to separate runs, resume after kill -9 equal to an uninterrupted run, data parallelism equal to one device."""
 
 import json
 import os
@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from hypothesis import given, strategies as st
 
 from crasp.tasks import get_task
 from train.config import ModelSettings, TrainConfig
@@ -21,7 +22,7 @@ from train.evaluate import build_eval_sets, greedy_disagreements, greedy_exact_m
 from train.trained import load_trained_model
 from train.data import sample_batch, sequence_length
 from train.loop import Job, run_stack
-from train.steps import _answer_scores, init_stack, make_eval_step, make_optimizer, make_train_step
+from train.steps import _answer_scores, init_stack, make_eval_step, make_optimizer, make_train_step, part_bounds
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = ModelSettings(n_layers=1, n_heads=2, d_model=16)
@@ -53,6 +54,40 @@ def test_loss_is_cross_entropy_over_answer_and_eos_only():
         exact.append(row_right)
     assert float(loss) == pytest.approx(np.mean(terms), rel=1e-5)
     assert list(np.asarray(exact_B)) == exact
+
+
+@given(st.integers(1, 300), st.integers(1, 8))
+def test_batch_parts_cover_the_batch_in_nearly_equal_consecutive_parts(batch_size, parts):
+    bounds = part_bounds(batch_size, parts)
+    sizes = np.diff(bounds)
+    assert bounds[0] == 0 and bounds[-1] == batch_size
+    assert len(sizes) == min(parts, batch_size)
+    assert sizes.min() >= 1 and sizes.max() - sizes.min() <= 1
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_a_batch_trained_in_parts_takes_the_step_of_the_whole_batch(parts):
+    """The parts' gradients, each part's loss divided by the whole batch's answer tokens, add up
+    to the whole batch's gradient: loss, accuracy and parameters after three steps agree with one
+    part up to rounding. Copies of different lengths give the parts different answer-token counts."""
+    task = get_task("UF", alphabet_size=8)
+    config = tiny_config()
+    optimizer = make_optimizer(config)
+    model = TINY_MODEL.build(len(task.vocab), 16, seed=3)
+    results = {}
+    for batch_parts in (1, parts):
+        graphdef, rest, params_S, opt_state_S = init_stack([model], optimizer)
+        step = make_train_step(graphdef, rest, optimizer, batch_parts)
+        for index in range(3):
+            batch = sample_batch(task, np.random.default_rng([7, index]), 9, (1, 4), sequence_length(task, 4), 16, True)
+            params_S, opt_state_S, loss_S, accuracy_S = step(params_S, opt_state_S,
+                                                             {k: v[None] for k, v in batch.as_dict().items()})
+        results[batch_parts] = (params_S, float(loss_S[0]), float(accuracy_S[0]))
+    (whole, whole_loss, whole_accuracy), (cut, cut_loss, cut_accuracy) = results[1], results[parts]
+    assert cut_loss == pytest.approx(whole_loss, rel=1e-5)
+    assert cut_accuracy == whole_accuracy
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(cut)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
 
 
 def test_stacked_training_equals_separate_runs():

@@ -30,8 +30,8 @@ from train.config import ModelSettings, TrainConfig
 from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
                         stack_batches)
 from train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
-from train.steps import (check_divisible, data_mesh, init_stack, make_eval_step, make_optimizer, make_train_step, replicate,
-                         shard_batch)
+from train.steps import (check_divisible, data_mesh, from_scratch_batch_parts, init_stack, make_eval_step, make_optimizer,
+                         make_train_step, replicate, shard_batch)
 
 @dataclass(frozen=True)
 class Job:
@@ -126,7 +126,7 @@ class _StackRun:
         optimizer = make_optimizer(self.config)
         self.graphdef, self.rest, params_S, opt_state_S = init_stack(models, optimizer)
         self.state = replicate(self.mesh, (params_S, opt_state_S))
-        self.train_step = make_train_step(self.graphdef, self.rest, optimizer)
+        self.train_step = make_train_step(self.graphdef, self.rest, optimizer, from_scratch_batch_parts())
         self.eval_step = make_eval_step(self.graphdef, self.rest)
         self.eval_sets = [build_eval_sets(self.setup.task, job.seed, self.setup.bins,
                                           self.config.eval_examples_per_length, self.setup.max_positions)

@@ -69,30 +69,77 @@ def _logits(graphdef, params, rest, batch) -> jax.Array:
     return output.logits_BxTxV
 
 
+def _answer_tokens(logits_BxTxV, batch):
+    """(negative log-likelihood of each target, whether argmax hits it); both [B, T]."""
+    log_probs_BxTxV = jax.nn.log_softmax(logits_BxTxV)
+    nll_BxT = -jnp.take_along_axis(log_probs_BxTxV, batch["targets_BxT"][..., None], axis=-1)[..., 0]
+    right_BxT = jnp.argmax(logits_BxTxV, axis=-1) == batch["targets_BxT"]
+    return nll_BxT, right_BxT
+
+
+def _answer_tokens_count(batch) -> jax.Array:
+    return jnp.maximum(batch["loss_mask_BxT"].sum(), 1.0)
+
+
+def _exact(right_BxT, mask_BxT) -> jax.Array:
+    return jnp.all(right_BxT | (mask_BxT == 0), axis=1)
+
+
 def _answer_scores(logits_BxTxV, batch):
     """(mean loss over answer tokens, token accuracy, per-sequence exact match)."""
     mask_BxT = batch["loss_mask_BxT"]
-    log_probs_BxTxV = jax.nn.log_softmax(logits_BxTxV)
-    nll_BxT = -jnp.take_along_axis(log_probs_BxTxV, batch["targets_BxT"][..., None], axis=-1)[..., 0]
-    tokens = jnp.maximum(mask_BxT.sum(), 1.0)
+    nll_BxT, right_BxT = _answer_tokens(logits_BxTxV, batch)
+    tokens = _answer_tokens_count(batch)
     loss = (nll_BxT * mask_BxT).sum() / tokens
-    right_BxT = jnp.argmax(logits_BxTxV, axis=-1) == batch["targets_BxT"]
     token_accuracy = (right_BxT * mask_BxT).sum() / tokens
-    exact_B = jnp.all(right_BxT | (mask_BxT == 0), axis=1)
-    return loss, token_accuracy, exact_B
+    return loss, token_accuracy, _exact(right_BxT, mask_BxT)
 
 
-def make_train_step(graphdef, rest, optimizer: optax.GradientTransformation):
-    """step(params_S, opt_state_S, batch_S) -> (params_S, opt_state_S, loss_S, sequence_accuracy_S)."""
+# How many parts the from-scratch training step cuts a batch into on a CPU. Each part's forward
+# and backward pass is its own chain of ops, and XLA runs the ops of one chain beside those of
+# the other on a second core, where most of a small model's elementwise ops would otherwise run
+# on one core alone: the quick step on two threads takes about 10% less time, on one pinned
+# thread the same (experiments/calibration/README.md, round 10). An accelerator gets the whole
+# batch in one part, which already fills it.
+CPU_BATCH_PARTS = 2
 
-    def loss_fn(params, batch):
-        loss, _, exact_B = _answer_scores(_logits(graphdef, params, rest, batch), batch)
-        return loss, exact_B.mean()
+
+def from_scratch_batch_parts() -> int:
+    """The `batch_parts` of the from-scratch training step on this machine's JAX backend."""
+    return CPU_BATCH_PARTS if jax.default_backend() == "cpu" else 1
+
+
+def part_bounds(batch_size: int, parts: int) -> list[int]:
+    """Row indices cutting a batch into `parts` consecutive parts of (nearly) equal size; a part
+    is never empty, so a batch smaller than `parts` is cut into single rows."""
+    parts = max(1, min(parts, batch_size))
+    return [round(i * batch_size / parts) for i in range(parts + 1)]
+
+
+def make_train_step(graphdef, rest, optimizer: optax.GradientTransformation, batch_parts: int = 1):
+    """step(params_S, opt_state_S, batch_S) -> (params_S, opt_state_S, loss_S, sequence_accuracy_S).
+
+    With batch_parts > 1 the gradient is the sum of the gradients of consecutive parts of the
+    batch, each part's loss divided by the whole batch's answer tokens: the same function as
+    one part, summed in another order (the numbers differ in the last digits)."""
+
+    def part_loss(params, part, tokens):
+        mask_BxT = part["loss_mask_BxT"]
+        nll_BxT, right_BxT = _answer_tokens(_logits(graphdef, params, rest, part), part)
+        return (nll_BxT * mask_BxT).sum() / tokens, _exact(right_BxT, mask_BxT)
 
     def one_model(params, opt_state, batch):
-        (loss, sequence_accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
+        tokens = _answer_tokens_count(batch)
+        bounds = part_bounds(batch["tokens_BxT"].shape[0], batch_parts)
+        loss, grads, exact = 0.0, None, []
+        for start, stop in zip(bounds, bounds[1:]):
+            part = {name: array[start:stop] for name, array in batch.items()}
+            (part_loss_value, part_exact_B), part_grads = jax.value_and_grad(part_loss, has_aux=True)(params, part, tokens)
+            loss = loss + part_loss_value
+            grads = part_grads if grads is None else jax.tree.map(jnp.add, grads, part_grads)
+            exact.append(part_exact_B)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, sequence_accuracy
+        return optax.apply_updates(params, updates), opt_state, loss, jnp.concatenate(exact).mean()
 
     return jax.jit(jax.vmap(one_model), donate_argnums=(0, 1))
 
