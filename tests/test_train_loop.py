@@ -1,5 +1,6 @@
 """The training loop: loss on answer tokens only, a batch trained in parts equal to the whole
-batch, stacked (vmapped) training equal to separate runs, resume after kill -9 equal to an uninterrupted run, data parallelism equal to one device."""
+batch, stacked (vmapped) training equal to separate runs, resume after kill -9 equal to an
+uninterrupted run, data parallelism equal to one device."""
 
 import json
 import os
