@@ -23,9 +23,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from train.checkpoint import load_checkpoint, save_checkpoint
-from train.config import PRESETS
-from train.steps import make_optimizer
+from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
+from crasplab.train.config import PRESETS
+from crasplab.train.steps import make_optimizer
 
 VOCAB_SIZE, MAX_POSITIONS = 70, 83  # unique copy over 64 symbols up to length 40 (quick)
 

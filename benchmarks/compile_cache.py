@@ -29,13 +29,13 @@ import time
 
 import jax
 
-from train.allocator import keep_freed_memory
-from train.compile_cache import CACHE_ENV, use_compile_cache
-from train.config import QUICK
-from train.data import TRAIN_STREAM, batch_rng, sample_training_batch, stack_batches
-from train.loop import Job, _StackRun
-from train.steps import shard_batch
-from train.workers import available_cores, worker_env
+from crasplab.train.allocator import keep_freed_memory
+from crasplab.train.compile_cache import CACHE_ENV, use_compile_cache
+from crasplab.train.config import QUICK
+from crasplab.train.data import TRAIN_STREAM, batch_rng, sample_training_batch, stack_batches
+from crasplab.train.loop import Job, _StackRun
+from crasplab.train.steps import shard_batch
+from crasplab.train.workers import available_cores, worker_env
 
 PAIRS = ("UF:UB", "UL:UR")
 

@@ -18,8 +18,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from models import ModelConfig, Transformer, forward_flops_per_token, generate, parameter_count, preset
-from train.config import PRESETS as FROM_SCRATCH
+from crasplab.models import ModelConfig, Transformer, forward_flops_per_token, generate, parameter_count, preset
+from crasplab.train.config import PRESETS as FROM_SCRATCH
 
 
 def median_seconds(run, repeats: int) -> float:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli.arguments import at_least
+from crasplab.cli.arguments import at_least
 from experiments import length_gen
-from results.files import read_jsonl, write_text
-from train.config import PAPER
+from crasplab.results.files import read_jsonl, write_text
+from crasplab.train.config import PAPER
 
 DTYPES = ("float32", "bfloat16")
 

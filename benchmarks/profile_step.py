@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from train.workers import single_thread_env, worker_env
+from crasplab.train.workers import single_thread_env, worker_env
 
 # (label, environment of the child, whether it keeps freed memory); see the module docstring.
 ALLOCATOR_SETTINGS = (

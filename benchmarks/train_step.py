@@ -34,11 +34,11 @@ import jax
 import numpy as np
 
 from crasp.tasks import get_task
-from train.config import PRESETS
-from train.allocator import keep_freed_memory, with_huge_page_blocks
-from train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
-from train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
-from train.workers import available_cores, single_thread_env
+from crasplab.train.config import PRESETS
+from crasplab.train.allocator import keep_freed_memory, with_huge_page_blocks
+from crasplab.train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
+from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
+from crasplab.train.workers import available_cores, single_thread_env
 
 STREAM_TASK = "UF"
 STREAM_BATCHES = 24  # batches per timed pass over the real-token stream

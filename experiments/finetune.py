@@ -30,21 +30,21 @@ from pathlib import Path
 
 import jax
 
-from cli.arguments import HelpFormatter, add_length_flags, add_setting_flags, at_least
-from cli.experiment import evaluate_and_report
+from crasplab.cli.arguments import HelpFormatter, add_length_flags, add_setting_flags, at_least
+from crasplab.cli.experiment import evaluate_and_report
 from crasp.tasks import RETRIEVAL_AND_COPYING
-from incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, check_prompt_lengths
-from incontext.greedy import check_answers_fit
-from models.config import DTYPES
-from models.loading import NAMED_MODELS, load_with_tokenizer
-from results.finetune import report_markdown, write_report
-from results.length_gen import DEFAULT_THRESHOLD, collect_metrics
-from results.run_folder import check_output_folder, open_run_folder
-from train.allocator import restart_with_huge_page_blocks
-from train.config import bins_for_train_lengths, command_line_settings
-from train.finetune import FinetuneRun
-from train.finetune_config import METHODS, PRESETS, FinetuneConfig
-from train.finetune_data import eval_items
+from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, check_prompt_lengths
+from crasplab.incontext.greedy import check_answers_fit
+from crasplab.models.config import DTYPES
+from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
+from crasplab.results.finetune import report_markdown, write_report
+from crasplab.results.length_gen import DEFAULT_THRESHOLD, collect_metrics
+from crasplab.results.run_folder import check_output_folder, open_run_folder
+from crasplab.train.allocator import restart_with_huge_page_blocks
+from crasplab.train.config import bins_for_train_lengths, command_line_settings
+from crasplab.train.finetune import FinetuneRun
+from crasplab.train.finetune_config import METHODS, PRESETS, FinetuneConfig
+from crasplab.train.finetune_data import eval_items
 
 CONFIG_FLAGS = command_line_settings(FinetuneConfig)
 # Flags whose accepted values are a fixed vocabulary.

@@ -21,17 +21,17 @@ from pathlib import Path
 
 import jax
 
-from cli.arguments import add_length_flags, add_setting_flags, at_least
+from crasplab.cli.arguments import add_length_flags, add_setting_flags, at_least
 from crasp.tasks import TASK_CODES
-from models.config import DTYPES, POSITIONS
-from results.files import ResultFileError
-from results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, job_folder, markdown_table,
+from crasplab.models.config import DTYPES, POSITIONS
+from crasplab.results.files import ResultFileError
+from crasplab.results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, job_folder, markdown_table,
                                 run_jobs, write_report)
-from results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
-from train.config import (PRESETS, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
+from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
+from crasplab.train.config import (PRESETS, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
                           command_line_settings)
-from train.loop import Job, TaskSetup
-from train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
+from crasplab.train.loop import Job, TaskSetup
+from crasplab.train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
 
 MODEL_FLAGS = command_line_settings(ModelSettings)
 TRAIN_FLAGS = command_line_settings(TrainConfig)

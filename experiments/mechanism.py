@@ -54,18 +54,18 @@ import numpy as np
 from tqdm import tqdm
 
 from crasp.tasks import BOS_ID, NUM_SPECIALS, RETRIEVAL_AND_COPYING, SEP_ID, TASK_CODES, TaskError
-from cli.arguments import HelpFormatter, at_least
-from cli.experiment import evaluate_and_report
-from incontext.formal_prompts import Demonstrations, cell_items, check_prompt_lengths
-from incontext.greedy import answer_lines
-from models.analysis import (SCORES, AnswerBatch, ablation, ablation_plan, answer_exact, head_scores, reference_means)
-from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
-from results.files import read_jsonl, write_json, write_jsonl
-from results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
-from results.run_folder import RunFolderError, check_output_folder, open_run_folder
-from train.allocator import restart_with_huge_page_blocks
-from train.evaluate import build_eval_sets, greedy_disagreements
-from train.trained import TrainedModelError, job_folders, load_trained_model
+from crasplab.cli.arguments import HelpFormatter, at_least
+from crasplab.cli.experiment import evaluate_and_report
+from crasplab.incontext.formal_prompts import Demonstrations, cell_items, check_prompt_lengths
+from crasplab.incontext.greedy import answer_lines
+from crasplab.models.analysis import (SCORES, AnswerBatch, ablation, ablation_plan, answer_exact, head_scores, reference_means)
+from crasplab.models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
+from crasplab.results.files import read_jsonl, write_json, write_jsonl
+from crasplab.results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
+from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder
+from crasplab.train.allocator import restart_with_huge_page_blocks
+from crasplab.train.evaluate import build_eval_sets, greedy_disagreements
+from crasplab.train.trained import TrainedModelError, job_folders, load_trained_model
 
 PRETRAINED_TASKS = ("UF", "UB", "UR", "UL")
 # Word tokens ("Ġthe" decodes to " the"); a vocabulary with too few of them (a byte-level toy)

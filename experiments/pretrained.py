@@ -26,17 +26,17 @@ import sys
 import time
 from pathlib import Path
 
-from cli.arguments import HelpFormatter, at_least
-from cli.experiment import answer_pending, evaluate_and_report, in_batches
+from crasplab.cli.arguments import HelpFormatter, at_least
+from crasplab.cli.experiment import answer_pending, evaluate_and_report, in_batches
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
-from incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, cell_items,
+from crasplab.incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, cell_items,
                                       check_prompt_lengths)
-from incontext.greedy import answer_lines, check_answers_fit
-from models.config import DTYPES
-from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
-from results.in_context import RESULTS_FILE, report_markdown, write_report
-from results.run_folder import check_output_folder
-from train.allocator import restart_with_huge_page_blocks
+from crasplab.incontext.greedy import answer_lines, check_answers_fit
+from crasplab.models.config import DTYPES
+from crasplab.models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
+from crasplab.results.in_context import RESULTS_FILE, report_markdown, write_report
+from crasplab.results.run_folder import check_output_folder
+from crasplab.train.allocator import restart_with_huge_page_blocks
 
 TASKS = RETRIEVAL_AND_COPYING
 

@@ -35,19 +35,19 @@ import sys
 import time
 from pathlib import Path
 
-from cli.arguments import HelpFormatter, at_least
-from cli.experiment import answer_pending, in_batches
-from incontext.directions import DIRECTIONS
-from incontext.git_history import COMMANDS, git_items
-from incontext.greedy import (ContextError, GenerationMemoryError, answer_lines, check_answers_fit, check_context,
+from crasplab.cli.arguments import HelpFormatter, at_least
+from crasplab.cli.experiment import answer_pending, in_batches
+from crasplab.incontext.directions import DIRECTIONS
+from crasplab.incontext.git_history import COMMANDS, git_items
+from crasplab.incontext.greedy import (ContextError, GenerationMemoryError, answer_lines, check_answers_fit, check_context,
                               continuation_lines)
-from incontext.lorem import LoremSettings
-from models.config import DTYPES
-from models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
-from results.files import ResultFileError
-from results.realistic import RESULTS_FILE, report_markdown, write_report
-from results.run_folder import RunFolderError, check_output_folder
-from train.allocator import restart_with_huge_page_blocks
+from crasplab.incontext.lorem import LoremSettings
+from crasplab.models.config import DTYPES
+from crasplab.models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
+from crasplab.results.files import ResultFileError
+from crasplab.results.realistic import RESULTS_FILE, report_markdown, write_report
+from crasplab.results.run_folder import RunFolderError, check_output_folder
+from crasplab.train.allocator import restart_with_huge_page_blocks
 
 OUTPUT_LIMIT = 1.5  # lorem outputs are read up to this many times the reference's tokens
 

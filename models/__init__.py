@@ -3,7 +3,7 @@
 Build
 -----
     from flax import nnx
-    from models import Transformer, ModelConfig, preset, parameter_count, forward_flops_per_token
+    from crasplab.models import Transformer, ModelConfig, preset, parameter_count, forward_flops_per_token
     config = ModelConfig(vocab_size=len(task.vocab), d_model=256, n_layers=4, n_heads=4, d_ff=1024)
     config = preset("smollm2_135m")                       # the shape of a known pretrained model
     model = Transformer(config, rngs=nnx.Rngs(seed))      # same seed -> same parameters
@@ -81,11 +81,11 @@ forward_flops_per_token(config, context_length): forward FLOPs of one token atte
 context_length keys (multiply-add = 2).
 """
 
-from models.config import PRESETS, ModelConfig, forward_flops_per_token, parameter_count, preset
-from models.generate import Generation, generate
-from models.interventions import Interventions, knockout_bias, mean_head_outputs
-from models.params import count_params, param_shapes, set_params
-from models.transformer import KVCache, ModelOutput, Transformer, apply_rope
+from crasplab.models.config import PRESETS, ModelConfig, forward_flops_per_token, parameter_count, preset
+from crasplab.models.generate import Generation, generate
+from crasplab.models.interventions import Interventions, knockout_bias, mean_head_outputs
+from crasplab.models.params import count_params, param_shapes, set_params
+from crasplab.models.transformer import KVCache, ModelOutput, Transformer, apply_rope
 
 __all__ = [
     "PRESETS", "ModelConfig", "forward_flops_per_token", "parameter_count", "preset",

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from models.interventions import Interventions, mean_head_outputs
+from crasplab.models.interventions import Interventions, mean_head_outputs
 
 # Random streams: the score sequences, seeded by (seed, SCORE_STREAM, period); the random heads,
 # by (seed, HEAD_STREAM, k, draw).

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from models.interventions import Interventions
-from models.transformer import Transformer
+from crasplab.models.interventions import Interventions
+from crasplab.models.transformer import Transformer
 
 
 @struct.dataclass

@@ -2,7 +2,7 @@
 update W + (alpha / r) A B on the chosen dense layers. B starts at zero, so the adapted model
 starts as the base model.
 
-    from models.lora import with_lora
+    from crasplab.models.lora import with_lora
     adapted = with_lora(model, rank=8, alpha=16.0, seed=0)   # a new model; `model` is left as it was
     nnx.split(adapted, nnx.Param, ...)                       # the adapters only: everything else is Frozen
     models.params.count_params(adapted)                      # trainable scalars: rank * (d_in + d_out) per layer
@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
-from models.transformer import Transformer
+from crasplab.models.transformer import Transformer
 
 # The dense layers of both block styles: attention (q, k, v, o), Llama MLP (gate, up, down),
 # GPT-2 MLP (fc, proj).

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from models.config import ModelConfig
-from models.interventions import Interventions, LayerInterventions
+from crasplab.models.config import ModelConfig
+from crasplab.models.interventions import Interventions, LayerInterventions
 
 # The logit bias of a key a query may not see: exp underflows to exactly 0 against any allowed key,
 # and a row with no allowed key at all (a left-padding query) gets finite uniform weights, not NaN.

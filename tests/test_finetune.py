@@ -12,15 +12,15 @@ import pytest
 from flax import nnx
 
 from experiments import finetune as experiment
-from models.loading import load_pretrained
-from models.lora import Frozen, with_lora
-from models.params import count_params
-from results.finetune import summarize
+from crasplab.models.loading import load_pretrained
+from crasplab.models.lora import Frozen, with_lora
+from crasplab.models.params import count_params
+from crasplab.results.finetune import summarize
 from tests.test_pretrained_experiment import write_tiny_llama
-from train import finetune
-from train.finetune_config import FinetuneConfig
-from train.finetune_data import token_batch, training_items
-from train.steps import init_stack, make_optimizer, make_train_step
+from crasplab.train import finetune
+from crasplab.train.finetune_config import FinetuneConfig
+from crasplab.train.finetune_data import token_batch, training_items
+from crasplab.train.steps import init_stack, make_optimizer, make_train_step
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from models.loading import UnsupportedModelError, load_pretrained
-from models.loading.tokenizer import tokenizer_from_folder, tokenizer_from_gguf_metadata
+from crasplab.models.loading import UnsupportedModelError, load_pretrained
+from crasplab.models.loading.tokenizer import tokenizer_from_folder, tokenizer_from_gguf_metadata
 from tests.test_loading_formats import write_gguf
 from tests.test_pretrained_experiment import write_byte_level_tokenizer
 

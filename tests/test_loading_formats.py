@@ -13,10 +13,10 @@ from gguf.quants import quantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.loading import UnsupportedModelError, load_pretrained, resolve_model_path
-from models.loading.gguf_file import read_gguf
-from models.loading.tables import unpermute_key_rows, unpermute_query_rows
-from models.config import ModelConfig
+from crasplab.models.loading import UnsupportedModelError, load_pretrained, resolve_model_path
+from crasplab.models.loading.gguf_file import read_gguf
+from crasplab.models.loading.tables import unpermute_key_rows, unpermute_query_rows
+from crasplab.models.config import ModelConfig
 
 QUANTIZED = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1)
 BYTE_LEVEL_ALPHABET = [chr(c) for c in range(ord("!"), ord("~") + 1)] + ["Ġ", "Ċ"]

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments import mechanism
-from models import ModelConfig, Transformer, set_params
-from models.analysis import SCORES, ablation, ablation_plan, head_scores, score_edges, top_heads
+from crasplab.models import ModelConfig, Transformer, set_params
+from crasplab.models.analysis import SCORES, ablation, ablation_plan, head_scores, score_edges, top_heads
 from tests.test_model_architecture import STYLES, random_tokens, tiny_model
 from tests.test_pretrained_experiment import write_tiny_llama
 
@@ -215,7 +215,7 @@ def test_a_from_scratch_model_is_scored_and_ablated_on_its_own_test_strings(tmp_
     """A tiny length_gen.py run trained here (in this process), then analysed: the unablated
     accuracy per bin equals what training recorded on the same strings."""
     from experiments import length_gen
-    from train.workers import run_stacked_in_process
+    from crasplab.train.workers import run_stacked_in_process
 
     monkeypatch.setattr(length_gen, "run_on_cpu_cores", lambda jobs, workers, show_progress: run_stacked_in_process(jobs, False))
     run = tmp_path / "run"

@@ -8,14 +8,14 @@ import pytest
 from flax import nnx
 
 from crasp.fragment import POSITION_ENCODINGS
-from models import (
+from crasplab.models import (
     PRESETS, ModelConfig, Transformer, count_params, forward_flops_per_token, param_shapes,
     parameter_count, preset, set_params,
 )
-from models.config import POSITIONS
-from models.transformer import LayerNorm
-from train.config import ARCHITECTURE_OF_POSITION
-from train.config import PRESETS as TRAIN_PRESETS
+from crasplab.models.config import POSITIONS
+from crasplab.models.transformer import LayerNorm
+from crasplab.train.config import ARCHITECTURE_OF_POSITION
+from crasplab.train.config import PRESETS as TRAIN_PRESETS
 
 STYLES = {
     "gpt2_ape": dict(block="gpt2", position="ape"),
@@ -71,7 +71,7 @@ def test_ape_attention_changes_when_all_positions_shift():
 
 
 def test_rope_is_the_hugging_face_rotate_half_layout():
-    from models import apply_rope
+    from crasplab.models import apply_rope
 
     x_BxTxHxK = np.random.default_rng(0).normal(size=(1, 3, 2, 8)).astype(np.float32)
     positions_BxT = np.array([[0, 5, 11]])

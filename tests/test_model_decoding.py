@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import generate
-from models.generate import left_align
+from crasplab.models import generate
+from crasplab.models.generate import left_align
 from tests.test_model_architecture import STYLES, random_tokens, tiny_model
 
 PROMPT_LENGTHS = np.array([6, 3, 1])

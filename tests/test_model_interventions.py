@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import Interventions, knockout_bias, mean_head_outputs, set_params
+from crasplab.models import Interventions, knockout_bias, mean_head_outputs, set_params
 from tests.test_model_architecture import STYLES, random_tokens, tiny_model
 
 LAYERS, HEADS = 2, 4

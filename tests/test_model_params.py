@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from models import param_shapes, set_params
+from crasplab.models import param_shapes, set_params
 from tests.test_model_architecture import STYLES, random_tokens, tiny_model
 
 

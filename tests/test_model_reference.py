@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from models import ModelConfig, Transformer, set_params
+from crasplab.models import ModelConfig, Transformer, set_params
 from tests.test_model_architecture import random_tokens
 
 torch = pytest.importorskip("torch")

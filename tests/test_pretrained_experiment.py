@@ -15,12 +15,12 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from experiments import pretrained
 from crasp.tasks import COPYING_CODES, RETRIEVAL_CODES
-from incontext import formal_prompts
-from incontext import greedy
-from incontext.greedy import answer_line
-from results.in_context import bias_statement, summarize
-from results.intervals import difference_interval, wilson_interval
-from models.loading.tokenizer import tokenizer_from_folder
+from crasplab.incontext import formal_prompts
+from crasplab.incontext import greedy
+from crasplab.incontext.greedy import answer_line
+from crasplab.results.in_context import bias_statement, summarize
+from crasplab.results.intervals import difference_interval, wilson_interval
+from crasplab.models.loading.tokenizer import tokenizer_from_folder
 from tests.test_loading_formats import BYTE_LEVEL_ALPHABET
 
 LETTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")

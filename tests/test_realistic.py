@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from incontext import lorem
-from incontext.alignment import END, ON_TRACK, START, ambiguous_tokens, analyze, edit_slots
-from incontext.directions import BACKWARD, FORWARD
-from incontext.git_history import COMMANDS, EXPLANATION, git_items, history
+from crasplab.incontext import lorem
+from crasplab.incontext.alignment import END, ON_TRACK, START, ambiguous_tokens, analyze, edit_slots
+from crasplab.incontext.directions import BACKWARD, FORWARD
+from crasplab.incontext.git_history import COMMANDS, EXPLANATION, git_items, history
 
 # Two stand-ins for a tokenizer: bytes (as a byte-level BPE without merges counts) and words.
 COUNTS = {"bytes": lambda text: len(text.encode()), "words": lambda text: len(text.split())}

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from experiments import realistic
-from results.realistic import summarize_git, summarize_lorem
+from crasplab.results.realistic import summarize_git, summarize_lorem
 from tests.test_pretrained_experiment import _records as records_of, write_tiny_llama
 
 

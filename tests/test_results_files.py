@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from results.files import ResultFileError, append_jsonl, read_jsonl, write_jsonl
-from results.run_folder import RunFolderError, open_run_folder, read_run_config
+from crasplab.results.files import ResultFileError, append_jsonl, read_jsonl, write_jsonl
+from crasplab.results.run_folder import RunFolderError, open_run_folder, read_run_config
 
 SETTINGS = dict(pe="ape", tasks=["UF"], seeds=[0, 1], threshold=0.9, bins=((1, 10), (11, 20)))
 

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from train.allocator import HUGE_PAGE_TUNABLE, with_huge_page_blocks
+from crasplab.train.allocator import HUGE_PAGE_TUNABLE, with_huge_page_blocks
 
 HEAP_AFTER_FREE = """
 import ctypes, ctypes.util, sys
-from train.allocator import keep_freed_memory
+from crasplab.train.allocator import keep_freed_memory
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -89,7 +89,7 @@ def test_the_tunable_joins_those_already_set():
 RESTARTING_SCRIPT = """
 import os, sys
 print("started", flush=True)
-from train.allocator import restart_with_huge_page_blocks
+from crasplab.train.allocator import restart_with_huge_page_blocks
 restart_with_huge_page_blocks()
 print(sys.argv[1:], os.environ.get("GLIBC_TUNABLES"))
 """ + FAULTS_TOUCHING_A_LARGE_BLOCK

@@ -5,8 +5,8 @@ import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
 from tests.test_train_loop import TINY_MODEL, tiny_config
-from train.compile_cache import CACHE_ENV, compile_cache_folder, use_compile_cache
-from train.loop import Job, run_job
+from crasplab.train.compile_cache import CACHE_ENV, compile_cache_folder, use_compile_cache
+from crasplab.train.loop import Job, run_job
 
 
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp.tasks import PAD_ID, get_task
-from results.files import read_jsonl
-from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from train.config import ConfigError, ModelSettings, TrainConfig, bins_for_train_lengths
-from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_batch, sample_training_batch,
+from crasplab.results.files import read_jsonl
+from crasplab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from crasplab.train.config import ConfigError, ModelSettings, TrainConfig, bins_for_train_lengths
+from crasplab.train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_batch, sample_training_batch,
                         sequence_length)
-from train.steps import learning_rate_schedule
+from crasplab.train.steps import learning_rate_schedule
 
 TASKS = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
 

@@ -18,12 +18,12 @@ from flax import nnx
 from hypothesis import given, strategies as st
 
 from crasp.tasks import get_task
-from train.config import ModelSettings, TrainConfig
-from train.evaluate import build_eval_sets, greedy_disagreements, greedy_exact_match, teacher_forced_exact
-from train.trained import load_trained_model
-from train.data import sample_batch, sequence_length
-from train.loop import Job, run_stack
-from train.steps import _answer_scores, init_stack, make_eval_step, make_optimizer, make_train_step, part_bounds
+from crasplab.train.config import ModelSettings, TrainConfig
+from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, greedy_exact_match, teacher_forced_exact
+from crasplab.train.trained import load_trained_model
+from crasplab.train.data import sample_batch, sequence_length
+from crasplab.train.loop import Job, run_stack
+from crasplab.train.steps import _answer_scores, init_stack, make_eval_step, make_optimizer, make_train_step, part_bounds
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = ModelSettings(n_layers=1, n_heads=2, d_model=16)
@@ -125,7 +125,7 @@ def comparable(folder: Path) -> tuple[list[dict], dict]:
 
 
 def run_worker(folder: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "train.workers", str(folder)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "crasplab.train.workers", str(folder)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -185,8 +185,8 @@ def assert_reloaded_model_reproduces_the_result(folder: Path, result: dict) -> N
 SHARDED_SCRIPT = """
 import json, sys
 import numpy as np
-from train.config import ModelSettings, TrainConfig
-from train.loop import Job, run_job
+from crasplab.train.config import ModelSettings, TrainConfig
+from crasplab.train.loop import Job, run_job
 import jax
 config = TrainConfig(**json.loads(sys.argv[1])).validate()
 job = Job(task_code="UF", seed=1, model=ModelSettings(pe="rope", n_layers=1, n_heads=2, d_model=16), train=config,
@@ -224,7 +224,7 @@ def test_stack_rejects_jobs_that_differ_in_more_than_the_seed(tmp_path):
 
 def test_accelerator_path_stacks_seeds_and_matches_single_runs(tmp_path):
     """run_stacked_in_process (one vmapped stack per task) ends where separate runs end."""
-    from train.workers import run_stacked_in_process
+    from crasplab.train.workers import run_stacked_in_process
 
     config = tiny_config(max_steps=16, eval_every=8, checkpoint_every=8)
 
@@ -245,7 +245,7 @@ def test_accelerator_path_stacks_seeds_and_matches_single_runs(tmp_path):
 
 
 def test_a_job_folder_is_trained_by_one_process_at_a_time(tmp_path):
-    from train.workers import _lock_folder
+    from crasplab.train.workers import _lock_folder
 
     held = _lock_folder(tmp_path)
     with pytest.raises(SystemExit, match="being trained by another process"):
@@ -257,7 +257,7 @@ def test_a_job_folder_is_trained_by_one_process_at_a_time(tmp_path):
 def test_workers_take_the_idlest_cores_first():
     """Two runs started side by side must not both pin their first worker to core 0: the pool
     orders the cores by how busy /proc/stat says they were (user nice system idle iowait ...)."""
-    from train.workers import idlest_first
+    from crasplab.train.workers import idlest_first
 
     before = "cpu  300 0 100 600 0\ncpu0 200 0 50 250 0\ncpu1 100 0 50 350 0\ncpu2 0 0 0 0 0\n"
     # Between the readings core 0 was fully busy, core 1 idle, core 2 half idle and half waiting for

@@ -6,9 +6,9 @@ import pytest
 
 from crasp.prediction import Prediction
 from experiments import length_gen
-from results import length_gen as length_gen_report
-from results.length_gen import summarize
-from train.config import PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig
+from crasplab.results import length_gen as length_gen_report
+from crasplab.results.length_gen import summarize
+from crasplab.train.config import PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Training from scratch on the task library: online batches, AdamW, evaluation per length bin.
 
-    from train.config import PRESETS                    # presets "quick" (2-core CPU) and "paper"
-    from train.loop import Job, run_job, run_stack      # one (task, seed) per folder; resumable
+    from crasplab.train.config import PRESETS                    # presets "quick" (2-core CPU) and "paper"
+    from crasplab.train.loop import Job, run_job, run_stack      # one (task, seed) per folder; resumable
     quick = PRESETS["quick"]
     job = Job(task_code="UF", seed=0, model=quick.model.replace(pe="rope"), train=quick.train,
               task_overrides={"alphabet_size": 64}, out_dir="runs/x/UF/seed0")

@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from results.files import atomic_write
+from crasplab.results.files import atomic_write
 
 
 class CheckpointError(RuntimeError):

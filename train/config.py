@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from flax import nnx
 
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
-from models.config import DTYPES, POSITIONS, ModelConfig
-from models.transformer import Transformer
+from crasplab.models.config import DTYPES, POSITIONS, ModelConfig
+from crasplab.models.transformer import Transformer
 
 SCHEDULES = ("linear", "constant")
 # The block each position encoding gets, as in the official from-scratch setups of the

@@ -15,8 +15,8 @@ import jax
 import numpy as np
 
 from crasp.tasks import EOS_ID, PAD_ID
-from models.generate import generate
-from train.data import EVAL_STREAM, Batch, batch_rng, make_batch, stack_batches
+from crasplab.models.generate import generate
+from crasplab.train.data import EVAL_STREAM, Batch, batch_rng, make_batch, stack_batches
 
 
 @dataclass(frozen=True)

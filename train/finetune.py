@@ -1,6 +1,6 @@
 """Fine-tune a pretrained model per task on short inputs, and answer test prompts before and after.
 
-    from train.finetune import FinetuneRun
+    from crasplab.train.finetune import FinetuneRun
     FinetuneRun(run_dir, pretrained, tasks=["UF", "UB"], config=PRESETS["quick"].config, seed=0).run()
 
 A run folder holds `results.jsonl` (one record per test prompt: task, stage "before" or "after",
@@ -33,19 +33,19 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from incontext.formal_prompts import Item
-from incontext.greedy import answer_lines
-from models.lora import with_lora
-from results.files import append_jsonl, read_jsonl, write_json, write_jsonl
-from results.finetune import RESULTS_FILE
-from results.length_gen import job_folder
-from train.allocator import keep_freed_memory
-from train.checkpoint import load_checkpoint, save_checkpoint
-from train.data import stack_batches
-from train.evaluate import unstack
-from train.finetune_config import FinetuneConfig
-from train.finetune_data import eval_items, token_batch, training_items
-from train.steps import check_divisible, data_mesh, init_stack, make_optimizer, make_train_step, replicate, shard_batch
+from crasplab.incontext.formal_prompts import Item
+from crasplab.incontext.greedy import answer_lines
+from crasplab.models.lora import with_lora
+from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_jsonl
+from crasplab.results.finetune import RESULTS_FILE
+from crasplab.results.length_gen import job_folder
+from crasplab.train.allocator import keep_freed_memory
+from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
+from crasplab.train.data import stack_batches
+from crasplab.train.evaluate import unstack
+from crasplab.train.finetune_config import FinetuneConfig
+from crasplab.train.finetune_data import eval_items, token_batch, training_items
+from crasplab.train.steps import check_divisible, data_mesh, init_stack, make_optimizer, make_train_step, replicate, shard_batch
 
 CHECKPOINT_FILE, MODEL_FILE, RESULT_FILE, METRICS_FILE = "checkpoint.npz", "model.npz", "result.json", "metrics.jsonl"
 

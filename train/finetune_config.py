@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from models.config import DTYPES
-from train.config import Settings, TrainConfig, require_setting, setting_help
+from crasplab.models.config import DTYPES
+from crasplab.train.config import Settings, TrainConfig, require_setting, setting_help
 
 METHODS = ("full", "lora")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from incontext.formal_prompts import Item, cell_items, format_answer
-from train.data import TRAIN_STREAM, Batch, batch_rng, make_batch
+from crasplab.incontext.formal_prompts import Item, cell_items, format_answer
+from crasplab.train.data import TRAIN_STREAM, Batch, batch_rng, make_batch
 
 # Training batches are padded to a multiple of this many tokens, so a handful of compiled steps
 # serve a run (a compile of a 30-layer model costs tens of seconds on a CPU) with little padding.

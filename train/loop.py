@@ -22,15 +22,15 @@ import numpy as np
 from flax import nnx
 
 from crasp.tasks import get_task
-from results.files import append_jsonl, read_jsonl, write_json, write_jsonl
-from train.allocator import keep_freed_memory
-from train.checkpoint import load_checkpoint, save_checkpoint
-from train.compile_cache import use_compile_cache
-from train.config import ModelSettings, TrainConfig
-from train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
+from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_jsonl
+from crasplab.train.allocator import keep_freed_memory
+from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
+from crasplab.train.compile_cache import use_compile_cache
+from crasplab.train.config import ModelSettings, TrainConfig
+from crasplab.train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
                         stack_batches)
-from train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
-from train.steps import (check_divisible, data_mesh, from_scratch_batch_parts, init_stack, make_eval_step, make_optimizer,
+from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
+from crasplab.train.steps import (check_divisible, data_mesh, from_scratch_batch_parts, init_stack, make_eval_step, make_optimizer,
                          make_train_step, replicate, shard_batch)
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from train.config import TrainConfig
+from crasplab.train.config import TrainConfig
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:

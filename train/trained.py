@@ -1,6 +1,6 @@
 """A trained model read back from its job folder, for analysis and evaluation after training.
 
-    from train.trained import load_trained_model, job_folders
+    from crasplab.train.trained import load_trained_model, job_folders
     for folder in job_folders("runs/length_gen/ape-quick", "UF"):   # one per seed
         trained = load_trained_model(folder)   # .model (Transformer), .task, .job, .setup, .step
 """
@@ -13,13 +13,13 @@ from pathlib import Path
 
 from flax import nnx
 
-from models.transformer import Transformer
-from results.length_gen import REPORTED_SETTINGS, job_folder
-from results.run_folder import read_run_config
-from train.checkpoint import load_checkpoint
-from train.config import RunSettings
-from train.loop import Job, TaskSetup
-from train.steps import make_optimizer
+from crasplab.models.transformer import Transformer
+from crasplab.results.length_gen import REPORTED_SETTINGS, job_folder
+from crasplab.results.run_folder import read_run_config
+from crasplab.train.checkpoint import load_checkpoint
+from crasplab.train.config import RunSettings
+from crasplab.train.loop import Job, TaskSetup
+from crasplab.train.steps import make_optimizer
 
 JOB_FILE = "job.json"
 CHECKPOINT_FILE = "checkpoint.npz"

@@ -6,7 +6,7 @@ throughput of one process using both cores (benchmarks/train_step.py, real-token
 start longest first. On an accelerator, the seeds of one task are trained as one stacked,
 vmapped model in this process (train.loop.run_stack).
 
-Run a single job folder by hand with `python -m train.workers JOB_FOLDER` (what the pool does).
+Run a single job folder by hand with `python -m crasplab.train.workers JOB_FOLDER` (what the pool does).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from crasp.tasks import get_task
-from results.files import write_json
-from train.allocator import with_huge_page_blocks
-from train.data import sequence_length
-from train.loop import Job, is_done, run_stack
+from crasplab.results.files import write_json
+from crasplab.train.allocator import with_huge_page_blocks
+from crasplab.train.data import sequence_length
+from crasplab.train.loop import Job, is_done, run_stack
 
 SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 PROGRESS_FILE = "progress.json"
@@ -198,7 +198,7 @@ def _launch(job: Job, core: int) -> subprocess.Popen:
     env = worker_env()
     with open(job.folder / LOG_FILE, "ab") as log:
         # The child pins itself (--core): a preexec_fn would make Python fork this multithreaded process.
-        return subprocess.Popen([sys.executable, "-m", "train.workers", str(job.folder), "--core", str(core),
+        return subprocess.Popen([sys.executable, "-m", "crasplab.train.workers", str(job.folder), "--core", str(core),
                                  "--die-with-parent"], env=env, stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from crasp.tasks import get_task
-from train.evaluate import greedy_exact_match
-from train.trained import job_folders, load_trained_model
+from crasplab.train.evaluate import greedy_exact_match
+from crasplab.train.trained import job_folders, load_trained_model
 
 TASKS = ("NLLast", "NRLast")
 # Distance (in context positions) from the query's last occurrence to the last context symbol.

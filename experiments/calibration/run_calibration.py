@@ -16,10 +16,10 @@ import json
 import time
 from pathlib import Path
 
-from results.files import read_jsonl, write_json
-from models.config import POSITIONS
-from train.config import ModelSettings, TrainConfig
-from train.loop import Job, run_job
+from crasplab.results.files import read_jsonl, write_json
+from crasplab.models.config import POSITIONS
+from crasplab.train.config import ModelSettings, TrainConfig
+from crasplab.train.loop import Job, run_job
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -1,6 +1,6 @@
 """Pretrained weights and tokenizers for models.Transformer. No torch.
 
-    from models.loading import load_pretrained
+    from crasplab.models.loading import load_pretrained
     pretrained = load_pretrained("smollm2")   # a named model, a .gguf file or a Hugging Face folder
     pretrained.model                          # models.Transformer (float32 parameters)
     pretrained.tokenizer.encode(text)         # PretrainedTokenizer: encode/encode_batch/decode,
@@ -25,10 +25,10 @@ hyperparameter, a tensor without a rule, a wrong shape, a parameter left without
 UnsupportedModelError naming the file and what is supported.
 """
 
-from models.loading.errors import UnsupportedModelError
-from models.loading.loader import (NAMED_MODELS, Pretrained, load_pretrained, load_with_tokenizer, model_from_tensors,
+from crasplab.models.loading.errors import UnsupportedModelError
+from crasplab.models.loading.loader import (NAMED_MODELS, Pretrained, load_pretrained, load_with_tokenizer, model_from_tensors,
                                    resolve_model_path)
-from models.loading.tokenizer import PretrainedTokenizer
+from crasplab.models.loading.tokenizer import PretrainedTokenizer
 
 __all__ = [
     "NAMED_MODELS",

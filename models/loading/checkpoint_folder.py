@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from models.loading.errors import UnsupportedModelError
-from models.loading.text_files import read_json_object
+from crasplab.models.loading.errors import UnsupportedModelError
+from crasplab.models.loading.text_files import read_json_object
 
 CONFIG_FILE = "config.json"
 

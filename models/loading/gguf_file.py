@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.constants import GGUF_MAGIC
 from gguf.quants import dequantize
 
-from models.loading.errors import UnsupportedModelError
+from crasplab.models.loading.errors import UnsupportedModelError
 
 SUPPORTED_TENSOR_TYPES = (
     GGMLQuantizationType.F32,

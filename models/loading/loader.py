@@ -17,14 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from models.config import DTYPES, ModelConfig
-from models.loading.checkpoint_folder import read_checkpoint_folder
-from models.loading.errors import UnsupportedModelError
-from models.loading.gguf_file import read_gguf
-from models.loading.tables import GGUF_ARCHITECTURES, HF_ARCHITECTURES, Architecture, Rule
-from models.loading.tokenizer import PretrainedTokenizer, tokenizer_from_folder, tokenizer_from_gguf_metadata
-from models.params import param_shapes
-from models.transformer import Transformer
+from crasplab.models.config import DTYPES, ModelConfig
+from crasplab.models.loading.checkpoint_folder import read_checkpoint_folder
+from crasplab.models.loading.errors import UnsupportedModelError
+from crasplab.models.loading.gguf_file import read_gguf
+from crasplab.models.loading.tables import GGUF_ARCHITECTURES, HF_ARCHITECTURES, Architecture, Rule
+from crasplab.models.loading.tokenizer import PretrainedTokenizer, tokenizer_from_folder, tokenizer_from_gguf_metadata
+from crasplab.models.params import param_shapes
+from crasplab.models.transformer import Transformer
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from models.config import ModelConfig
-from models.loading.errors import UnsupportedModelError
+from crasplab.models.config import ModelConfig
+from crasplab.models.loading.errors import UnsupportedModelError
 
 Transform = Callable[[np.ndarray, ModelConfig], np.ndarray]
 

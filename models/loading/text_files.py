@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from models.loading.errors import UnsupportedModelError
+from crasplab.models.loading.errors import UnsupportedModelError
 
 _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 

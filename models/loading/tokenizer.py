@@ -14,8 +14,8 @@ from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from models.loading.errors import UnsupportedModelError
-from models.loading.text_files import read_json_object, read_text
+from crasplab.models.loading.errors import UnsupportedModelError
+from crasplab.models.loading.text_files import read_json_object, read_text
 
 CONTROL_TOKEN_TYPE = 3  # llama.cpp's token type for special tokens such as <|im_start|>
 USER_DEFINED_TOKEN_TYPE = 4  # added tokens matched whole but not special

@@ -9,9 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from models.loading import load_with_tokenizer
-from train.finetune import TaskTraining, return_free_memory
-from train.finetune_config import PRESETS
+from crasplab.models.loading import load_with_tokenizer
+from crasplab.train.finetune import TaskTraining, return_free_memory
+from crasplab.train.finetune_config import PRESETS
 
 
 def resident(tag: str) -> None:

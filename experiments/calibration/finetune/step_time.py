@@ -13,11 +13,11 @@ import time
 
 import numpy as np
 
-from models.loading import load_pretrained
-from models.lora import with_lora
-from train.data import make_batch
-from train.finetune_config import FinetuneConfig
-from train.steps import init_stack, make_optimizer, make_train_step
+from crasplab.models.loading import load_pretrained
+from crasplab.models.lora import with_lora
+from crasplab.train.data import make_batch
+from crasplab.train.finetune_config import FinetuneConfig
+from crasplab.train.steps import init_stack, make_optimizer, make_train_step
 
 
 def main() -> None:

@@ -24,11 +24,11 @@ import numpy as np
 
 from crasp.prediction import predict, verified_witnesses
 from crasp.tasks import LEFT_OR_BACKWARD
-from models.analysis import SCORE_MEANINGS, SCORES, top_heads
-from results.figures import pyplot, save_figure
-from results.files import ResultFileError, read_jsonl, write_summary_and_report
-from results.intervals import difference_interval, wilson_interval
-from results.run_folder import read_run_config
+from crasplab.models.analysis import SCORE_MEANINGS, SCORES, top_heads
+from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.files import ResultFileError, read_jsonl, write_summary_and_report
+from crasplab.results.intervals import difference_interval, wilson_interval
+from crasplab.results.run_folder import read_run_config
 
 EXPERIMENT = "experiments/mechanism.py"
 SCORES_FILE = "scores.json"

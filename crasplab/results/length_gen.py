@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from crasp.prediction import predict
-from results.figures import pyplot, save_figure
-from results.files import read_jsonl, rebuild_report, write_jsonl
-from results.run_folder import read_run_config
+from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.files import read_jsonl, rebuild_report, write_jsonl
+from crasplab.results.run_folder import read_run_config
 
 FIGURE_FILE = "accuracy_by_length.png"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from models.generate import generate
+from crasplab.models.generate import generate
 
 # Prompts of a batch are padded to a multiple of this many tokens, and the number of generated
 # tokens is rounded up likewise, so a handful of compiled programs serve a whole run.

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from incontext.directions import Direction
+from crasplab.incontext.directions import Direction
 
 LATIN_WORDS = tuple("""
 lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore magna

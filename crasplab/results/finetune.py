@@ -20,12 +20,12 @@ from pathlib import Path
 
 from crasp.prediction import predict
 from crasp.tasks import LEFT_OR_BACKWARD
-from results.figures import pyplot, save_figure
-from results.files import read_jsonl, rebuild_report
-from results.in_context import GAPS
-from results.intervals import difference_interval, wilson_interval
-from results.length_gen import FIT_THRESHOLD, observe
-from results.run_folder import read_run_config
+from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.files import read_jsonl, rebuild_report
+from crasplab.results.in_context import GAPS
+from crasplab.results.intervals import difference_interval, wilson_interval
+from crasplab.results.length_gen import FIT_THRESHOLD, observe
+from crasplab.results.run_folder import read_run_config
 
 FIGURE_FILE = "accuracy_by_length.png"
 RESULTS_FILE = "results.jsonl"

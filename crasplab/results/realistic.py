@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crasp.prediction import predict
-from incontext.alignment import ON_TRACK, START, analyze
-from incontext.directions import DIRECTIONS, Direction
-from incontext.git_history import COMMANDS
-from results.figures import pyplot, save_figure
-from results.files import read_jsonl, rebuild_report
-from results.intervals import difference_interval, wilson_interval
-from results.run_folder import read_run_config
+from crasplab.incontext.alignment import ON_TRACK, START, analyze
+from crasplab.incontext.directions import DIRECTIONS, Direction
+from crasplab.incontext.git_history import COMMANDS
+from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.files import read_jsonl, rebuild_report
+from crasplab.results.intervals import difference_interval, wilson_interval
+from crasplab.results.run_folder import read_run_config
 
 RESULTS_FILE = "results.jsonl"
 EXPERIMENT = "experiments/realistic.py"

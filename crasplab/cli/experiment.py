@@ -11,9 +11,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from crasp.tasks import TaskError
-from incontext.greedy import ContextError, GenerationMemoryError
-from results.files import ResultFileError, read_jsonl, write_jsonl
-from results.run_folder import RunFolderError, open_run_folder
+from crasplab.incontext.greedy import ContextError, GenerationMemoryError
+from crasplab.results.files import ResultFileError, read_jsonl, write_jsonl
+from crasplab.results.run_folder import RunFolderError, open_run_folder
 
 # The errors a user's flags or folders can cause: each message says what was wrong and what to do.
 USER_ERRORS = (TaskError, RunFolderError, ResultFileError, ContextError, GenerationMemoryError)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from incontext.directions import BACKWARD, FORWARD, Direction
+from crasplab.incontext.directions import BACKWARD, FORWARD, Direction
 
 COMMANDS: dict[str, Direction] = {"revert": FORWARD, "cherry-pick": BACKWARD}
 HASH_DIGITS = 7

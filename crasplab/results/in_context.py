@@ -17,10 +17,10 @@ from pathlib import Path
 
 from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
-from results.figures import pyplot, save_figure
-from results.files import read_jsonl, rebuild_report
-from results.intervals import difference_interval, wilson_interval
-from results.run_folder import read_run_config
+from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.files import read_jsonl, rebuild_report
+from crasplab.results.intervals import difference_interval, wilson_interval
+from crasplab.results.run_folder import read_run_config
 
 FIGURE_FILE = "accuracy_by_length.png"
 RESULTS_FILE = "results.jsonl"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from results.files import write_json
+from crasplab.results.files import write_json
 
 CONFIG_FILE = "config.json"
 
