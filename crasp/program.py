@@ -51,6 +51,9 @@ class Program:
             twice = sorted({n for n in names if names.count(n) > 1})
             raise CraspProgramError(f"defined more than once: {', '.join(twice)}")
         by_name = {d.name: d for d in self.definitions}
+        # Kept for definition(): a lookup per name must not scan the list (a chain of n definitions
+        # would cost n^2).
+        object.__setattr__(self, "_by_name", by_name)
         if (self.output is None) == (self.accept is None):
             raise CraspProgramError("a program names exactly one of `output: NAME` (a next-token family "
                                     "O[s]) and `accept: NAME` (a Boolean read at the last position)")
@@ -100,9 +103,9 @@ class Program:
                    accept=root.name if accept is not None else None, title=title)
 
     def definition(self, name: str) -> Definition:
-        for d in self.definitions:
-            if d.name == name:
-                return d
+        found = self._by_name.get(name)
+        if found is not None:
+            return found
         raise KeyError(f"no definition named `{name}`; defined: {', '.join(self.names)}")
 
     @property

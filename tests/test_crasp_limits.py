@@ -113,3 +113,31 @@ def test_deep_expressions_built_in_python():
     for _ in range(5000):
         node = ~node | Q("b")
     check_everything_runs(Program.build(["a", "b"], accept=node.named("top")))
+
+
+class CountedDefinitions(tuple):
+    """A program's definitions that count every element handed out by iteration, and stop the
+    run once a budget is spent: a linear scan per name lookup spends it on a long chain."""
+
+    def __new__(cls, definitions, budget: int):
+        counted = super().__new__(cls, definitions)
+        counted.visits, counted.budget = 0, budget
+        return counted
+
+    def __iter__(self):
+        for definition in tuple.__iter__(self):
+            self.visits += 1
+            if self.visits > self.budget:
+                raise AssertionError(f"more than {self.budget} definitions visited: a lookup scans the list")
+            yield definition
+
+
+def test_running_a_chain_of_20000_definitions_visits_each_a_bounded_number_of_times():
+    n = 20_000
+    lines = ['d0 := Q("a")'] + [f"d{k} := not d{k - 1}" for k in range(1, n)]
+    parsed = parse(HEADER + "\n".join(lines) + f"\ntop := d{n - 1}\n")
+    # The quadratic version (a scan of the list per lookup) visits about n^2 / 2 = 2 * 10^8.
+    definitions = CountedDefinitions(parsed.definitions, budget=20 * len(parsed.definitions))
+    program = Program(parsed.alphabet, definitions, accept=parsed.accept)
+    assert format_trace(program, STRING).endswith("accepted (top at the last position): yes")  # 19,999 negations of Q("a") at a "b"
+    assert definitions.visits >= len(definitions)  # the count saw the run
