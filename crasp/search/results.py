@@ -2,11 +2,21 @@
 
 One record per task and fragment. A found program is kept as text (it names no task symbol, so
 it is re-targeted to any alphabet by rewriting its `alphabet:` line); an exhausted search keeps
-its claim. A record is replaced only by a stronger one (see Record.stronger_than)."""
+its claim. A record is replaced only by a stronger one (see Record.stronger_than).
+
+The file is read by every prediction, so it is never left half written: `save` reads, merges and
+writes it under an exclusive lock on a sibling lock file (two `--record` runs at once both keep
+their records), into a temporary file that replaces it in one step. A damaged file is a
+SearchResultsError that names it and says how to restore it, never a traceback."""
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -14,7 +24,7 @@ from typing import Callable
 from crasp.program import Program
 from crasp.search.driver import SearchOutcome
 from crasp.tasks.base import PROGRAM_SPECIALS
-from crasp.search.options import RESULTS_PATH
+from crasp.search.options import RESULTS_PATH, SearchError
 from crasp.search.report import claim
 from crasp.syntax import parse
 
@@ -66,20 +76,74 @@ def record_of(outcome: SearchOutcome, command: str) -> Record:
     return Record(**common, claim=claim(outcome))
 
 
+class SearchResultsError(SearchError):
+    """The recorded search results cannot be read: the message names the file and the remedy."""
+
+
+RECORD_FIELDS = frozenset(field.name for field in dataclasses.fields(Record))
+
+
+def _damaged(path: Path, problem: str) -> SearchResultsError:
+    return SearchResultsError(f"{path}: {problem}; the recorded search results cannot be read. Restore the file "
+                              f"(git checkout -- {path.name} in its folder) or delete it and record the searches "
+                              "again with `python -m crasp search TASK --record`")
+
+
 def load(path: Path | None = None) -> dict[str, Record]:
     path = path or RESULTS_PATH
-    if not path.exists():
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
         return {}
-    return {key: Record(**data) for key, data in json.loads(path.read_text()).items()}
+    except (OSError, UnicodeDecodeError) as error:
+        raise _damaged(path, f"unreadable ({error})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise _damaged(path, f"not valid JSON at line {error.lineno}, column {error.colno} ({error.msg})") from None
+    if not isinstance(data, dict):
+        raise _damaged(path, f"holds a JSON {type(data).__name__}, not an object of records")
+    records = {}
+    for key, fields in data.items():
+        if not isinstance(fields, dict) or set(fields) != RECORD_FIELDS:
+            raise _damaged(path, f"record {key!r} is not an object with exactly the fields "
+                                 f"{', '.join(sorted(RECORD_FIELDS))}")
+        records[key] = Record(**fields)
+    return records
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path`'s sibling lock file (the file itself is replaced, so it
+    cannot carry the lock)."""
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write `text` to `path` in one step: a killed process leaves the old file or the new one.
+    The temporary name is fixed: only the lock holder writes it, and the next save overwrites
+    what a killed one left."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
 
 
 def save(record: Record, path: Path | None = None) -> bool:
     """Add the record unless a stronger one for the same task and fragment exists; True if added."""
     path = path or RESULTS_PATH
-    records = load(path)
-    known = records.get(record.key)
-    if known is not None and not record.stronger_than(known):
-        return False
-    records[record.key] = record
-    path.write_text(json.dumps({k: r.__dict__ for k, r in sorted(records.items())}, indent=1) + "\n")
+    with _locked(path):
+        records = load(path)
+        known = records.get(record.key)
+        if known is not None and not record.stronger_than(known):
+            return False
+        records[record.key] = record
+        _replace(path, json.dumps({k: r.__dict__ for k, r in sorted(records.items())}, indent=1) + "\n")
     return True
