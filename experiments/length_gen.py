@@ -23,7 +23,8 @@ import jax
 
 from crasplab.cli.arguments import add_length_flags, add_setting_flags, at_least
 from crasp.tasks import TASK_CODES
-from crasplab.models.config import DTYPES, POSITIONS
+from crasplab.models.config import DTYPES
+from crasplab.models.positions import POSITIONS
 from crasplab.results.files import ResultFileError
 from crasplab.results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, job_folder, markdown_table,
                                 run_jobs, write_report)
@@ -31,7 +32,7 @@ from crasplab.results.run_folder import RunFolderError, check_output_folder, ope
 from crasplab.train.config import (PRESETS, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
                           command_line_settings)
 from crasplab.train.loop import Job, TaskSetup
-from crasplab.train.workers import available_cores, run_on_cpu_cores, run_stacked_in_process
+from crasplab.train.engines import EngineError, add_engine_flags, engine_settings, run_jobs_on
 
 MODEL_FLAGS = command_line_settings(ModelSettings)
 TRAIN_FLAGS = command_line_settings(TrainConfig)
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
                         help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_engine_flags(parser)
     model = parser.add_argument_group("model overrides (default: the preset's; a flag given here applies to every "
                                       "task, also to one whose model the preset changes)")
     add_setting_flags(model, {name: flag for name, flag in MODEL_FLAGS.items() if name != "pe"}, CHOICES)
@@ -129,16 +131,16 @@ def train_and_report(args: argparse.Namespace) -> None:
         settings = run_settings(args)
         run_dir = args.out or Path("runs") / "length_gen" / f"{settings.model.pe}-{settings.preset}"
         jobs = make_jobs(settings, run_dir)
+        engine = engine_settings(args)
         check_jobs(jobs, run_dir)
         open_run_folder(run_dir, settings.to_dict(), may_change=("threshold",))
     except ValueError as error:  # ConfigError, TaskError, RunFolderError: each says what to change
         raise SystemExit(f"error: {error}")
     start = time.monotonic()
     try:
-        if jax.default_backend() == "cpu":
-            run_on_cpu_cores(jobs, args.workers or len(available_cores()), show_progress=not args.no_progress)
-        else:
-            run_stacked_in_process(jobs, show_progress=not args.no_progress)
+        run_jobs_on(engine, jobs, show_progress=not args.no_progress)
+    except EngineError as error:
+        raise SystemExit(f"error: {error}")
     finally:
         collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
     wall_s = time.monotonic() - start

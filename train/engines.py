@@ -1,0 +1,222 @@
+"""Where a grid of job folders runs: the local per-core pool (train.workers) or a Ray cluster.
+
+The Ray engine submits each job as a Ray task that runs the lab's own worker entry point,
+`python -m crasplab.train.workers FOLDER --core N`, in the environment the local pool gives it:
+XLA told to use one thread, the process pinned to a core that the task owns on its node (Ray
+reserves a CPU but pins nothing, and XLA sizes its thread pool from the core affinity), and on a
+GPU share `XLA_PYTHON_CLIENT_PREALLOCATE=false` so that jobs packed on one GPU do not each reserve
+most of its memory. Every node must see the job folders at the same path (one machine, or a
+shared filesystem) and run the same installation of the lab.
+
+Failures: a worker that exits with an error is not retried (rerunning it would fail the same
+way); the error shows the tail of its log. A lost node (its raylet or the task's process killed)
+is a system failure that Ray retries on another node, and the worker resumes from the job's last
+checkpoint, so the job ends with the numbers of an uninterrupted run. Each attempt is recorded in
+the job folder's `placements.jsonl` (node, host, core, visible GPUs, start and end), which is the
+timeline of which node ran what.
+
+Ray is optional: `pip install -e ".[cluster]"`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from crasplab.results.files import append_jsonl, write_json
+from crasplab.train.loop import Job, is_done
+from crasplab.train.workers import (LOG_FILE, TaskBars, WorkerError, _read_progress, _tail, available_cores,
+                                    expected_cost, run_on_cpu_cores, run_stacked_in_process, worker_env)
+
+ENGINES = ("local", "ray")
+PLACEMENTS_FILE = "placements.jsonl"
+# A lost node is retried this many times; an error in the job itself never is.
+NODE_LOSS_RETRIES = 3
+CORE_LOCK_FOLDER = Path(tempfile.gettempdir()) / f"crasp-lab-cores-{os.getuid()}"
+POLL_SECONDS = 0.5
+
+
+class EngineError(RuntimeError):
+    """The engine cannot run: Ray missing, or the cluster cannot be reached."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How a grid is run: the engine, the Ray cluster's address (None: a private local cluster),
+    how many jobs run at once on a private cluster or the local pool (None: one per core), and
+    the share of a GPU each job takes on a cluster with GPUs (0: CPU jobs)."""
+
+    engine: str = "local"
+    ray_address: str | None = None
+    workers: int | None = None
+    gpu_share: float = 0.0
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.ray_address is not None and self.engine != "ray":
+            raise ValueError(f"--ray-address {self.ray_address} needs --engine ray")
+        if not 0.0 <= self.gpu_share <= 1.0 or (self.gpu_share and self.engine != "ray"):
+            raise ValueError(f"--gpu-share must be in [0, 1] and needs --engine ray, got {self.gpu_share}")
+
+
+def add_engine_flags(parser) -> None:
+    """--engine, --ray-address and --gpu-share (the job scripts already have --workers)."""
+    parser.add_argument("--engine", choices=ENGINES, default="local",
+                        help="local: this machine's cores, one pinned single-threaded process per job; ray: each job "
+                             "a Ray task (pip install -e '.[cluster]'; docs/cluster.md)")
+    parser.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                        help="with --engine ray: the cluster to join (host:port, or 'auto' for the one running on "
+                             "this machine); default: a private cluster on this machine, stopped at the end")
+    parser.add_argument("--gpu-share", type=float, default=0.0, metavar="FRACTION",
+                        help="with --engine ray: the fraction of a GPU each job takes (0.25 packs four jobs on one "
+                             "GPU); 0: CPU jobs")
+
+
+def engine_settings(args) -> EngineSettings:
+    return EngineSettings(engine=args.engine, ray_address=args.ray_address, workers=args.workers,
+                          gpu_share=args.gpu_share)
+
+
+def run_jobs_on(settings: EngineSettings, jobs: list[Job], show_progress: bool = True) -> None:
+    """Run the jobs on the chosen engine; jobs already done are skipped. Locally, on a CPU one
+    pinned process per job, on an accelerator the seeds of a task as one vmapped stack in this
+    process; on Ray, one task per job."""
+    import jax
+
+    if settings.engine == "ray":
+        run_on_ray(jobs, settings, show_progress=show_progress)
+    elif jax.default_backend() == "cpu":
+        run_on_cpu_cores(jobs, settings.workers or len(available_cores()), show_progress=show_progress)
+    else:
+        run_stacked_in_process(jobs, show_progress=show_progress)
+
+
+# -- the Ray task -------------------------------------------------------------------------------
+def claim_core(cores: list[int] | None = None, wait_seconds: float = 0.2):
+    """(core, lock handle): a core of this process's affinity that no other job on this machine
+    holds, locked until the handle is closed (or the process dies). Waits while every core is held."""
+    CORE_LOCK_FOLDER.mkdir(exist_ok=True)
+    cores = cores or available_cores()
+    while True:
+        for core in cores:
+            handle = open(CORE_LOCK_FOLDER / f"core{core}.lock", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return core, handle
+            except BlockingIOError:
+                handle.close()
+        time.sleep(wait_seconds)
+
+
+def job_environment(gpu_share: float) -> dict[str, str]:
+    """The worker's environment: the local pool's, plus on a GPU share no preallocation (Ray has
+    already set CUDA_VISIBLE_DEVICES to the GPU it assigned)."""
+    env = worker_env()
+    if gpu_share:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    return env
+
+
+def run_job_folder(folder: str, gpu_share: float) -> dict:
+    """Body of the Ray task: run the worker on one job folder, pinned to a core this task owns;
+    returns the worker's exit code and, on failure, the tail of its log."""
+    import ray
+
+    core, core_lock = claim_core()
+    env = job_environment(gpu_share)
+    placement = dict(node=ray.get_runtime_context().get_node_id(), host=socket.gethostname(), pid=os.getpid(),
+                     core=core, cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"), xla_flags=env["XLA_FLAGS"])
+    append_jsonl(Path(folder) / PLACEMENTS_FILE, dict(placement, event="start", time=time.time()))
+    try:
+        with open(Path(folder) / LOG_FILE, "ab") as log:
+            returncode = subprocess.run([sys.executable, "-m", "crasplab.train.workers", folder, "--core", str(core),
+                                         "--die-with-parent"], env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    finally:
+        core_lock.close()
+    append_jsonl(Path(folder) / PLACEMENTS_FILE, dict(placement, event="end", time=time.time(), returncode=returncode))
+    return dict(returncode=returncode, log_tail=_tail(Path(folder) / LOG_FILE) if returncode else "", **placement)
+
+
+# -- the driver ---------------------------------------------------------------------------------
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise EngineError("--engine ray needs Ray: pip install -e '.[cluster]' (or use --engine local)") from None
+    return ray
+
+
+def connect(settings: EngineSettings) -> bool:
+    """Join the cluster at settings.ray_address, or start a private one on this machine; True
+    when this process started the cluster (and stops it at the end)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    options = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        if settings.ray_address is None:
+            # "local" starts a new cluster even when another one runs on this machine (a bare
+            # ray.init() would join it).
+            ray.init(address="local", num_cpus=settings.workers or len(available_cores()), **options)
+            return True
+        ray.init(address=settings.ray_address, **options)
+        return False
+    except (ConnectionError, RuntimeError) as error:
+        raise EngineError(f"cannot reach the Ray cluster at {settings.ray_address!r}: {error}. Start it with "
+                          "`ray start --head` (export RAY_AUTH_MODE=token on every node and here if the cluster "
+                          "uses token authentication), or leave out --ray-address for a private local cluster") from None
+
+
+def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = True) -> None:
+    """Submit every job that is not done as a Ray task (longest first), show progress from the job
+    folders as the local pool does, and stop at the first job that fails."""
+    ray = import_ray()
+    started_cluster = connect(settings)
+    task = ray.remote(run_job_folder).options(num_cpus=1, num_gpus=settings.gpu_share or 0,
+                                              max_retries=NODE_LOSS_RETRIES, retry_exceptions=False)
+    bars = TaskBars(jobs, enabled=show_progress)
+    pending = {}
+    try:
+        for job in jobs:
+            if is_done(job):
+                bars.finish(job)
+        for job in sorted((job for job in jobs if not is_done(job)), key=expected_cost, reverse=True):
+            job.folder.mkdir(parents=True, exist_ok=True)
+            write_json(job.folder / "job.json", job.to_dict())
+            pending[task.remote(str(job.folder.resolve()), settings.gpu_share)] = job
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_SECONDS)
+            for job in pending.values():
+                if (progress := _read_progress(job)) is not None:
+                    bars.update(progress)
+            for ref in ready:
+                job = pending.pop(ref)
+                outcome = _outcome(ray, ref, job)
+                if outcome["returncode"] != 0:
+                    raise WorkerError(f"the worker for {job.task_code} seed {job.seed} (node {outcome['host']}, core "
+                                      f"{outcome['core']}) exited with code {outcome['returncode']}; its log:\n"
+                                      f"{outcome['log_tail']}")
+                bars.finish(job)
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)  # kills the task's process, and with it the worker (--die-with-parent)
+        bars.close()
+        if started_cluster:
+            ray.shutdown()
+
+
+def _outcome(ray, ref, job: Job) -> dict:
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as error:  # retries exhausted on lost nodes, or the task could not run
+        raise WorkerError(f"the Ray task for {job.task_code} seed {job.seed} failed ({type(error).__name__}); its "
+                          f"log:\n{_tail(job.folder / LOG_FILE)}\n{error}") from None
