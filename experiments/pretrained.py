@@ -26,112 +26,112 @@ import sys
 import time
 from pathlib import Path
 
-from crasplab.cli.arguments import HelpFormatter, at_least
-from crasplab.cli.experiment import answer_pending, evaluate_and_report, in_batches
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
-from crasplab.incontext.formal_prompts import (COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, cell_items,
-                                      check_prompt_lengths)
-from crasplab.incontext.greedy import answer_lines, check_answers_fit
+from crasplab.cli.arguments import DistinctValues, HelpFormatter, add_model_flag, add_run_folder_flags, at_least
+from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasplab.incontext.answering import answer_pending, in_batches
+from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, cell_items
+from crasplab.incontext.greedy import answer_lines, answer_budget, check_answers_fit
+from crasplab.incontext.memory import check_batch_memory, decoding_bytes
+from crasplab.incontext.settings import PretrainedSettings
 from crasplab.models.config import DTYPES
-from crasplab.models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
+from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
 from crasplab.results.in_context import RESULTS_FILE, report_markdown, write_report
-from crasplab.results.run_folder import check_output_folder
 from crasplab.train.allocator import restart_with_huge_page_blocks
 
 TASKS = RETRIEVAL_AND_COPYING
+DEFAULTS = PretrainedSettings()
 
 
-def run_config(args: argparse.Namespace, pretrained) -> dict:
-    return dict(
-        model=args.model, model_path=str(pretrained.path), architecture=pretrained.architecture, tasks=list(args.tasks),
-        lengths=list(args.lengths), n=args.n, seed=args.seed, dtype=args.dtype,
-        retrieval_demonstrations=args.retrieval_demonstrations, retrieval_demo_length=args.retrieval_demo_length,
-        copying_demonstrations=args.copying_demonstrations, copying_demo_length=args.copying_demo_length,
-        retrieval_alphabet=RETRIEVAL_ALPHABET, copying_alphabet=COPYING_ALPHABET,
-    )
+def default_out(settings: PretrainedSettings) -> Path:
+    return Path("runs/pretrained") / Path(settings.model).stem
 
 
-def demonstrations(args: argparse.Namespace) -> Demonstrations:
-    return Demonstrations(retrieval=(args.retrieval_demonstrations, args.retrieval_demo_length),
-                          copying=(args.copying_demonstrations, args.copying_demo_length))
-
-
-def run_folder(args: argparse.Namespace) -> Path:
-    """The folder the run writes to, refused before loading anything if it cannot be one."""
-    return check_output_folder(args.out or Path("runs/pretrained") / Path(str(args.model)).stem)
-
-
-def prompt_batches(args: argparse.Namespace) -> list[list[dict]]:
+def prompt_batches(settings: PretrainedSettings) -> list[list[dict]]:
     """Every prompt of the run as an entry to answer, batched per length and task kind (alike
     prompt and answer lengths, so alike compiled shapes)."""
     batches = []
-    for length in args.lengths:
+    for length in settings.lengths:
         for kind in (RETRIEVAL_CODES, COPYING_CODES):
             cell = [dict(task=item.task, length=item.length, index=item.index, prompt=item.prompt, expected=item.expected)
-                    for code in args.tasks if code in kind
-                    for item in cell_items(code, length, args.n, args.seed, *demonstrations(args).for_task(code))]
-            batches += in_batches(cell, args.batch_size)
+                    for code in settings.tasks if code in kind
+                    for item in cell_items(code, length, settings.n, settings.seed,
+                                           *settings.demonstrations.for_task(code))]
+            batches += in_batches(cell, settings.batch_size)
     return batches
 
 
-def evaluate(args: argparse.Namespace) -> Path:
-    """Evaluate every prompt the run folder lacks, saving after each batch; return the folder."""
-    check_prompt_lengths(args.tasks, args.lengths, demonstrations(args))
-    out = run_folder(args)
+def check_batches(pretrained, batches: list[list[dict]], batch_size: int) -> None:
+    """Refuse prompts and answers beyond the model's context, or batches beyond the machine's memory."""
+    for batch in batches:
+        prompts, expected = [entry["prompt"] for entry in batch], [entry["expected"] for entry in batch]
+        check_answers_fit(pretrained, prompts, expected,
+                          "--lengths, or the --retrieval-/--copying-demonstrations and -demo-length flags")
+        positions = max(map(len, pretrained.tokenizer.encode_batch(prompts))) + answer_budget(pretrained.tokenizer,
+                                                                                              expected)
+        check_batch_memory(decoding_bytes(pretrained.config, batch_size + 1, positions),
+                           f"decoding {batch_size + 1} prompts of up to {positions} tokens at once", "--batch-size")
+
+
+def run(settings: PretrainedSettings, out: Path) -> None:
+    """Evaluate every prompt the run folder lacks, saving after each batch."""
     started = time.perf_counter()
-    try:
-        pretrained = load_with_tokenizer(args.model, dtype=args.dtype)
-    except UnsupportedModelError as error:
-        raise SystemExit(f"error: {error}")
+    pretrained = load_with_tokenizer(settings.model, dtype=settings.dtype)
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.perf_counter() - started:.1f} s")
     newline_id = pretrained.tokenizer.encode("\n")[-1]
 
     def answer(batch: list[dict]) -> list[dict]:
         outputs = answer_lines(pretrained, [entry["prompt"] for entry in batch], [entry["expected"] for entry in batch],
-                               newline_id, args.batch_size)
+                               newline_id, settings.batch_size)
         return [dict(entry, output=output, correct=output == entry["expected"]) for entry, output in zip(batch, outputs)]
 
-    batches = prompt_batches(args)
-    for batch in batches:
-        check_answers_fit(pretrained, [entry["prompt"] for entry in batch], [entry["expected"] for entry in batch],
-                          "--lengths, or the --retrieval-/--copying-demonstrations and -demo-length flags")
-    answer_pending(out, run_config(args, pretrained), batches, answer,
-                   lambda record: (record["task"], record["length"], record["index"]), started, RESULTS_FILE)
-    return out
+    batches = prompt_batches(settings)
+    check_batches(pretrained, batches, settings.batch_size)
+    config = dict(settings.to_config(), model_path=str(pretrained.path), architecture=pretrained.architecture,
+                  retrieval_alphabet=RETRIEVAL_ALPHABET, copying_alphabet=COPYING_ALPHABET)
+    answer_pending(out, config, batches, answer, lambda record: (record["task"], record["length"], record["index"]),
+                   started, RESULTS_FILE, may_change=settings.RESULTS_UNCHANGED)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--model", default="smollm2",
-                        help=f"a named model ({', '.join(f'{k}: {v.description}' for k, v in NAMED_MODELS.items())}), "
-                             "a GGUF file (llama architecture) or a Hugging Face checkpoint folder (llama, qwen2, gpt2)")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="CODE",
+    add_model_flag(parser, DEFAULTS.model, NAMED_MODELS)
+    parser.add_argument("--tasks", nargs="+", action=DistinctValues, default=list(TASKS), choices=TASKS, metavar="CODE",
                         help="task codes")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[10, 20, 40], metavar="L",
-                        help="test input lengths (context length for retrieval, source length for copying); "
-                             "unique copying needs L <= 52")
-    parser.add_argument("--n", type=at_least(1), default=40, help="prompts per task and length")
-    parser.add_argument("--seed", type=at_least(0), default=0, help="fixes every prompt")
-    parser.add_argument("--batch-size", type=at_least(1), default=16,
+    parser.add_argument("--lengths", nargs="+", action=DistinctValues, type=int, default=list(DEFAULTS.lengths),
+                        metavar="L", help="test input lengths (context length for retrieval, source length for "
+                                          "copying); unique copying needs L <= 52")
+    parser.add_argument("--n", type=at_least(1), default=DEFAULTS.n, help="prompts per task and length")
+    parser.add_argument("--seed", type=at_least(0), default=DEFAULTS.seed, help="fixes every prompt")
+    parser.add_argument("--batch-size", type=at_least(1), default=DEFAULTS.batch_size,
                         help="prompts decoded together (plus one filler row that fixes the compiled shape)")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=DEFAULTS.dtype,
                         help="compute dtype (parameters stay float32)")
-    parser.add_argument("--retrieval-demonstrations", type=at_least(1), default=4,
+    parser.add_argument("--retrieval-demonstrations", type=at_least(1), default=DEFAULTS.retrieval_demonstrations,
                         help="demonstrations before a retrieval item")
-    parser.add_argument("--retrieval-demo-length", type=at_least(1), default=4,
+    parser.add_argument("--retrieval-demo-length", type=at_least(1), default=DEFAULTS.retrieval_demo_length,
                         help="context length of retrieval demonstrations")
-    parser.add_argument("--copying-demonstrations", type=at_least(1), default=5,
+    parser.add_argument("--copying-demonstrations", type=at_least(1), default=DEFAULTS.copying_demonstrations,
                         help="demonstrations before a copying item")
-    parser.add_argument("--copying-demo-length", type=at_least(1), default=5,
+    parser.add_argument("--copying-demo-length", type=at_least(1), default=DEFAULTS.copying_demo_length,
                         help="source length of copying demonstrations")
-    parser.add_argument("--out", type=Path, default=None, help="run folder (None: runs/pretrained/<model name>)")
-    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
-                        help="rebuild summary.json, report.md and the figure of an existing run folder; evaluate nothing")
+    add_run_folder_flags(parser, "runs/pretrained/<model name>")
     return parser
 
 
+def settings_from(args: argparse.Namespace) -> PretrainedSettings:
+    return PretrainedSettings(
+        model=args.model, tasks=tuple(args.tasks), lengths=tuple(args.lengths), n=args.n, seed=args.seed,
+        batch_size=args.batch_size, dtype=args.dtype, retrieval_demonstrations=args.retrieval_demonstrations,
+        retrieval_demo_length=args.retrieval_demo_length, copying_demonstrations=args.copying_demonstrations,
+        copying_demo_length=args.copying_demo_length)
+
+
 def main(argv: list[str] | None = None) -> None:
-    evaluate_and_report(build_parser().parse_args(argv), evaluate, write_report, report_markdown)
+    args = build_parser().parse_args(argv)
+    run_experiment(Experiment(settings=lambda: settings_from(args), default_out=default_out, run=run,
+                              report=Report(write_report, report_markdown)),
+                   out=args.out, report_only=args.report_only)
 
 
 if __name__ == "__main__":

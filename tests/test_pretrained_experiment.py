@@ -18,6 +18,7 @@ from crasp.tasks import COPYING_CODES, RETRIEVAL_CODES
 from crasplab.incontext import formal_prompts
 from crasplab.incontext import greedy
 from crasplab.incontext.greedy import answer_line
+from crasplab.incontext.settings import PretrainedSettings
 from crasplab.results.in_context import bias_statement, summarize
 from crasplab.results.intervals import difference_interval, wilson_interval
 from crasplab.models.loading.tokenizer import tokenizer_from_folder
@@ -118,7 +119,8 @@ def test_intervals_contain_their_estimate_and_stay_in_range(n_a, n_b, data):
 
 
 def _write_run(folder, accuracy: dict[str, float], n=40):
-    config = dict(model="m", architecture="gguf/llama", tasks=list(accuracy), lengths=[10], n=n)
+    settings = PretrainedSettings(model="m", tasks=tuple(accuracy), lengths=(10,), n=n)
+    config = dict(settings.to_config(), architecture="gguf/llama")
     (folder / "config.json").write_text(json.dumps(config))
     records = [dict(task=task, length=10, index=i, correct=i < round(p * n), seconds=0.5)
                for task, p in accuracy.items() for i in range(n)]

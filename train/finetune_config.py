@@ -7,6 +7,8 @@ derives; the shared settings are validated there, by TrainConfig's own checks.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from crasplab.models.config import DTYPES
@@ -49,6 +51,9 @@ class FinetuneConfig(Settings):
         "save a checkpoint every this many steps (a multiple of --log-every) and at the end"))
     dtype: str = field(default="float32", metadata=setting_help("compute dtype (parameters and optimizer state stay float32)"))
 
+    def __post_init__(self):
+        self.validate()  # an invalid FinetuneConfig cannot exist
+
     def optimizer_config(self) -> TrainConfig:
         """The TrainConfig that train.steps.make_optimizer reads (and that checks the shared settings)."""
         return TrainConfig(
@@ -61,6 +66,10 @@ class FinetuneConfig(Settings):
     def validate(self) -> FinetuneConfig:
         require = lambda condition, message: require_setting("FinetuneConfig", condition, message)  # noqa: E731
 
+        for setting in dataclasses.fields(self):
+            value = getattr(self, setting.name)
+            require(not isinstance(value, float) or math.isfinite(value),
+                    f"{setting.name} must be a finite number, got {value}")
         require(self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}")
         require(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         for name in ("demonstrations", "demo_length", "lora_rank", "examples_per_length", "eval_batch_size"):

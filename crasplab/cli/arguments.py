@@ -1,9 +1,12 @@
-"""Argument types and the help formatter of the experiment scripts."""
+"""The flags every experiment script shares (--model, --out, --report-only, --preset), argument
+types that refuse bad values while the flags are parsed, and the help formatter."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -23,6 +26,68 @@ def at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def finite(text: str) -> float:
+    """An argparse type: a finite number (nan and inf would reach config.json and the optimizer)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number from 0 to 1 (a probability, a threshold on an accuracy)."""
+    value = finite(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {value}")
+    return value
+
+
+class DistinctValues(argparse.Action):
+    """A list flag (nargs="+") whose values may not repeat: `--tasks UF UF` or `--lengths 6 6`
+    would evaluate the same prompts twice."""
+
+    def __call__(self, parser, namespace, values: Sequence, option_string=None):
+        repeated = sorted({value for value in values if list(values).count(value) > 1}, key=str)
+        if repeated:
+            parser.error(f"argument {option_string}: {' '.join(map(str, repeated))} given more than once; "
+                         "give each value once")
+        setattr(namespace, self.dest, list(values))
+
+
+def add_model_flag(parser, default: str | None, named_models: dict, default_text: str = "") -> None:
+    """--model: a named model, a GGUF file or a Hugging Face checkpoint folder."""
+    named = ", ".join(f"{name}: {model.description}" for name, model in named_models.items())
+    parser.add_argument("--model", default=default,
+                        help=f"a named model ({named}), a GGUF file (llama architecture) or a Hugging Face checkpoint "
+                             f"folder (llama, qwen2, gpt2){default_text}")
+
+
+def add_run_folder_flags(parser, default_out: str, report_files: str = "the figure") -> None:
+    """--out (the run folder) and --report-only (rebuild the report of a run folder, run nothing)."""
+    parser.add_argument("--out", type=Path, default=None, help=f"run folder (default: {default_out})")
+    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
+                        help=f"rebuild summary.json, report.md and {report_files} of an existing run folder; run nothing")
+
+
+def add_preset_flag(parser, presets: dict) -> None:
+    """--preset: a named experiment scale (each preset has a name and a description)."""
+    parser.add_argument("--preset", choices=sorted(presets), default=None,
+                        help="experiment scale; default: paper on an accelerator, quick on a CPU. "
+                             + " ".join(f"{p.name}: {p.description}." for p in presets.values()))
+
+
+def chosen_preset(name: str | None, presets: dict):
+    """The preset `name`, or without one the scale of this machine: paper on an accelerator, quick on a CPU."""
+    if name is None:
+        import jax  # here, not at the top: the flags of a script must parse without loading JAX
+
+        name = "quick" if jax.default_backend() == "cpu" else "paper"
+    return presets[name]
 
 
 def length_bins(text: str) -> tuple[tuple[int, int], ...]:
@@ -50,5 +115,5 @@ def add_length_flags(group, example_bins: str) -> None:
 def add_setting_flags(group, flags: dict[str, tuple[type, str]], choices: dict[str, tuple] | None = None) -> None:
     """One --flag-name per setting (train.config.command_line_settings), default None: the preset's."""
     for name, (kind, text) in flags.items():
-        group.add_argument(f"--{name.replace('_', '-')}", type=kind, choices=(choices or {}).get(name), default=None,
-                           help=text)
+        group.add_argument(f"--{name.replace('_', '-')}", type=finite if kind is float else kind,
+                           choices=(choices or {}).get(name), default=None, help=text)

@@ -1,63 +1,72 @@
-"""What the experiment scripts that evaluate prompts into a run folder share: the resumable loop
-over batches, and the ending that reports on the folder."""
+"""The shape every experiment script shares, from its flags to its report.
+
+    def main(argv=None):
+        args = build_parser().parse_args(argv)          # shared flags: crasplab.cli.arguments
+        run_experiment(Experiment(settings=lambda: settings_from(args), default_out=default_out,
+                                  run=run, report=Report(write_report, report_markdown)),
+                       out=args.out, report_only=args.report_only)
+
+`settings()` turns the flags into the experiment's frozen settings (crasplab.results.settings:
+validated when built), the one place a Namespace is read; `run(settings, out)` does the work,
+calls open_run_folder (which locks the folder) once everything it can check is checked, and
+writes config.json from the settings; the report module rebuilds summary.json, report.md and the
+figures from the folder's files. Every error a user's flags, files or machine can cause ends as
+one `error:` line; the folder's lock is released when the run ends.
+"""
 
 from __future__ import annotations
 
-import argparse
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-
-from tqdm import tqdm
+from typing import Generic, TypeVar
 
 from crasp.tasks import TaskError
 from crasplab.incontext.greedy import ContextError, GenerationMemoryError
-from crasplab.results.files import ResultFileError, read_jsonl, write_jsonl
-from crasplab.results.run_folder import RunFolderError, open_run_folder
+from crasplab.incontext.memory import BatchMemoryError
+from crasplab.models.loading import UnsupportedModelError
+from crasplab.results.files import ResultFileError
+from crasplab.results.run_folder import RunFolderError, check_output_folder, holding_run_folders
+from crasplab.results.settings import SettingsError
 
-# The errors a user's flags or folders can cause: each message says what was wrong and what to do.
-USER_ERRORS = (TaskError, RunFolderError, ResultFileError, ContextError, GenerationMemoryError)
+# The errors a user's flags, folders, files or machine can cause: each message says what was wrong and what to do.
+USER_ERRORS = (TaskError, RunFolderError, ResultFileError, ContextError, GenerationMemoryError, BatchMemoryError,
+               SettingsError, UnsupportedModelError)
+
+S = TypeVar("S")
 
 
-def evaluate_and_report(args: argparse.Namespace, evaluate: Callable[[argparse.Namespace], Path],
-                        write_report: Callable[[Path], dict], report_markdown: Callable[[dict], str]) -> None:
-    """Evaluate what the run folder lacks (or nothing, with --report-only), rebuild the report from
-    the folder's files and print it."""
+@dataclass(frozen=True)
+class Report:
+    """An experiment's report module: `write(out)` rebuilds its files and returns the summary,
+    `markdown(summary)` is what the script prints."""
+
+    write: Callable[[Path], dict]
+    markdown: Callable[[dict], str]
+
+
+@dataclass(frozen=True)
+class Experiment(Generic[S]):
+    settings: Callable[[], S]  # the command line's settings, validated (SettingsError otherwise)
+    default_out: Callable[[S], Path]  # the run folder when --out is not given
+    run: Callable[[S, Path], None]  # evaluate what the folder lacks
+    report: Report
+
+
+def run_experiment(experiment: Experiment, out: Path | None, report_only: Path | None) -> None:
+    """Run the experiment into `out` and report on it, or with `report_only` rebuild that folder's
+    report alone; print the report. Errors a user can act on end the script with `error: ...`."""
     try:
-        out = args.report_only or evaluate(args)
-        summary = write_report(out)
+        if report_only is not None:
+            out = report_only
+            summary = experiment.report.write(out)
+        else:
+            settings = experiment.settings()
+            out = check_output_folder(out or experiment.default_out(settings))
+            with holding_run_folders():
+                experiment.run(settings, out)
+                summary = experiment.report.write(out)
     except USER_ERRORS as error:
         raise SystemExit(f"error: {error}")
-    print(report_markdown(summary))
+    print(experiment.report.markdown(summary))
     print(f"report: {out / 'report.md'}")
-
-
-def answer_pending(out: Path, config: dict, batches: list[list[dict]], answer: Callable[[list[dict]], list[dict]],
-                   key: Callable[[dict], tuple], started: float, results_file: str) -> None:
-    """Open the run folder with `config`, then answer every entry its results file lacks (by
-    `key`), batch by batch, rewriting the file after each batch: an interrupted run resumes where
-    it stopped. A batch is a list of entries to fill; `answer(batch)` returns them completed (the
-    seconds each took are added)."""
-    open_run_folder(out, config)
-    records = read_jsonl(out / results_file)
-    done = {key(record) for record in records}
-    pending = [[entry for entry in batch if key(entry) not in done] for batch in batches]
-    pending = [batch for batch in pending if batch]
-    evaluated, generation_seconds = 0, 0.0
-    for batch in tqdm(pending, desc="batches", unit="batch"):
-        batch_started = time.perf_counter()
-        answered = answer(batch)
-        seconds = time.perf_counter() - batch_started
-        records += [dict(record, seconds=seconds / len(batch)) for record in answered]
-        write_jsonl(out / results_file, records)
-        evaluated += len(batch)
-        generation_seconds += seconds
-    if evaluated:
-        print(f"evaluated {evaluated} prompts in {generation_seconds:.1f} s of generation; "
-              f"wall time {time.perf_counter() - started:.1f} s")
-    else:
-        print("nothing left to evaluate; rebuilding the report")
-
-
-def in_batches(cell: list[dict], size: int) -> list[list[dict]]:
-    return [cell[k: k + size] for k in range(0, len(cell), size)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from crasplab.results.files import atomic_write
+
 
 def pyplot():
     """matplotlib.pyplot on the file-only Agg backend (imported on first use: it is slow to load)."""
@@ -22,10 +24,7 @@ def save_figure(figure, path: Path, dpi: int = 120, tight: bool = True) -> None:
     path = Path(path)
     if tight:
         figure.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
     try:
-        figure.savefig(tmp, dpi=dpi)
-        tmp.replace(path)
+        atomic_write(path, lambda file: figure.savefig(file, dpi=dpi, format=path.suffix.lstrip(".")))
     finally:
         pyplot().close(figure)
-        tmp.unlink(missing_ok=True)

@@ -1,13 +1,17 @@
 """Atomic files: every write goes to a temporary file in the same folder and is moved into place
 with os.replace, so a process killed at any moment leaves either the old file or the new one,
-never a torn one. JSON-lines files are appended to by running jobs; reading keeps complete lines
-only, so a line torn by a killed writer is ignored.
+never a torn one. A temporary is named `.<file>.<writer's pid>.<random>.tmp`, so that one left by a
+killed writer (a fine-tuning checkpoint's is over a gigabyte) is recognized and removed the next
+time its folder is opened (remove_stale_temporaries). JSON-lines files are appended to by running
+jobs; reading keeps complete lines only, so a line torn by a killed writer is ignored.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -20,11 +24,29 @@ class ResultFileError(ValueError):
     """A file of a run folder does not hold what the lab writes there."""
 
 
+# .<file>.<pid>.<mkstemp's random part>.tmp
+_TEMPORARY = re.compile(r"\..+\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp")
+# What a user can fix about a folder: it is read-only, on a read-only file system, or full.
+_FOLDER_PROBLEMS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+
+
+def cannot_write(path: Path, error: OSError) -> ResultFileError:
+    """The error to show for an OSError writing `path`."""
+    return ResultFileError(f"cannot write {path}: {error.strerror}; make its folder writable (or free space there), "
+                           "or give another --out")
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Call `write` on a temporary file next to `path`, then move it into place."""
+    """Call `write` on a temporary file next to `path`, then move it into place. A read-only or
+    full folder is a ResultFileError naming the file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    except OSError as error:
+        if error.errno in _FOLDER_PROBLEMS:
+            raise cannot_write(path, error) from None
+        raise
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes the file private; results are meant to be shared
     try:
         with os.fdopen(fd, "wb") as f:
@@ -36,6 +58,31 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove the temporaries that writers killed mid-write left anywhere under `folder` (those
+    whose process no longer runs); return them. Call it while holding the folder's lock, so that
+    no live writer of another run shares the folder."""
+    stale = []
+    for path in Path(folder).rglob(".*.tmp"):
+        match = _TEMPORARY.fullmatch(path.name)
+        if match and path.is_file() and not _is_running(int(match["pid"])):
+            path.unlink(missing_ok=True)
+            stale.append(path)
+    return stale
+
+
+def _is_running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def write_json(path: Path, value) -> None:
@@ -52,8 +99,13 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
 
 def append_jsonl(path: Path, record: dict) -> None:
     """One record at the end of a JSON-lines file (a torn last line is ignored by read_jsonl)."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+    except OSError as error:
+        if error.errno in _FOLDER_PROBLEMS:
+            raise cannot_write(path, error) from None
+        raise
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -20,13 +20,12 @@ from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report
 from crasplab.results.intervals import difference_interval, wilson_interval
-from crasplab.results.run_folder import read_run_config
+from crasplab.incontext.settings import PretrainedSettings
+from crasplab.results.run_folder import read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
 RESULTS_FILE = "results.jsonl"
 EXPERIMENT = "experiments/pretrained.py"
-# What the report reads from config.json; a run writes these and more.
-REPORTED_SETTINGS = ("model", "architecture", "tasks", "lengths", "n")
 
 # (kind, better-by-hypothesis, other): the paper reports right/forward above left/backward and
 # unique above non-unique; each gap is accuracy(first) - accuracy(second).
@@ -72,7 +71,7 @@ def _gap(kind: str, first: str, second: str, counts: dict, lengths: list[int]) -
 
 def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
-    config = read_run_config(run_dir, REPORTED_SETTINGS, EXPERIMENT)
+    config = read_run_settings(run_dir, PretrainedSettings, EXPERIMENT, facts=("architecture",))
     records = read_jsonl(run_dir / RESULTS_FILE)
     counts = _counts(records)
     lengths = list(config["lengths"])

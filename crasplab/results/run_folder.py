@@ -5,16 +5,30 @@ A run is resumed by running the same command again: the folder's `config.json` m
 the settings of the new command (except for keys that only change how results are read, such as
 a threshold). Everything that could fail is validated by the experiment before `open_run_folder`
 is called, so a typo never leaves a folder that the corrected command refuses.
+
+`open_run_folder` also takes the folder's lock (`.lock`, an exclusive flock): a second process
+on the same folder is refused at once, instead of both evaluating the same prompts and the
+results file holding every record twice. The lock is held until `release_run_folders()` (the
+experiment scripts call it when a run ends, through `holding_run_folders`) or the process ends;
+opening a folder this process holds again is allowed, so a resumed run in the same process works.
+While the lock is held, temporaries that a writer killed mid-write left in the folder are removed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
-from crasplab.results.files import write_json
+from crasplab.results.files import ResultFileError, cannot_write, remove_stale_temporaries, write_json
+from crasplab.results.settings import ExperimentSettings
 
 CONFIG_FILE = "config.json"
+LOCK_FILE = ".lock"
+_held: dict[Path, TextIO] = {}  # run folder (resolved) -> its open lock file
 
 
 class RunFolderError(ValueError):
@@ -29,10 +43,48 @@ def check_output_folder(path: Path) -> Path:
     return path
 
 
-def open_run_folder(path: Path, config: dict, may_change: tuple[str, ...] = ()) -> None:
-    """Write `config` as the folder's settings, or refuse when the folder holds a run with other
-    settings (keys in `may_change` excepted; their new values are written)."""
+def lock_run_folder(path: Path) -> None:
+    """Take the run folder's lock (creating the folder), or refuse when another process holds it."""
     path = check_output_folder(path)
+    key = path.resolve()
+    if key in _held:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        handle = open(path / LOCK_FILE, "a")
+    except OSError as error:
+        raise RunFolderError(str(cannot_write(path / LOCK_FILE, error))) from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise RunFolderError(f"{path} is in use by another process (it holds {path / LOCK_FILE}); wait for that run to "
+                             "end, or give another --out") from None
+    _held[key] = handle
+
+
+def release_run_folders() -> None:
+    """Release every run folder lock this process holds."""
+    while _held:
+        _held.popitem()[1].close()
+
+
+@contextlib.contextmanager
+def holding_run_folders() -> Iterator[None]:
+    """Release, at the end of the block, the run folders the block opened."""
+    try:
+        yield
+    finally:
+        release_run_folders()
+
+
+def open_run_folder(path: Path, config: dict, may_change: tuple[str, ...] = ()) -> None:
+    """Lock the folder, remove stale temporaries from it, and write `config` as its settings, or
+    refuse when the folder holds a run with other settings (keys in `may_change` excepted; their
+    new values are written)."""
+    path = check_output_folder(path)
+    lock_run_folder(path)
+    remove_stale_temporaries(path)
     saved_file = path / CONFIG_FILE
     if saved_file.exists():
         saved = _read_object(saved_file)
@@ -43,7 +95,10 @@ def open_run_folder(path: Path, config: dict, may_change: tuple[str, ...] = ()) 
             what = f"different settings ({', '.join(changed)})" if saved is not None else "an unreadable config.json"
             raise RunFolderError(f"{path} holds a run with {what}; use another --out, the original flags to resume "
                                  "it, or delete the folder to start over")
-    write_json(saved_file, config)
+    try:
+        write_json(saved_file, config)
+    except ResultFileError as error:
+        raise RunFolderError(str(error)) from None
 
 
 def read_run_config(path: Path, required: tuple[str, ...], experiment: str) -> dict:
@@ -57,6 +112,20 @@ def read_run_config(path: Path, required: tuple[str, ...], experiment: str) -> d
     if config is None or not set(required) <= config.keys():
         raise RunFolderError(f"{config_file} is not the settings of a run of {experiment} (a JSON object with "
                              f"{', '.join(required)}); for a new run, give another --out")
+    return config
+
+
+def read_run_settings(path: Path, settings_type: type[ExperimentSettings], experiment: str,
+                      facts: tuple[str, ...] = ()) -> dict:
+    """read_run_config for a run whose settings are `settings_type`: the file must hold each of
+    them, of the right kind and in range (a hand-edited file is refused here, not deep in a
+    report), and the `facts` the run recorded beside them (such as the model's architecture)."""
+    config = read_run_config(path, settings_type.recorded() + facts, experiment)
+    try:
+        settings_type.from_config(config)
+    except ValueError as error:  # SettingsError, or a check of a nested type (a TaskError, a ConfigError)
+        raise RunFolderError(f"{Path(path) / CONFIG_FILE}: {error}. The file is not as {experiment} wrote it: restore "
+                             "it, or run the experiment again into another --out") from None
     return config
 
 
