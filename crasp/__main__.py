@@ -21,10 +21,12 @@ def _run(args) -> None:
         program = program_for(source, lookup(args.task))
     else:  # a generic program reads the symbols it lists and then the input's others, in sorted order
         program = source.program(source.listed + tuple(sorted(set(symbols) - set(source.listed))))
+    if args.plot:  # a bad path or an input too long to draw is refused before anything is computed
+        from crasp.plot import check_plot_request, save_trace_plot
+
+        check_plot_request(args.plot, len(symbols))
     print(format_trace(program, symbols))
     if args.plot:
-        from crasp.plot import save_trace_plot
-
         save_trace_plot(program, symbols, args.plot)
         print(f"picture: {args.plot}")
 
@@ -117,7 +119,7 @@ def _check(args) -> int | None:
 
 def _agreement(args) -> None:
     from crasp.approximations import SIDE_OF_TASK, last_within_window
-    from crasp.check import agreement_by_length, lookup, program_for
+    from crasp.check import agreement_by_length, check_lengths, lookup, program_for
     from crasp.fragment import fragment_of
     from crasp.languages import Language
     from crasp.library import load_source
@@ -128,12 +130,18 @@ def _agreement(args) -> None:
                          "(python -m crasp tasks lists them)")
     if (args.program is None) == (args.window is None):
         raise CraspError("give either --program FILE or --window W (a window program, for NLLast and NRLast)")
+    longest = max(check_lengths(target, args.lengths))
+    if args.seed < 0:
+        raise CraspError(f"--seed {args.seed}: accepted: an integer >= 0")
     if args.program is not None:
         source = load_source(args.program)
         program, name = program_for(source, target), source.name
     elif target.code not in SIDE_OF_TASK:
         raise CraspError(f"window programs exist for {' and '.join(SIDE_OF_TASK)} (retrieval at the last occurrence), "
                          f"not for {target.code}; measure your own program with --program FILE")
+    elif args.window > longest:  # it would see the whole context at every length, at a cost linear in W
+        raise CraspError(f"--window {args.window}: longer than the longest of --lengths ({longest}), where it already "
+                         f"sees the whole context; accepted: a window of at most {longest}")
     else:
         try:
             program = last_within_window(SIDE_OF_TASK[target.code], args.window)(target.symbols)

@@ -14,11 +14,12 @@ the context, the distance grows with the length and the window program's accurac
 from __future__ import annotations
 
 from functools import reduce
-from operator import and_, or_
+from operator import or_
 from typing import Callable
 
 from crasp.expr import Q, Var, any_, count, family
 from crasp.program import Program
+from crasp.tasks.base import MAX_LENGTH
 from crasp.witnesses import retrieval_program
 
 SIDES = ("left", "right")
@@ -35,22 +36,26 @@ def last_within_window(side: str, window: int) -> Callable[[tuple[str, ...]], Pr
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
     # The last context token has no right neighbour in the context, so "right" needs two tokens.
     smallest = 1 if side == "left" else 2
-    if isinstance(window, bool) or not isinstance(window, int) or window < smallest:
-        raise ValueError(f"window must be an integer >= {smallest} for side={side!r} (context tokens searched back "
-                         f"from the last), got {window!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or not smallest <= window <= MAX_LENGTH:
+        raise ValueError(f"window must be an integer from {smallest} to {MAX_LENGTH} (the longest context a task "
+                         f"samples) for side={side!r} (context tokens searched back from the last), got {window!r}")
     # At the query position i (the query q is w_i, <sep> is w_{i-1}), the context token d places
     # before the last one is w_{i-2-d}; its left neighbour is w_{i-3-d}, its right one w_{i-1-d}.
     answer_offset = 3 if side == "left" else 1
-    distances = range(smallest - 1, window)
 
     def query_at(d: int):
         return count(Q(_t), offset=2 + d) >= 1
 
     def found(s: Var):
-        def at_distance(d: int):
-            nearer = [~query_at(e) for e in range(d)]
-            return reduce(and_, [query_at(d), *nearer, count(Q(s), offset=answer_offset + d) >= 1])
-        return any_(_t, Q(_t) & reduce(or_, [at_distance(d) for d in distances]))
+        # "No occurrence nearer than d" is shared from one distance to the next, so the program
+        # grows linearly with the window, not quadratically.
+        alternatives, none_nearer = [], None
+        for d in range(window):
+            here = query_at(d) if none_nearer is None else none_nearer & query_at(d)
+            if d >= smallest - 1:
+                alternatives.append(here & (count(Q(s), offset=answer_offset + d) >= 1))
+            none_nearer = ~query_at(d) if none_nearer is None else none_nearer & ~query_at(d)
+        return any_(_t, Q(_t) & reduce(or_, alternatives))
 
     def make(symbols: tuple[str, ...]) -> Program:
         answer = family(f"{side}_of_last_within_{window}", ["s"], found)

@@ -148,13 +148,22 @@ def _task_strings_batch(program: Program, task: Task, strings: list[list[str]]) 
     return _task_batch(program, task, tokens, prompt_lengths, lengths)
 
 
+def check_lengths(task: Task, lengths: Iterable[int]) -> list[int]:
+    """The lengths, if the task's sampler produces each; else its SamplerError, which names the
+    accepted lengths (checked before any is used: a negative one must not reach a seed)."""
+    lengths = list(lengths)
+    for length in lengths:
+        task.check_length(length)
+    return lengths
+
+
 def agreement_by_length(task: Task, program: Program, lengths: Iterable[int], samples_per_length: int = 200,
                         seed: int = 0) -> dict[int, float]:
     """For each length, the fraction of the task's sampled strings on which `program` predicts every
     answer token and the final <eos>: how well a program that is not a witness approximates the
     task on the task's own test distribution."""
+    lengths = check_lengths(task, lengths)
     # One generator per length: a length's strings do not depend on which other lengths are asked for.
-    # A length the sampler cannot produce raises its SamplerError, which names the accepted lengths.
     return {length: float(correct_answers(task, program, task.sample(np.random.default_rng((seed, length)),
                                                                      samples_per_length, length)).mean())
             for length in lengths}

@@ -7,8 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from crasp.output_files import OutputFileError, check_output_file
 from crasp.program import Program
 from crasp.trace import trace_rows, verdict_line
+
+SUFFIXES = (".png", ".pdf", ".svg")
+# A column is at least a quarter inch: 300 positions already make a figure about 80 inches wide
+# (16,000 pixels at 200 dpi); 10,000 positions made a PNG 900,000 pixels wide in 110 s and 2.7 GB.
+MAX_POSITIONS = 300
 
 TRUE_COLOUR = "#3b6fb6"
 FAMILY_COLOUR = "#c9d8ee"  # a Boolean family where some member is true: lighter, its members written on it
@@ -54,6 +60,15 @@ def trace_figure(program: Program, symbols: list[str]):
     if verdict:
         axes.set_xlabel(verdict, fontsize=8, family="monospace")
     return figure
+
+
+def check_plot_request(path: str | Path, positions: int) -> Path:
+    """Refuse, before anything is computed, a picture that cannot be written or would be too wide."""
+    if positions > MAX_POSITIONS:
+        raise OutputFileError(f"--plot {path}: the input has {positions} positions, and a picture shows at most "
+                              f"{MAX_POSITIONS} (one column each); plot a shorter input, or drop --plot for the text "
+                              "trace")
+    return check_output_file(path, "--plot", SUFFIXES)
 
 
 def save_trace_plot(program: Program, symbols: list[str], path: str | Path) -> None:

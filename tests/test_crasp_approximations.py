@@ -52,7 +52,7 @@ def test_on_the_iid_sampler_the_window_keeps_its_accuracy_and_with_two_occurrenc
 
 
 @pytest.mark.parametrize("side, window, message", [("up", 3, "side must be one of"), ("left", 0, "window must be"),
-                                                   ("right", 1, "window must be an integer >= 2"),
+                                                   ("right", 1, "window must be an integer from 2 to 16384"),
                                                    ("right", 2.5, "window must be")])
 def test_bad_window_arguments_say_what_is_accepted(side, window, message):
     with pytest.raises(ValueError, match=message):

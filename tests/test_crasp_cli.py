@@ -120,7 +120,7 @@ def test_agreement_of_a_witness_is_complete_and_of_a_window_program_is_what_the_
 @pytest.mark.parametrize("argv, message", [
     (["agreement", "UF", "--window", "3"], "window programs exist for NLLast and NRLast"),
     (["agreement", "NRLast"], "give either --program FILE or --window W"),
-    (["agreement", "NRLast", "--window", "1"], "window must be an integer >= 2"),
+    (["agreement", "NRLast", "--window", "1"], "window must be an integer from 2 to 16384"),
     (["agreement", "Dyck1", "--window", "3"], "is a language"),
     (["agreement", "NRLast", "--window", "3", "--lengths", "1"], "accepted lengths"),
 ])
@@ -128,3 +128,35 @@ def test_agreement_refuses_what_it_cannot_measure_and_says_why(argv, message, ca
     assert main(argv) == 2
     printed = capsys.readouterr()
     assert message in printed.err and printed.out == ""
+
+
+# Output files and sizes a command refuses before it computes anything: the folder, the extension,
+# a picture too wide to draw, a window longer than every context measured, a negative length or seed.
+LONG_INPUT = " ".join(["a"] * 301)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "majority", "--input", "a b", "--plot", "{tmp}/missing/trace.png"],
+     "--plot {tmp}/missing/trace.png: the folder {tmp}/missing does not exist"),
+    (["run", "majority", "--input", "a b", "--plot", "{tmp}/trace.xyz"],
+     "the extension .xyz is not a format written here; accepted extensions: .png, .pdf, .svg"),
+    (["run", "majority", "--input", "a b", "--plot", "{tmp}"], "--plot {tmp}: is a folder"),
+    (["run", "majority", "--input", LONG_INPUT, "--plot", "{tmp}/trace.png"],
+     "the input has 301 positions, and a picture shows at most 300"),
+    (["search", "UR", "--save", "{tmp}/missing/ur.crasp"], "--save {tmp}/missing/ur.crasp: the folder"),
+    (["agreement", "NLLast", "--window", "100000000"],
+     "--window 100000000: longer than the longest of --lengths (150), where it already sees the whole context"),
+    (["agreement", "NLLast", "--window", "3", "--lengths", "-5"],
+     "cannot sample length=-5: inputs have at least one symbol; accepted lengths"),
+    (["agreement", "NLLast", "--window", "3", "--seed", "-1"], "--seed -1: accepted: an integer >= 0"),
+])
+def test_what_a_command_cannot_do_is_refused_before_any_work(argv, message, tmp_path, capsys):
+    assert main([arg.format(tmp=tmp_path) for arg in argv]) == 2
+    assert message.format(tmp=tmp_path) in _one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_plot_of_a_short_input_is_written(tmp_path, capsys):
+    assert main(["run", "majority", "--input", "<bos> c a c b <sep>", "--plot", str(tmp_path / "trace.svg")]) == 0
+    assert capsys.readouterr().out.endswith(f"picture: {tmp_path / 'trace.svg'}\n")
+    assert (tmp_path / "trace.svg").read_text().startswith("<?xml")

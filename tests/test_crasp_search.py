@@ -310,3 +310,15 @@ def test_the_found_program_names_no_task_symbol(majority_search):
     body = text[text.index("output:"):]
     assert not any(f'"{symbol}"' in body for symbol in get_task("Majority").symbols)
     assert parse(text).alphabet[:3] == PROGRAM_SPECIALS
+
+
+def test_a_saved_program_is_alphabet_generic_and_check_agrees_with_search(majority_search, tmp_path, capsys):
+    """search --save then check --program on the same file: the saved program lists only the
+    special symbols, so check's exhaustive stage runs it over a b c as well as over the task's own."""
+    saved = tmp_path / "majority.crasp"
+    assert main(["search", "Majority", "--max-size", "8", "--no-progress", "--save", str(saved)]) == 0
+    assert saved.read_text() == majority_search.discovery.generic_text
+    assert f"alphabet: {' '.join(PROGRAM_SPECIALS)} ...\n" in saved.read_text()
+    capsys.readouterr()
+    assert main(["check", "Majority", "--program", str(saved)]) == 0
+    assert "agreement   100.00%" in capsys.readouterr().out

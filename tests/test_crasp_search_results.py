@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from crasp import prediction
+from crasp import output_files, prediction
 from crasp.__main__ import main
 from crasp.search import results
 
@@ -59,12 +59,12 @@ def test_a_save_replaces_the_file_in_one_step(tmp_path, monkeypatch):
     def killed(*args):
         raise KeyboardInterrupt  # what a kill between writing the temporary and replacing looks like
 
-    monkeypatch.setattr(results.os, "replace", killed)
+    monkeypatch.setattr(output_files.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         results.save(a_record("UR"), path)
     assert path.read_text() == before
     monkeypatch.undo()
-    assert results.save(a_record("UR"), path)  # the next save writes over the stale temporary
+    assert results.save(a_record("UR"), path)
     assert sorted(results.load(path)) == ["UL none", "UR none"]
 
 

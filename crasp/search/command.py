@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from crasp.output_files import check_output_file, write_text_in_one_step
 from crasp.search.grammar import FRAGMENTS, Grammar
 from crasp.search.options import RESULTS_PATH, SampleOptions, SearchOptions
 
@@ -90,6 +91,8 @@ def run(args) -> int:
     from crasp.tasks import get_task
 
     task = get_task(args.task)
+    if args.save:  # before the search: a mistyped folder must not cost the whole search
+        check_output_file(args.save, "--save")
     grammar = Grammar(args.fragment, offsets=args.offsets, moduli=args.moduli, constants=args.constants)
     sample = SampleOptions(alphabet=args.sample_alphabet, exhaustive_length=args.exhaustive_length,
                            random_strings=args.random_strings, seed=args.seed)
@@ -117,8 +120,8 @@ def run(args) -> int:
         if outcome.discovery is None:
             print(f"nothing saved to {args.save}: no program was found")
         else:
-            args.save.write_text(outcome.discovery.text)
-            print(f"saved to {args.save} (python -m crasp run {args.save} --input ...)")
+            write_text_in_one_step(args.save, outcome.discovery.generic_text)
+            print(f"saved to {args.save}, alphabet-generic (python -m crasp check {task.code} --program {args.save})")
     if args.record:
         recorded = save(record_of(outcome, command_line(args)))
         print(f"recorded in {RESULTS_PATH}" if recorded else

@@ -30,6 +30,7 @@ from crasp.search.options import SearchOptions
 from crasp.search.sample import Sample, build_sample, full_strings, small_task
 from crasp.search.store import CATEGORIES
 from crasp.search.targets import CONTEXTS, Decision, Found, FoundBatch, GuardSet, LeafSet, Targets, unify
+from crasp.syntax import GENERIC_MARK
 from crasp.tasks import Task
 
 QUICK_LENGTHS = (1, 2, 3, 5, 8, 13, 30)
@@ -52,6 +53,14 @@ class Discovery:
     @property
     def text(self) -> str:
         return print_program(self.program)
+
+    @property
+    def generic_text(self) -> str:
+        """The program as an alphabet-generic file (`alphabet: <bos> <sep> <eos> ...`): the grammar
+        names no task symbol, so the program reads any task's symbols, and `crasp check TASK
+        --program FILE` can run it over the reduced alphabet of its exhaustive stage."""
+        alphabet = "alphabet: " + " ".join(self.program.alphabet)
+        return self.text.replace(alphabet, f"alphabet: {' '.join(PROGRAM_SPECIALS)} {GENERIC_MARK}", 1)
 
 
 @dataclass

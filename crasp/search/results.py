@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from crasp.output_files import write_text_in_one_step
 from crasp.program import Program
 from crasp.search.driver import SearchOutcome
 from crasp.tasks.base import PROGRAM_SPECIALS
@@ -72,7 +72,7 @@ def record_of(outcome: SearchOutcome, command: str) -> Record:
                   seconds=round(outcome.seconds, 1), complete_through=outcome.complete_through,
                   behaviours=[level.behaviours for level in levels])
     if outcome.discovery is not None:
-        return Record(**common, program=outcome.discovery.text, size=outcome.discovery.size)
+        return Record(**common, program=outcome.discovery.generic_text, size=outcome.discovery.size)
     return Record(**common, claim=claim(outcome))
 
 
@@ -124,18 +124,6 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _replace(path: Path, text: str) -> None:
-    """Write `text` to `path` in one step: a killed process leaves the old file or the new one.
-    The temporary name is fixed: only the lock holder writes it, and the next save overwrites
-    what a killed one left."""
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-
-
 def save(record: Record, path: Path | None = None) -> bool:
     """Add the record unless a stronger one for the same task and fragment exists; True if added."""
     path = path or RESULTS_PATH
@@ -145,5 +133,5 @@ def save(record: Record, path: Path | None = None) -> bool:
         if known is not None and not record.stronger_than(known):
             return False
         records[record.key] = record
-        _replace(path, json.dumps({k: r.__dict__ for k, r in sorted(records.items())}, indent=1) + "\n")
+        write_text_in_one_step(path, json.dumps({k: r.__dict__ for k, r in sorted(records.items())}, indent=1) + "\n")
     return True
