@@ -1,0 +1,474 @@
+"""A C-RASP program lowered to features, heads and MLP steps (crasplab.compiler.plan).
+
+Families are unrolled over the alphabet; every ground node (a node with its index variables
+bound to symbols) is lowered once. Each head and step is placed in the earliest layer whose
+input features exist (see plan's levels), so the depth is the program's longest chain of counts
+and comparisons, not its number of definitions.
+
+The supported subset and what each node becomes:
+- Q(a), true/false, symbol relations: token features and constants (no computation);
+- not: 1 - P; and/or, any/all: one threshold step (exclusive alternatives, like
+  `any t: Q(t) and ...`, are summed without one);
+- `#[j <= i] P`: a uniform head (all scores 0) averaging P; constants enter counts as c * (1/i),
+  the average of the first-position flag;
+- `#[j <= i, j = i - c] P` (APE, RoPE): a head peaked at j = i - c, and a step that zeroes it
+  where i <= c;
+- comparisons: a step at threshold +-1/2 (counts are integers), margin 1/(2i) for averaged counts;
+- `any t: Q(t) and #[j <= i] (K[t] and R) >= 1` with K one-hot in t: one keyed head (query: the
+  current symbol; key: the t for which K holds at j) instead of one head per symbol;
+- MOD(m, r) (APE): a flag in the position table.
+Outside it (min, max, `? :`, local counts on NoPE, MOD without APE) the compiler raises
+CompileError naming the node and the definition it is in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from crasp import expr as E
+from crasp.program import Program
+from crasp.reference import reference_value
+from crasplab.compiler.plan import ONE, START, Affine, Feature, HeadGroup, Step
+
+BOS = "<bos>"
+STEP_OFFSET = 64.0  # T of plan.Step: silu(x) = x exactly for x >= 38 and ~0 for x <= -64 in float64
+BOOLEAN_MARGIN = 0.5  # 0/1 values compared with a half-integer threshold
+MATCH_SCORE = 80.0  # keyed heads: a matching key; the sink scores half of it
+LOCAL_SCORE_MARGIN = 60.0  # local heads: score gap between the peak, the sink and any other key
+EXACT_STEP_INPUT = 2.0 ** 30  # |gain * z| below this keeps (g + T) - (g - T) = 2T exact in float32
+ROPE_DIM, ROPE_BASE = 32, 100.0
+
+
+class CompileError(E.CraspError, ValueError):
+    """A program, or part of it, that the compiler cannot turn into weights."""
+
+
+@dataclass(frozen=True)
+class Count:
+    """A count as an affine form: `scale` "averaged" (value / i), "local" (the value, 0 or 1), or
+    "constant" (the integer `constant`, no form yet: it takes the scale of what it meets)."""
+
+    scale: str
+    form: Affine
+    constant: int = 0
+    zero_or_one: bool = False  # a local count: its comparisons with constants need no step
+
+
+def _add(*forms: tuple[float, Affine]) -> Affine:
+    out: Affine = {}
+    for coefficient, form in forms:
+        for feature, value in form.items():
+            out[feature] = out.get(feature, 0.0) + coefficient * value
+    return {f: v for f, v in out.items() if v != 0.0}
+
+
+def _constant_of(form: Affine) -> float | None:
+    """The value of a form that reads only the constant feature, else None."""
+    return form.get(ONE, 0.0) if set(form) <= {ONE} else None
+
+
+def _conjuncts(node: E.Expr) -> list[E.Expr]:
+    return _conjuncts(node.left) + _conjuncts(node.right) if isinstance(node, E.And) else [node]
+
+
+def _disjuncts(node: E.Expr) -> list[E.Expr]:
+    return _disjuncts(node.left) + _disjuncts(node.right) if isinstance(node, E.Or) else [node]
+
+
+def local_moduli(max_length: int) -> list[int]:
+    """Pairwise coprime moduli whose product exceeds max_length: the APE position code of local heads."""
+    chosen: list[int] = []
+    for m in (5, 7, 9, 11, 13, 16, 17, 19, 23, 29, 31):
+        if math.prod(chosen) > max_length:
+            break
+        chosen.append(m)
+    if math.prod(chosen) <= max_length:
+        raise CompileError(f"max_length {max_length} is beyond what the position code of local heads separates")
+    return chosen
+
+
+def onehot_in(node: E.Expr, name: str) -> bool:
+    """Is node, as a family over index `name`, true for at most one symbol at every position?"""
+    if isinstance(node, E.Token):
+        return node.symbol == E.Var(name)
+    if isinstance(node, E.And):
+        return onehot_in(node.left, name) or onehot_in(node.right, name)
+    if isinstance(node, E.Named):
+        uses = [p for p, a in zip(node.params, node.args) if a == E.Var(name)]
+        return len(uses) == 1 and onehot_in(node.body, uses[0])
+    if isinstance(node, E.Compare) and isinstance(node.right, E.Number) and isinstance(node.left, E.CountOf):
+        inner, wanted = node.left.body, (node.op, node.right.value)
+        if node.left.offset is not None:  # the body, c positions ago
+            return wanted in ((">=", 1), (">", 0), ("=", 1)) and onehot_in(inner, name)
+        # #[j <= i] (#[k <= j] K >= 1) = c: the first K[t] was c - 1 positions ago, one t per position
+        return (node.op == "=" and node.right.value >= 1 and isinstance(inner, E.Compare)
+                and isinstance(inner.left, E.CountOf) and inner.left.offset is None
+                and isinstance(inner.right, E.Number) and (inner.op, inner.right.value) in ((">=", 1), (">", 0))
+                and onehot_in(inner.left.body, name))
+    return False
+
+
+class Lowering:
+    def __init__(self, program: Program, pe: str, max_length: int, places: dict[str, str] | None = None):
+        if pe not in ("ape", "rope", "nope"):
+            raise CompileError(f"position encoding {pe!r}; the compiler builds ape, rope and nope")
+        self.program, self.pe, self.max_length = program, pe, max_length
+        self.alphabet = program.alphabet
+        self.places = places or {}
+        start_name = "position 1" if pe == "ape" else f"Q({BOS}) (the first position)"
+        self.features = [Feature("1", 0, "token"), Feature(start_name, 0, "position" if pe == "ape" else "token")]
+        self.token = {a: self._feature(f"Q({a})", 0, "token") for a in self.alphabet}
+        self.position_flags: dict[tuple, int] = {}  # ("mod", m, r) / ("from", c) / ("cos", m) ... -> feature
+        self.groups: dict[tuple, HeadGroup] = {}
+        self.steps: list[Step] = []
+        self.memo: dict[tuple, object] = {}
+        self.definitions: dict[str, tuple[str, object]] = {}  # "prev[a]" -> ("Boolean" or "Count", value)
+        self.context: list[str] = []
+        self._inverse: int | None = None
+        if pe != "ape" and BOS not in self.alphabet:
+            raise CompileError(f"with --pe {pe} the first position is recognized by its symbol {BOS}, which the "
+                               f"alphabet ({' '.join(self.alphabet)}) lacks; add it, or compile with --pe ape")
+
+    # ------------------------------------------------------------ bookkeeping
+    def _feature(self, name: str, level: int, source: str) -> int:
+        self.features.append(Feature(name, level, source))
+        return len(self.features) - 1
+
+    def level(self, form: Affine) -> int:
+        return max((self.features[f].level for f in form), default=0)
+
+    def where(self) -> str:
+        if not self.context:
+            return "the program's output"
+        definition = self.context[-1].split("[")[0]
+        place = self.places.get(definition)
+        return f"definition `{self.context[-1]}`" + (f" ({place})" if place else "")
+
+    def unsupported(self, node: E.Expr, why: str) -> CompileError:
+        return CompileError(f"cannot compile `{E.show(node)}` in {self.where()}: {why}")
+
+    @property
+    def inverse(self) -> int:
+        """1/i: the average of the first-position flag."""
+        if self._inverse is None:
+            self._inverse = self.head("uniform", (), {START: 1.0}, "1/i", "average over j <= i")
+        return self._inverse
+
+    def position_flag(self, key: tuple, name: str) -> int:
+        if key not in self.position_flags:
+            self.position_flags[key] = self._feature(name, 0, "position")
+        return self.position_flags[key]
+
+    def head(self, kind: str, pattern: tuple, value: Affine, name: str, label: str, *, offset: int | None = None,
+             query=(), key=(), rotary: int = 0) -> int:
+        """A value channel of the head group (layer, kind, pattern); returns its output feature."""
+        inputs = max([self.level(value)] + [self.level(f) for f in (*query, *key)])
+        layer = (inputs + 1) // 2
+        group = self.groups.setdefault((layer, kind, pattern), HeadGroup(
+            layer, kind, label, offset, [dict(q) for q in query], [dict(k) for k in key], rotary))
+        output = self._feature(name, 2 * layer + 1, "head")
+        group.channels.append((value, output, name))
+        return output
+
+    def step(self, z: Affine, margin: float, name: str, output: int | None = None, weight: float = 1.0) -> int:
+        """A feature that is 1 where z >= margin and 0 where z <= -margin (or adds to `output`)."""
+        gain = 2 * STEP_OFFSET / margin
+        bound = sum(abs(v) for v in z.values()) * gain + STEP_OFFSET
+        if bound >= EXACT_STEP_INPUT:
+            raise CompileError(f"the comparison `{name}` in {self.where()} has coefficients too large to threshold "
+                               f"exactly up to length {self.max_length} (|gain * z| up to {bound:.3g})")
+        layer = max(0, self.level(z) // 2)
+        if output is None:
+            output = self._feature(name, 2 * layer + 2, "mlp")
+        else:
+            self.features[output].level = max(self.features[output].level, 2 * layer + 2)
+        self.steps.append(Step(layer, z, gain, output, weight, name))
+        return output
+
+    # ------------------------------------------------------------ the program
+    def lower_program(self) -> list[Affine]:
+        """The output table's columns: O[s] for every symbol, or the accepted Boolean in every column."""
+        target = self.program.target
+        if self.program.output:
+            return [self.boolean(target.use(s), {}) for s in self.alphabet]
+        return [self.boolean(target.use(), {})] * len(self.alphabet)
+
+    def lower(self, node: E.Expr, env: dict[str, str]):
+        key = (id(node), tuple(sorted((k, v) for k, v in env.items() if k in node.free)))
+        if key not in self.memo:
+            handler = getattr(self, "_" + type(node).__name__, None)
+            if handler is None:
+                raise self.unsupported(node, f"{type(node).__name__} is outside the compiled subset "
+                                             "(min, max and `? :` have no construction yet)")
+            self.memo[key] = handler(node, env)
+        return self.memo[key]
+
+    def boolean(self, node: E.Expr, env) -> Affine:
+        return self.lower(node, env)
+
+    def count(self, node: E.Expr, env) -> Count:
+        return self.lower(node, env)
+
+    def symbol(self, arg: E.SymbolArg, env) -> str:
+        return env[arg.name] if isinstance(arg, E.Var) else arg
+
+    # ------------------------------------------------------------ Booleans
+    def _BoolConst(self, node, env) -> Affine:
+        return {ONE: 1.0} if node.value else {}
+
+    def _Token(self, node, env) -> Affine:
+        return {self.token[self.symbol(node.symbol, env)]: 1.0}
+
+    def _SymbolRelation(self, node, env) -> Affine:
+        left, right = (self.alphabet.index(self.symbol(s, env)) for s in (node.left, node.right))
+        return self._BoolConst(E.BoolConst(left == right if node.op == "=" else left < right), env)
+
+    def _Periodic(self, node, env) -> Affine:
+        if self.pe != "ape":
+            raise self.unsupported(node, f"MOD reads absolute positions, which only the APE table gives (--pe ape); "
+                                         f"{self.pe} has none")
+        return {self.position_flag(("mod", node.modulus, node.residue), E.show(node)): 1.0}
+
+    def _Not(self, node, env) -> Affine:
+        return _add((1.0, {ONE: 1.0}), (-1.0, self.boolean(node.operand, env)))
+
+    def _And(self, node, env) -> Affine:
+        return self.junction(node, [self.boolean(c, env) for c in _conjuncts(node)], every=True)
+
+    def _Or(self, node, env) -> Affine:
+        return self.junction(node, [self.boolean(c, env) for c in _disjuncts(node)], every=False)
+
+    def junction(self, node: E.Expr, parts: list[Affine], every: bool) -> Affine:
+        """and (every=True) / or of 0/1 forms: one step on their sum, after folding constants."""
+        kept = []
+        for part in parts:
+            constant = _constant_of(part)
+            if constant is None:
+                kept.append(part)
+            elif bool(constant) != every:  # a false conjunct or a true disjunct decides
+                return part
+        if not kept:
+            return {ONE: 1.0} if every else {}
+        if len(kept) == 1:
+            return kept[0]
+        threshold = len(kept) - BOOLEAN_MARGIN if every else BOOLEAN_MARGIN
+        total = _add(*((1.0, p) for p in kept), (-threshold, {ONE: 1.0}))
+        return {self.step(total, BOOLEAN_MARGIN, self.describe(node)): 1.0}
+
+    def _Quantified(self, node, env) -> Affine:
+        name = node.index.name
+        if node.kind == "any":
+            keyed = self.keyed(node, env)
+            if keyed is not None:
+                return keyed
+        instances = [{**env, name: a} for a in self.alphabet]
+        if node.kind == "any" and E.Token(node.index) in _conjuncts(node.body):
+            # Q(t) holds for one t only: the alternatives exclude each other and their sum is the `or`.
+            return _add(*((1.0, self.boolean(node.body, scope)) for scope in instances))
+        return self.junction(node, [self.boolean(node.body, scope) for scope in instances], every=node.kind == "all")
+
+    def _Compare(self, node, env) -> Affine:
+        left, right = self.count(node.left, env), self.count(node.right, env)
+        if left.scale == right.scale == "constant":
+            return self._BoolConst(E.BoolConst(bool(E.COMPARISONS[node.op](left.constant, right.constant))), env)
+        scales = {left.scale, right.scale} - {"constant"}
+        if len(scales) > 1:
+            raise self.unsupported(node, "it compares a local count (j = i - c) with a count over every j <= i; "
+                                         "the compiled model holds the first as a value and the second divided by i")
+        for count, other in ((left, right), (right, left)):
+            if count.zero_or_one and other.scale == "constant":  # the comparison at 0 and at 1, as a line
+                at = [bool(E.COMPARISONS[node.op](*((v, other.constant) if count is left else (other.constant, v))))
+                      for v in (0, 1)]
+                return _add((float(at[0]), {ONE: 1.0}), (float(at[1]) - float(at[0]), count.form))
+        scale = scales.pop()
+        unit = {self.inverse: 1.0} if scale == "averaged" else {ONE: 1.0}
+        margin = BOOLEAN_MARGIN / self.max_length if scale == "averaged" else BOOLEAN_MARGIN
+        difference = _add((1.0, self.form(left, unit)), (-1.0, self.form(right, unit)))
+        name = self.describe(node)
+
+        def at_least(sign: float, slack: float) -> Affine:  # sign * difference + slack > 0
+            return _add((sign, difference), (slack, unit))
+
+        if node.op in (">=", ">", "<=", "<"):
+            sign = 1.0 if node.op in (">=", ">") else -1.0
+            slack = BOOLEAN_MARGIN if node.op in (">=", "<=") else -BOOLEAN_MARGIN
+            return {self.step(at_least(sign, slack), margin, name): 1.0}
+        both = self.step(at_least(1.0, BOOLEAN_MARGIN), margin, name)
+        self.step(at_least(-1.0, BOOLEAN_MARGIN), margin, name, output=both)
+        equal = {both: 1.0, ONE: -1.0}  # each side holds: 1 + 1 - 1
+        return equal if node.op == "=" else _add((1.0, {ONE: 1.0}), (-1.0, equal))
+
+    def form(self, count: Count, unit: Affine) -> Affine:
+        return _add((count.constant, unit)) if count.scale == "constant" else count.form
+
+    # ------------------------------------------------------------ counts
+    def _Number(self, node, env) -> Count:
+        return Count("constant", {}, node.value)
+
+    def _Arith(self, node, env) -> Count:
+        if node.op not in ("+", "-"):
+            raise self.unsupported(node, f"{node.op} has no construction yet (only + and - of counts)")
+        left, right = self.count(node.left, env), self.count(node.right, env)
+        sign = 1 if node.op == "+" else -1
+        if left.scale == right.scale == "constant":
+            return Count("constant", {}, left.constant + sign * right.constant)
+        scales = {left.scale, right.scale} - {"constant"}
+        if len(scales) > 1:
+            raise self.unsupported(node, "it adds a local count (j = i - c) to a count over every j <= i")
+        scale = scales.pop()
+        unit = {self.inverse: 1.0} if scale == "averaged" else {ONE: 1.0}
+        return Count(scale, _add((1.0, self.form(left, unit)), (float(sign), self.form(right, unit))))
+
+    def _CountOf(self, node, env) -> Count:
+        body = self.boolean(node.body, env)
+        name = self.describe(node)
+        if node.offset is None:
+            constant = _constant_of(body)
+            if constant is not None:  # #[j <= i] true = i: its average is the constant 1
+                return Count("averaged", {ONE: constant} if constant else {})
+            return Count("averaged", {self.head("uniform", (), body, f"{name} / i", "average over j <= i"): 1.0})
+        if self.pe == "nope":
+            raise self.unsupported(node, "the local relation j = i - c needs positions (--pe ape or rope); "
+                                         "NoPE compiles C-RASP[] programs (counts over every j <= i) only")
+        if node.offset == 0:
+            return Count("local", body, zero_or_one=True)
+        exists = self.exists(node.offset)
+        if _constant_of(body) is not None:
+            return Count("local", exists if _constant_of(body) else {}, zero_or_one=True)
+        looked_up = self.local_head(node.offset, body, f"{E.show(node.body)} at i - {node.offset}" + self.bound(env))
+        both = _add((1.0, {looked_up: 1.0}), (1.0, exists), (-1.5, {ONE: 1.0}))
+        return Count("local", {self.step(both, BOOLEAN_MARGIN, name): 1.0}, zero_or_one=True)
+
+    def exists(self, offset: int) -> Affine:
+        """[i > offset]: a position-table flag with APE; with RoPE, 1/i <= 1/(offset + 1)."""
+        if self.pe == "ape":
+            return {self.position_flag(("from", offset), f"i > {offset}"): 1.0}
+        if ("from", offset) not in self.position_flags:
+            threshold = 1 / (offset + 0.5)
+            margin = min(1 / offset - threshold, threshold - 1 / (offset + 1))
+            self.position_flags[("from", offset)] = self.step({ONE: threshold, self.inverse: -1.0}, margin,
+                                                               f"i > {offset}")
+        return {self.position_flags[("from", offset)]: 1.0}
+
+    def local_head(self, offset: int, value: Affine, name: str) -> int:
+        if self.pe == "ape":
+            return self.ape_local_head(offset, value, name)
+        return self.rope_local_head(offset, value, name)
+
+    def ape_local_head(self, offset: int, value: Affine, name: str) -> int:
+        """Score beta * sum_m cos(2 pi (p_j - p_i + c) / m): the moduli's product exceeds the longest
+        string, so only j = i - c reaches the full sum; key codes are 0 at position 1, whose own
+        score is a constant between the peak and every other key (the sink)."""
+        moduli = local_moduli(self.max_length)
+        gap = 1 - math.cos(2 * math.pi / max(moduli))
+        beta = 2 * LOCAL_SCORE_MARGIN / gap
+        query, key = [], []
+        for m in moduli:
+            cos_q = self.position_flag(("cos", m), f"cos(2 pi i / {m})")
+            sin_q = self.position_flag(("sin", m), f"sin(2 pi i / {m})")
+            cos_k = self.position_flag(("key cos", m), f"cos(2 pi i / {m}), 0 at i = 1")
+            sin_k = self.position_flag(("key sin", m), f"sin(2 pi i / {m}), 0 at i = 1")
+            angle = 2 * math.pi * offset / m  # the query turned back by c positions
+            query += [{cos_q: beta * math.cos(angle), sin_q: beta * math.sin(angle)},
+                      {cos_q: -beta * math.sin(angle), sin_q: beta * math.cos(angle)}]
+            key += [{cos_k: 1.0}, {sin_k: 1.0}]
+        query.append({ONE: beta * (len(moduli) - gap / 2)})
+        key.append({START: 1.0})
+        return self.head("local", (offset,), value, name, f"j = i - {offset}", offset=offset, query=query, key=key)
+
+    def rope_local_head(self, offset: int, value: Affine, name: str) -> int:
+        """Constant queries at phase -c theta_f on every rotary pair, keys (1, 0) except at the first
+        position (the sink, scored in a dimension RoPE does not turn)."""
+        half = ROPE_DIM // 2
+        frequencies = [ROPE_BASE ** (-f / half) for f in range(half)]
+        gap = rope_gap(offset, self.max_length)
+        beta = 2 * LOCAL_SCORE_MARGIN / gap
+        query = [{ONE: beta * math.cos(offset * th)} for th in frequencies] + \
+                [{ONE: -beta * math.sin(offset * th)} for th in frequencies]
+        key = [{ONE: 1.0, START: -1.0} for _ in frequencies] + [{} for _ in frequencies]
+        query.append({ONE: beta * (half - gap / 2)})
+        key.append({START: 1.0})
+        return self.head("local", (offset,), value, name, f"j = i - {offset}", offset=offset, query=query, key=key,
+                         rotary=ROPE_DIM)
+
+    # ------------------------------------------------------------ the keyed-head rewrite
+    def keyed(self, node: E.Quantified, env) -> Affine | None:
+        """`any t: Q(t) and #[j <= i] (K[t] and R) >= 1 [and S]` with K one-hot in t, R and S free of
+        t, and K and R never both true at the first position: one keyed head per R."""
+        name = node.index.name
+        parts = _conjuncts(node.body)
+        with_index = [p for p in parts if name in p.free]
+        if E.Token(node.index) not in with_index or len(with_index) != 2:
+            return None
+        test = next(p for p in with_index if p is not E.Token(node.index))
+        if not (isinstance(test, E.Compare) and isinstance(test.left, E.CountOf) and test.left.offset is None
+                and isinstance(test.right, E.Number) and (test.op, test.right.value) in ((">=", 1), (">", 0))):
+            return None
+        inner = _conjuncts(test.left.body)
+        keyed_parts = [p for p in inner if name in p.free]
+        if len(keyed_parts) != 1 or not onehot_in(keyed_parts[0], name):
+            return None
+        key_node, rest = keyed_parts[0], [p for p in inner if name not in p.free]
+        rest_node = rest[0] if rest else E.TRUE
+        for r in rest[1:]:
+            rest_node = E.And(rest_node, r)
+        if self.may_hold_at_first_position(E.And(key_node, rest_node), {k: v for k, v in env.items()}, name):
+            return None
+        keys = [self.boolean(key_node, {**env, name: a}) for a in self.alphabet]
+        queries = [{self.token[a]: MATCH_SCORE} for a in self.alphabet]
+        # The sink (position 1) must add nothing: R there is replaced by 0.
+        rest_form = _add((1.0, self.boolean(rest_node, env)), (-1.0, {START: 1.0}))
+        value = {self.step(_add((1.0, rest_form), (-BOOLEAN_MARGIN, {ONE: 1.0})), BOOLEAN_MARGIN,
+                           f"{E.show(rest_node)} and i > 1" + self.bound(env)): 1.0}
+        pattern = tuple(tuple(sorted(k.items())) for k in keys)
+        found = self.head("keyed", pattern, value, f"{self.describe(test.left)} / matches",
+                          f"key {E.show(key_node)}, query: the current symbol as {name}",
+                          query=queries + [{ONE: MATCH_SCORE / 2}], key=keys + [{START: 1.0}])
+        hit = {self.step({found: 1.0, self.inverse: -BOOLEAN_MARGIN}, BOOLEAN_MARGIN / self.max_length,
+                         self.describe(node)): 1.0}
+        others = [self.boolean(p, env) for p in parts if name not in p.free]
+        return self.junction(node, [hit] + others, every=True) if others else hit
+
+    def may_hold_at_first_position(self, node: E.Expr, env: dict[str, str], name: str) -> bool:
+        for first in self.alphabet:
+            for a in self.alphabet:
+                if reference_value(self.program, [first], node, 1, {**env, name: a}):
+                    return True
+        return False
+
+    # ------------------------------------------------------------ definitions
+    def _NamedBool(self, node, env) -> Affine:
+        return self.named(node, env)
+
+    def _NamedCount(self, node, env) -> Count:
+        return self.named(node, env)
+
+    def named(self, node: E.Named, env):
+        bound = {p: self.symbol(a, env) for p, a in zip(node.params, node.args)}
+        label = node.name + (f"[{', '.join(bound[p] for p in node.params)}]" if node.params else "")
+        self.context.append(label)
+        try:
+            value = self.lower(node.body, bound)
+        finally:
+            self.context.pop()
+        self.definitions[label] = (node.type, value)
+        return value
+
+    def describe(self, node: E.Expr) -> str:
+        text = E.show(node)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    def bound(self, env: dict[str, str]) -> str:
+        return f" ({', '.join(f'{k}={v}' for k, v in sorted(env.items()))})" if env else ""
+
+
+def rope_gap(offset: int, max_length: int) -> float:
+    """How far below the peak sum of cosines every other distance 0..max_length scores."""
+    half = ROPE_DIM // 2
+    frequencies = ROPE_BASE ** (-np.arange(half) / half)
+    distances = np.arange(-offset, max_length + 1)
+    distances = distances[distances != 0]
+    return float(half - np.cos(np.outer(distances, frequencies)).sum(axis=1).max())
