@@ -28,18 +28,19 @@ import sys
 import time
 from pathlib import Path
 
-import jax
-
-from crasplab.cli.arguments import HelpFormatter, add_length_flags, add_setting_flags, at_least
-from crasplab.cli.experiment import evaluate_and_report
 from crasp.tasks import RETRIEVAL_AND_COPYING
-from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, Demonstrations, check_prompt_lengths
-from crasplab.incontext.greedy import check_answers_fit
+from crasplab.cli.arguments import (DistinctValues, HelpFormatter, add_length_flags, add_model_flag, add_preset_flag,
+                                    add_run_folder_flags, add_setting_flags, at_least, chosen_preset, fraction)
+from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET
+from crasplab.incontext.greedy import answer_budget, check_answers_fit
+from crasplab.incontext.memory import check_batch_memory, decoding_bytes, training_bytes
+from crasplab.incontext.settings import FinetuneSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
 from crasplab.results.finetune import report_markdown, write_report
 from crasplab.results.length_gen import DEFAULT_THRESHOLD, collect_metrics
-from crasplab.results.run_folder import check_output_folder, open_run_folder
+from crasplab.results.run_folder import open_run_folder
 from crasplab.train.allocator import restart_with_huge_page_blocks
 from crasplab.train.config import bins_for_train_lengths, command_line_settings
 from crasplab.train.finetune import FinetuneRun
@@ -53,22 +54,17 @@ CHOICES = {"method": METHODS, "dtype": tuple(DTYPES)}
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--model", default="smollm2",
-                        help=f"a named model ({', '.join(f'{k}: {v.description}' for k, v in NAMED_MODELS.items())}), "
-                             "a GGUF file (llama architecture) or a Hugging Face checkpoint folder (llama, qwen2, gpt2)")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                        help="experiment scale; default: paper on an accelerator, quick on a CPU. "
-                             + " ".join(f"{p.name}: {p.description}." for p in PRESETS.values()))
-    parser.add_argument("--tasks", nargs="+", default=None, choices=RETRIEVAL_AND_COPYING, metavar="CODE",
-                        help=f"task codes (default: the preset's); accepted: {', '.join(RETRIEVAL_AND_COPYING)}")
+    add_model_flag(parser, "smollm2", NAMED_MODELS)
+    add_preset_flag(parser, PRESETS)
+    parser.add_argument("--tasks", nargs="+", action=DistinctValues, default=None, choices=RETRIEVAL_AND_COPYING,
+                        metavar="CODE", help=f"task codes (default: the preset's); accepted: "
+                                             f"{', '.join(RETRIEVAL_AND_COPYING)}")
     parser.add_argument("--seed", type=at_least(0), default=0,
                         help="fixes the training prompts, the test prompts and the LoRA initialization")
-    parser.add_argument("--threshold", type=float, default=None,
+    parser.add_argument("--threshold", type=fraction, default=None,
                         help="a fine-tuned model generalizes when its accuracy on the last bin is at least this "
                              f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)")
-    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/finetune/<model name>-<preset>)")
-    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
-                        help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
+    add_run_folder_flags(parser, "runs/finetune/<model name>-<preset>")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     settings = parser.add_argument_group("settings (default: the preset's)")
     add_length_flags(settings, "1-10,11-15,16-20")
@@ -76,64 +72,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_settings(args: argparse.Namespace) -> dict:
-    """config.json without the model's details: the preset with the command line's changes."""
-    preset = PRESETS[args.preset or ("quick" if jax.default_backend() == "cpu" else "paper")]
+def settings_from(args: argparse.Namespace) -> FinetuneSettings:
+    """The preset with the command line's changes."""
+    preset = chosen_preset(args.preset, PRESETS)
     changes = {name: getattr(args, name) for name in CONFIG_FLAGS if getattr(args, name) is not None}
     if args.train_lengths is not None:
         changes["train_lengths"] = tuple(args.train_lengths)
         changes["test_bins"] = bins_for_train_lengths(args.train_lengths, preset.config.test_bins)
     if args.test_bins is not None:
         changes["test_bins"] = args.test_bins
-    config = preset.config.replace(**changes)
-    tasks = list(args.tasks or preset.tasks)
-    # The first bin is the training range, so these are every length a prompt is drawn at.
-    demonstrations = (config.demonstrations, config.demo_length)
-    check_prompt_lengths(tasks, sorted({n for lo, hi in config.test_bins for n in range(lo, hi + 1)}),
-                         Demonstrations(retrieval=demonstrations, copying=demonstrations))
-    return dict(model=args.model, preset=preset.name, tasks=tasks, seed=args.seed,
-                threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
-                finetune=config.to_dict(), retrieval_alphabet=RETRIEVAL_ALPHABET, copying_alphabet=COPYING_ALPHABET)
+    return FinetuneSettings(model=args.model, preset=preset.name, tasks=tuple(args.tasks or preset.tasks),
+                            seed=args.seed, threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
+                            finetune=preset.config.replace(**changes))
 
 
-def check_longest_prompts(pretrained, settings: dict) -> None:
+def default_out(settings: FinetuneSettings) -> Path:
+    return Path("runs/finetune") / f"{Path(settings.model).stem}-{settings.preset}"
+
+
+def check_prompts(pretrained, settings: FinetuneSettings) -> None:
     """Refuse (ContextError) test prompts whose answers would run past the model's context: those
-    at the longest test length, which is also longer than every training string."""
-    config = settings["finetune"]
-    longest = max(hi for _, hi in config["test_bins"])
-    for code in settings["tasks"]:
-        items = eval_items(code, [longest], config["examples_per_length"], settings["seed"], config["demonstrations"],
-                           config["demo_length"])
-        check_answers_fit(pretrained, [item.prompt for item in items], [item.expected for item in items],
-                          "--train-lengths or --test-bins, or --demonstrations or --demo-length")
+    at the longest test length, which is also longer than every training string; and (BatchMemoryError)
+    training or test batches beyond the machine's memory."""
+    config = settings.finetune
+    longest = max(hi for _, hi in config.test_bins)
+    for code in settings.tasks:
+        for length, rows, flag, estimate in ((config.train_lengths[1], config.batch_size, "--batch-size", training_bytes),
+                                             (longest, config.eval_batch_size + 1, "--eval-batch-size", decoding_bytes)):
+            items = eval_items(code, [length], config.examples_per_length, settings.seed, config.demonstrations,
+                               config.demo_length)
+            prompts, expected = [item.prompt for item in items], [item.expected for item in items]
+            check_answers_fit(pretrained, prompts, expected,
+                              "--train-lengths or --test-bins, or --demonstrations or --demo-length")
+            positions = max(map(len, pretrained.tokenizer.encode_batch(prompts))) + answer_budget(pretrained.tokenizer,
+                                                                                                  expected)
+            check_batch_memory(estimate(pretrained.config, rows, positions),
+                               f"a batch of {rows} {code} prompts of up to {positions} tokens", flag)
 
 
-def finetune(args: argparse.Namespace) -> Path:
-    """Fine-tune and answer everything the run folder lacks; return the folder."""
-    try:  # everything that could fail is checked before the first file is written
-        settings = run_settings(args)
-        out = check_output_folder(args.out or Path("runs/finetune") / f"{Path(args.model).stem}-{settings['preset']}")
-        started = time.monotonic()
-        pretrained = load_with_tokenizer(args.model, dtype=settings["finetune"]["dtype"])
-        check_longest_prompts(pretrained, settings)
-    except ValueError as error:  # ConfigError, TaskError, RunFolderError, UnsupportedModelError: each says what to do
-        raise SystemExit(f"error: {error}")
+def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> None:
+    """Fine-tune and answer everything the run folder lacks."""
+    started = time.monotonic()
+    pretrained = load_with_tokenizer(settings.model, dtype=settings.finetune.dtype)
+    check_prompts(pretrained, settings)
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.monotonic() - started:.1f} s")
-    settings.update(model_path=str(pretrained.path), architecture=pretrained.architecture)
-    open_run_folder(out, settings, may_change=("threshold",))
-    run = FinetuneRun(out, pretrained, settings["tasks"], FinetuneConfig.from_dict(settings["finetune"]),
-                      settings["seed"], show_progress=not args.no_progress)
+    open_run_folder(out, dict(settings.to_config(), model_path=str(pretrained.path), architecture=pretrained.architecture,
+                              retrieval_alphabet=RETRIEVAL_ALPHABET, copying_alphabet=COPYING_ALPHABET),
+                    may_change=("threshold",))
+    finetune_run = FinetuneRun(out, pretrained, list(settings.tasks), settings.finetune, settings.seed,
+                               show_progress=show_progress)
     try:
-        run.run()
+        finetune_run.run()
     finally:
-        collect_metrics(out, [(code, settings["seed"]) for code in settings["tasks"]])
+        collect_metrics(out, [(code, settings.seed) for code in settings.tasks])
     print(f"\n{out}: wall time of this invocation {(time.monotonic() - started) / 60:.1f} min", file=sys.stderr)
-    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    evaluate_and_report(args, finetune, lambda out: write_report(out, args.threshold), report_markdown)
+    run_experiment(Experiment(settings=lambda: settings_from(args), default_out=default_out,
+                              run=lambda settings, out: run(settings, out, show_progress=not args.no_progress),
+                              report=Report(lambda out: write_report(out, args.threshold), report_markdown)),
+                   out=args.out, report_only=args.report_only)
 
 
 if __name__ == "__main__":

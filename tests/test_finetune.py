@@ -162,7 +162,7 @@ def test_bad_settings_are_refused_before_the_model_or_the_folder(tmp_path, flags
 def test_training_lengths_alone_move_the_presets_test_bins_with_them():
     args = experiment.build_parser().parse_args(["--preset", "quick", "--train-lengths", "1", "8"])
     # The quick preset's bins are 1-6 / 7-9 / 10-12.
-    assert experiment.run_settings(args)["finetune"]["test_bins"] == ((1, 8), (9, 12), (13, 16))
+    assert experiment.settings_from(args).finetune.test_bins == ((1, 8), (9, 12), (13, 16))
 
 
 def test_prompts_beyond_the_models_context_are_refused_before_the_folder(tiny, tmp_path):

@@ -28,10 +28,11 @@ from crasplab.models.loading import UnsupportedModelError
 from crasplab.results.files import ResultFileError
 from crasplab.results.run_folder import RunFolderError, check_output_folder, holding_run_folders
 from crasplab.results.settings import SettingsError
+from crasplab.train.config import ConfigError
 
 # The errors a user's flags, folders, files or machine can cause: each message says what was wrong and what to do.
 USER_ERRORS = (TaskError, RunFolderError, ResultFileError, ContextError, GenerationMemoryError, BatchMemoryError,
-               SettingsError, UnsupportedModelError)
+               SettingsError, ConfigError, UnsupportedModelError)
 
 S = TypeVar("S")
 

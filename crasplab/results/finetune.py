@@ -25,12 +25,12 @@ from crasplab.results.files import read_jsonl, rebuild_report
 from crasplab.results.in_context import GAPS
 from crasplab.results.intervals import difference_interval, wilson_interval
 from crasplab.results.length_gen import FIT_THRESHOLD, observe
-from crasplab.results.run_folder import read_run_config
+from crasplab.incontext.settings import FinetuneSettings
+from crasplab.results.run_folder import read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
 RESULTS_FILE = "results.jsonl"
 EXPERIMENT = "experiments/finetune.py"
-REPORTED_SETTINGS = ("model", "tasks", "seed", "threshold", "finetune")
 STAGES = ("before", "after")
 
 
@@ -77,7 +77,7 @@ def _training(records: list[dict], task: str) -> dict | None:
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     """The run's summary; `threshold` overrides the one in config.json (the run's own)."""
     run_dir = Path(run_dir)
-    config = read_run_config(run_dir, REPORTED_SETTINGS, EXPERIMENT)
+    config = read_run_settings(run_dir, FinetuneSettings, EXPERIMENT)
     threshold = config["threshold"] if threshold is None else threshold
     settings = config["finetune"]
     bins = [tuple(b) for b in settings["test_bins"]]
