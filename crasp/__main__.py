@@ -32,23 +32,30 @@ def _run(args) -> None:
 
 
 def _fragment(args) -> None:
-    from crasp.fragment import POSITION_ENCODINGS, fragment_of
+    from crasp.fragment import fragment_of
     from crasp.library import example_names, load_program
+    from crasp.position_encodings import ENCODINGS
 
     width = max(len(p) for p in args.programs or example_names())
-    print(f"{'program':<{width}} | fragment                | " + " | ".join(f"{pe.upper():<4}" for pe in POSITION_ENCODINGS))
+    columns = {code: max(4, len(e.name)) for code, e in ENCODINGS.items()}
+    print(f"{'program':<{width}} | fragment                | "
+          + " | ".join(f"{ENCODINGS[code].name.upper():<{w}}" for code, w in columns.items()))
     for name in args.programs or example_names():
         fragment = fragment_of(load_program(name))
-        verdicts = " | ".join(("yes " if fragment.predicts_generalization(pe) else "no  ") for pe in POSITION_ENCODINGS)
+        verdicts = " | ".join(f"{'yes' if fragment.predicts_generalization(code) else 'no':<{w}}"
+                              for code, w in columns.items())
         print(f"{name:<{width}} | {fragment.name:<23} | {verdicts}")
-    print("yes = a witness in this fragment predicts length generalization (Huang et al. 2025; "
-          "RoPE: APE prediction, no theorem)")
+    sources = sorted({e.theorem.source for e in ENCODINGS.values() if e.theorem})
+    lenders = dict.fromkeys(e.borrows for e in ENCODINGS.values() if e.borrows)
+    borrowed = "; ".join(f"{', '.join(e.name for e in ENCODINGS.values() if e.borrows == lender)}: "
+                         f"{ENCODINGS[lender].name} prediction, no theorem" for lender in lenders)
+    print(f"yes = a witness in this fragment predicts length generalization ({', '.join(sources)}; {borrowed})")
 
 
 def _check_program(args) -> int:
     from crasp.check import check_program, lookup, vocabulary_of
-    from crasp.fragment import PE_NAMES, POSITION_ENCODINGS
     from crasp.languages import Language
+    from crasp.position_encodings import PE_NAMES, POSITION_ENCODINGS
     from crasp.library import load_source
     from crasp.prediction import predict
     from crasp.trace import format_trace
@@ -84,6 +91,7 @@ def _check(args) -> int | None:
         return _check_program(args)
     from crasp.check import check_witness
     from crasp.languages import LANGUAGES
+    from crasp.position_encodings import PE_NAMES, WITH_THEOREM
     from crasp.prediction import predict
     from crasp.tasks import get_task
     from crasp.witnesses import WITNESSES
@@ -93,7 +101,8 @@ def _check(args) -> int | None:
         raise CraspError(f"{languages[0]} is a language: the lab has no witness for it; check your program "
                          f"against it with `python -m crasp check {languages[0]} --program FILE`")
     codes = [get_task(code).code for code in args.tasks] if args.tasks else list(WITNESSES)
-    header = f"{'task':<26} | {'witness':<32} | {'fragment':<16} | APE | NoPE | strings | agreement | seconds"
+    columns = " | ".join(PE_NAMES[pe] for pe in WITH_THEOREM)
+    header = f"{'task':<26} | {'witness':<32} | {'fragment':<16} | {columns} | strings | agreement | seconds"
     print(header)
     print("-" * len(header))
     failed = []
@@ -105,9 +114,9 @@ def _check(args) -> int | None:
             continue
         for make in makers:
             report = check_witness(task, make, samples_per_length=args.samples, seed=args.seed)
-            ape = "yes" if report.fragment.predicts_generalization("ape") else "no"
-            nope = "yes" if report.fragment.predicts_generalization("nope") else "no"
-            print(f"{code:<26} | {make.__name__:<32} | {report.fragment.name:<16} | {ape:<3} | {nope:<4} | "
+            verdicts = " | ".join(f"{'yes' if report.fragment.predicts_generalization(pe) else 'no':<{len(PE_NAMES[pe])}}"
+                                  for pe in WITH_THEOREM)
+            print(f"{code:<26} | {make.__name__:<32} | {report.fragment.name:<16} | {verdicts} | "
                   f"{report.strings:>7} | {report.agreement:>8.2%} | {report.seconds:>7.2f}", flush=True)
             if report.counterexample:
                 failed.append(f"{code} / {make.__name__}: smallest counterexample:\n  {report.counterexample}")
@@ -159,18 +168,22 @@ def _agreement(args) -> None:
 
 def _tasks(args) -> None:
     from crasp.languages import LANGUAGES
+    from crasp.position_encodings import WITH_THEOREM, encoding
     from crasp.prediction import predict
     from crasp.tasks import TASK_CODES, get_task
 
-    rows = [(code, predict(code, "ape").label, predict(code, "nope").label, get_task(code).description)
+    # One column per encoding that a theorem covers; the others borrow one of these predictions.
+    rows = [(code, *(predict(code, pe).label for pe in WITH_THEOREM), get_task(code).description)
             for code in TASK_CODES]
-    header = ("task", "APE (C-RASP[pos])", "NoPE (C-RASP[])", "definition")
-    widths = [max(len(row[k]) for row in rows + [header]) for k in range(3)]
+    fragment_names = {"C-RASP[periodic, local]": "C-RASP[pos]"}  # the short name the tables use
+    header = ("task", *(f"{encoding(pe).name} ({fragment_names.get(f, f)})"
+                        for pe in WITH_THEOREM for f in [encoding(pe).theorem.fragment]), "definition")
+    widths = [max(len(row[k]) for row in rows + [header]) for k in range(len(header) - 1)]
     for row in [header] + rows:
-        print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)) + f" | {row[3]}")
+        print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)) + f" | {row[-1]}")
     if args.verbose:
         for code in TASK_CODES:
-            for pe in ("ape", "nope"):
+            for pe in WITH_THEOREM:
                 print(f"{code} {pe}: {predict(code, pe).reason}")
     print("\nLanguages, for acceptance programs (python -m crasp check NAME --program FILE):")
     width = max(len(name) for name in LANGUAGES)

@@ -1,10 +1,9 @@
 """Which fragment of C-RASP a program lies in, and what that predicts for each position encoding.
 
 The fragment is syntactic: a count with a local relation `j = i - c` needs [local], a MOD(m, r)
-needs [periodic]. Huang et al. 2025: a task expressible in C-RASP[periodic, local] is guaranteed
-to length-generalize for transformers with learned absolute positions (APE); C-RASP[] plays that
-role for transformers without positional encodings (NoPE). For RoPE there is no theorem; the
-lab uses the APE prediction and marks it.
+needs [periodic]. What a fragment predicts for an encoding is read from the table of encodings
+(crasp.position_encodings): the theorem that covers the encoding, or the one it borrows when none
+does (RoPE, ALiBi), marked as such.
 """
 
 from __future__ import annotations
@@ -12,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crasp import expr as E
+from crasp.position_encodings import PE_NAMES, POSITION_ENCODINGS, encoding
 from crasp.program import Program
 
-POSITION_ENCODINGS = ("ape", "rope", "nope")
-PE_NAMES = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}  # as the papers write them
+__all__ = ["Fragment", "fragment_of", "POSITION_ENCODINGS", "PE_NAMES"]
 
 
 @dataclass(frozen=True)
@@ -34,29 +33,30 @@ class Fragment:
 
     def predicts_generalization(self, pe: str) -> bool:
         """Whether a witness in this fragment predicts length generalization for `pe`."""
-        if pe not in POSITION_ENCODINGS:
-            raise ValueError(f"unknown position encoding {pe!r}; accepted: {', '.join(POSITION_ENCODINGS)}")
-        return pe != "nope" or not self.positional_operations
+        return encoding(pe).prediction_theorem.allows_positional_operations or not self.positional_operations
 
     def program_prediction(self, pe: str) -> str:
         """What one verified program in this fragment predicts for `pe`, in words. A program
         outside C-RASP[] predicts nothing for NoPE: another program for the same task may be in
         C-RASP[], and none being known does not make the task inexpressible there."""
+        pe_encoding = encoding(pe)
+        theorem = pe_encoding.prediction_theorem
         if not self.predicts_generalization(pe):
-            return f"no prediction: only C-RASP[] programs predict for NoPE (this one is in {self.name})"
-        if pe == "rope":
-            return "generalizes: the APE prediction (RoPE has no theorem)"
-        covered_by = "C-RASP[]" if pe == "nope" else "C-RASP[periodic, local]"
-        inside = "" if self.name == covered_by else f", inside {covered_by}"
-        return f"generalizes: the program is in {self.name}{inside} (Huang et al. 2025)"
+            return (f"no prediction: only {theorem.fragment} programs predict for {pe_encoding.name} "
+                    f"(this one is in {self.name})")
+        if pe_encoding.theorem is None:
+            return f"generalizes: the {encoding(pe_encoding.borrows).name} prediction ({pe_encoding.name} has no theorem)"
+        inside = "" if self.name == theorem.fragment else f", inside {theorem.fragment}"
+        return f"generalizes: the program is in {self.name}{inside} ({theorem.source})"
 
     def why(self, pe: str) -> str:
-        if pe == "nope":
-            if self.positional_operations:
-                return f"the witness needs {self.name}; NoPE is covered only by C-RASP[]"
-            return "witness in C-RASP[] (Huang et al. 2025, NoPE)"
-        theorem = "" if pe == "ape" else "; no theorem for RoPE (APE prediction)"
-        return f"witness in {self.name} (Huang et al. 2025, APE){theorem}"
+        pe_encoding = encoding(pe)
+        theorem = pe_encoding.prediction_theorem
+        if not self.predicts_generalization(pe):
+            return f"the witness needs {self.name}; {pe_encoding.name} is covered only by {theorem.fragment}"
+        caveat = f"; {pe_encoding.caveat()}" if pe_encoding.caveat() else ""
+        covered = pe_encoding.name if pe_encoding.theorem is not None else encoding(pe_encoding.borrows).name
+        return f"witness in {self.name} ({theorem.source}, {covered}){caveat}"
 
 
 def fragment_of(program: Program) -> Fragment:

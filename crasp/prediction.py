@@ -2,7 +2,8 @@
 
 A task whose witness program agrees with the task on every string checked is predicted to
 length-generalize: for APE when the witness lies in C-RASP[periodic, local], for NoPE when it
-lies in C-RASP[]; RoPE takes the APE prediction, marked "no theorem". Witnesses are the
+lies in C-RASP[]; an encoding without a theorem (RoPE, ALiBi) takes the prediction of the one it
+borrows, marked "no theorem" (the table is crasp.position_encodings). Witnesses are the
 hand-written ones (crasp.witnesses) and the programs found by `python -m crasp search --record`
 (crasp/search_results.json), each verified here again. A task without a verified witness is
 predicted not to generalize only where the literature has an impossibility argument; otherwise
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from crasp.check import CheckReport, check_witness
-from crasp.fragment import POSITION_ENCODINGS
+from crasp.position_encodings import NOPE_THEOREM, encoding
 from crasp.search.results import load as load_search_results
 from crasp.tasks import get_task
 from crasp.witnesses import WITNESSES
@@ -25,9 +26,10 @@ from crasp.witnesses import WITNESSES
 # A quick verification for predictions (the `check` command runs the full one).
 QUICK_LENGTHS = (1, 2, 3, 5, 8, 13, 30, 60, 150)
 QUICK_SAMPLES = 50
-# The search fragment whose exhausted search speaks for each prediction: C-RASP[] for NoPE,
-# C-RASP[periodic, local] for APE (a search in a smaller fragment says nothing about it).
-SEARCH_FRAGMENT = {"nope": "none", "ape": "all", "rope": "all"}
+# The search fragment whose exhausted search speaks for a prediction: C-RASP[] for a theorem
+# without positional operations, else C-RASP[periodic, local] (a smaller fragment says nothing).
+def _search_fragment(pe: str) -> str:
+    return "all" if encoding(pe).prediction_theorem.allows_positional_operations else "none"
 
 
 @dataclass(frozen=True)
@@ -59,28 +61,30 @@ def verified_witnesses(code: str) -> tuple[Witness, ...]:
 
 
 def _exhausted_search(code: str, pe: str):
-    record = load_search_results().get(f"{code} {SEARCH_FRAGMENT[pe]}")
+    record = load_search_results().get(f"{code} {_search_fragment(pe)}")
     return record if record is not None and record.claim else None
 
 
 def predict(code: str, pe: str) -> Prediction:
-    if pe not in POSITION_ENCODINGS:
-        raise ValueError(f"unknown position encoding {pe!r}; accepted: {', '.join(POSITION_ENCODINGS)}")
+    pe_encoding = encoding(pe)
     task = get_task(code)
     witnesses = verified_witnesses(task.code)
-    fragment_key = "none" if pe == "nope" else "pos"
-    fragment_name = "C-RASP[]" if pe == "nope" else "C-RASP[pos]"
+    # The literature's claims are about C-RASP[] ("none") and C-RASP[pos] ("pos").
+    without_positions = pe_encoding.prediction_theorem == NOPE_THEOREM
+    fragment_key = "none" if without_positions else "pos"
+    fragment_name = "C-RASP[]" if without_positions else "C-RASP[pos]"
+    caveat = "" if pe_encoding.theorem is not None else " (no theorem)"
     covering = [w for w in witnesses if w.report.fragment.predicts_generalization(pe)]
     if covering:
         # The smallest fragment decides; among equals a hand-written witness is named first.
         best = min(covering, key=lambda w: (w.report.fragment.local + w.report.fragment.periodic,
                                             w.found_by_search is not None))
-        label = "yes" if pe != "rope" else "yes (no theorem)"
+        label = "yes" + caveat
         found = f"; {best.found_by_search}" if best.found_by_search else ""
         return Prediction(True, label, best.report.fragment.why(pe) + found)
     claim = task.literature[fragment_key]
     if claim.expressible is False:
-        label = "no" if pe != "rope" else "no (no theorem)"
+        label = "no" + caveat
         return Prediction(False, label, f"not in {fragment_name}: {claim.argument} ({claim.source})")
     known = ", ".join(w.report.fragment.name for w in witnesses) or "none"
     reason = f"no program known in {fragment_name} (verified witnesses: {known})"

@@ -186,9 +186,9 @@ def check_against_model(args: argparse.Namespace, subject: Subject) -> None:
     if max(args.periods) > len(subject.candidates_C):
         raise SystemExit(f"error: --periods {max(args.periods)} needs that many distinct tokens; the model's vocabulary "
                          f"offers {len(subject.candidates_C)}; give periods up to {len(subject.candidates_C)}")
-    # An APE model has no position past its table; a RoPE or NoPE model's context is where its
-    # training (and, on this machine, its memory) ends.
-    limit = (f"position table has {config.max_positions} rows" if config.position == "ape"
+    # A model with a learned table (APE) has no position past it; another model's context is where
+    # its training (and, on this machine, its memory) ends.
+    limit = (f"position table has {config.max_positions} rows" if config.position_scheme.learned_table
              else f"context is {config.max_positions} positions")
     fixed = len(subject.prefix) + len(subject.separator)
     if fixed + 2 * max(args.periods) > config.max_positions:

@@ -85,7 +85,8 @@ from crasplab.models.config import PRESETS, ModelConfig, forward_flops_per_token
 from crasplab.models.generate import Generation, generate
 from crasplab.models.interventions import Interventions, knockout_bias, mean_head_outputs
 from crasplab.models.params import count_params, param_shapes, set_params
-from crasplab.models.transformer import KVCache, ModelOutput, Transformer, apply_rope
+from crasplab.models.positions import apply_rope
+from crasplab.models.transformer import KVCache, ModelOutput, Transformer
 
 __all__ = [
     "PRESETS", "ModelConfig", "forward_flops_per_token", "parameter_count", "preset",

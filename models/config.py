@@ -7,13 +7,13 @@ from typing import Literal, get_args
 
 import jax.numpy as jnp
 
+from crasplab.models.positions import POSITIONS, SCHEMES, PositionScheme
+
 Block = Literal["gpt2", "llama"]
-Position = Literal["ape", "rope", "nope"]
 BLOCKS: tuple[str, ...] = get_args(Block)
-# The position encodings the lab knows; crasp.fragment.POSITION_ENCODINGS names the same three for
-# the predictions (crasp imports nothing from models), and a test keeps the two equal.
-POSITIONS: tuple[str, ...] = get_args(Position)
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# float64 computes in double precision only with jax_enable_x64 set (compiled C-RASP programs use it for
+# their rounding study); without it jax computes in float32.
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,10 +23,11 @@ class ModelConfig:
     block "gpt2": LayerNorm, GELU (tanh) MLP `mlp.{fc,proj}`, biases on every dense layer and norm.
     block "llama": RMSNorm, SwiGLU MLP `mlp.{gate,up,down}`, no biases except q/k/v when
     `qkv_bias` (Qwen2). Both are pre-norm. Grouped-query attention when n_kv_heads < n_heads.
-    position "ape": learned table of `max_positions` rows; "rope": rotary on the first
-    `rope_dim` dims of each head (Hugging Face rotate_half layout); "nope": none.
-    `max_positions` is the APE table size; for RoPE/NoPE it is only the context the model was
-    made for (recorded, not enforced). `dtype` is the compute dtype; parameters stay float32.
+    `position` is a code of models.positions.SCHEMES: "ape" (learned table of `max_positions`
+    rows), "rope" (rotary on the first `rope_dim` dims of each head, Hugging Face rotate_half
+    layout), "nope" (none), and any other encoding listed there. `max_positions` is the table size
+    of an encoding with a learned table; for the others it is only the context the model was made
+    for (recorded, not enforced). `dtype` is the compute dtype; parameters stay float32.
     """
 
     vocab_size: int
@@ -37,7 +38,7 @@ class ModelConfig:
     n_kv_heads: int | None = None  # None: same as n_heads
     d_head: int | None = None  # None: d_model // n_heads
     block: Block = "gpt2"
-    position: Position = "ape"
+    position: str = "ape"
     max_positions: int = 512
     rope_base: float = 10000.0
     rope_dim: int | None = None  # None: the whole head (full rotary)
@@ -79,6 +80,10 @@ class ModelConfig:
     @property
     def rotary_dim(self) -> int:
         return self.head_dim if self.rope_dim is None else self.rope_dim
+
+    @property
+    def position_scheme(self) -> PositionScheme:
+        return SCHEMES[self.position]
 
     @property
     def compute_dtype(self):
@@ -123,7 +128,7 @@ def parameter_count(config: ModelConfig) -> int:
         attention += (q_width + 2 * kv_width) * config.qkv_bias
         mlp = 3 * d * f
         norm = d
-    embeddings = v * d + (config.max_positions * d if config.position == "ape" else 0)
+    embeddings = v * d + (config.max_positions * d if config.position_scheme.learned_table else 0)
     lm_head = 0 if config.tie_embeddings else d * v
     return embeddings + config.n_layers * (attention + mlp + 2 * norm) + norm + lm_head
 

@@ -60,7 +60,7 @@ def generate(
     config = model.config
     # The last generated token is never fed back, so the largest position fed is length + new - 2.
     last_position = int(prompt_lengths_B.max()) + max_new_tokens - 2
-    if config.position == "ape" and last_position >= config.max_positions:
+    if config.position_scheme.learned_table and last_position >= config.max_positions:
         raise ValueError(
             f"decoding would feed position {last_position} (longest prompt {int(prompt_lengths_B.max())} + "
             f"{max_new_tokens} new tokens), beyond the learned position table of {config.max_positions} rows; "

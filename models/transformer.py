@@ -1,4 +1,5 @@
-"""A decoder-only transformer in Flax NNX: GPT-2 or Llama blocks; APE, RoPE or NoPE positions.
+"""A decoder-only transformer in Flax NNX: GPT-2 or Llama blocks; the position encodings of
+models.positions (APE, RoPE, NoPE, ALiBi), applied as their table entry says.
 
 One code path serves training, evaluation and KV-cache decoding: positions and the padding mask
 are explicit inputs, and causality is decided by cache slot (the order tokens were fed in), so
@@ -32,6 +33,7 @@ class KVCache:
     keys_BxSxNxK: tuple[jax.Array, ...]  # one per layer; N = n_kv_heads
     values_BxSxNxK: tuple[jax.Array, ...]
     valid_BxS: jax.Array
+    positions_BxS: jax.Array  # the position of each key (read by encodings that bias scores)
     index: jax.Array  # int32 scalar
 
     @property
@@ -45,22 +47,6 @@ class ModelOutput:
     attention_LxBxHxTxS: jax.Array | None = None  # softmax weights, when return_attention
     head_outputs_LxBxTxHxK: jax.Array | None = None  # per-head outputs, when return_head_outputs
     cache: KVCache | None = None  # the updated cache, when one was passed in
-
-
-def apply_rope(x_BxTxHxK: jax.Array, positions_BxT: jax.Array, base: float, rotary_dim: int) -> jax.Array:
-    """Rotary embedding in the Hugging Face "rotate_half" layout on the first `rotary_dim` dims.
-
-    Dimension i of the rotated part pairs with i + rotary_dim/2 (not with its neighbour, as in
-    the interleaved GPT-J/llama.cpp layout); dims past rotary_dim pass through (partial rotary).
-    """
-    half = rotary_dim // 2
-    inv_freq_R = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
-    angles_BxTx1xR = (positions_BxT.astype(jnp.float32)[..., None] * inv_freq_R)[:, :, None, :]
-    cos, sin = jnp.cos(angles_BxTx1xR), jnp.sin(angles_BxTx1xR)
-    x1 = x_BxTxHxK[..., :half].astype(jnp.float32)
-    x2 = x_BxTxHxK[..., half:rotary_dim].astype(jnp.float32)
-    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-    return jnp.concatenate([rotated.astype(x_BxTxHxK.dtype), x_BxTxHxK[..., rotary_dim:]], axis=-1)
 
 
 def _dense(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, use_bias: bool, std: float) -> nnx.Linear:
@@ -124,15 +110,14 @@ class Attention(nnx.Module):
         return (q.reshape(B, T, c.n_heads, c.head_dim), k.reshape(B, T, c.kv_heads, c.head_dim),
                 v.reshape(B, T, c.kv_heads, c.head_dim))
 
-    def __call__(self, x_BxTxD, positions_BxT, mask_bias_Bx1xTxS, interventions: LayerInterventions, cache_kv, cache_index):
+    def __call__(self, x_BxTxD, positions_BxT, score_bias_BxHxTxS, interventions: LayerInterventions, cache_kv, cache_index):
         """Returns (output_BxTxD, weights_BxHxTxS, heads_BxTxHxK, (keys_BxSxNxK, values_BxSxNxK))."""
         c = self.config
         B, T, _ = x_BxTxD.shape
         H, N, K = c.n_heads, c.kv_heads, c.head_dim
         q_BxTxHxK, k_BxTxNxK, v_BxTxNxK = self._project_qkv(x_BxTxD)
-        if c.position == "rope":
-            q_BxTxHxK = apply_rope(q_BxTxHxK, positions_BxT, c.rope_base, c.rotary_dim)
-            k_BxTxNxK = apply_rope(k_BxTxNxK, positions_BxT, c.rope_base, c.rotary_dim)
+        if c.position_scheme.rotate is not None:
+            q_BxTxHxK, k_BxTxNxK = c.position_scheme.rotate(q_BxTxHxK, k_BxTxNxK, positions_BxT, c)
         if cache_kv is None:
             keys_BxSxNxK, values_BxSxNxK = k_BxTxNxK, v_BxTxNxK
         else:
@@ -148,7 +133,7 @@ class Attention(nnx.Module):
             # Query head h reads kv head h // G (grouped-query attention, as Hugging Face's repeat_kv).
             logits_BxHxTxS = jnp.einsum("btngk,bsnk->bngts", q_BxTxHxK.reshape(B, T, N, G, K), keys_BxSxNxK,
                                         preferred_element_type=jnp.float32).reshape(B, H, T, S)
-        logits_BxHxTxS = logits_BxHxTxS + mask_bias_Bx1xTxS
+        logits_BxHxTxS = logits_BxHxTxS + score_bias_BxHxTxS
         if interventions.attn_bias_BxHxTxS is not None:
             # A finite floor: a row whose every key is knocked out (-inf) gets uniform weights, not NaN.
             logits_BxHxTxS = jnp.maximum(logits_BxHxTxS + interventions.attn_bias_BxHxTxS, MASKED_LOGIT)
@@ -194,9 +179,9 @@ class Block(nnx.Module):
         self.mlp_norm = _norm(config, rngs)
         self.mlp = GeluMLP(config, rngs) if config.block == "gpt2" else SwiGLU(config, rngs)
 
-    def __call__(self, x_BxTxD, positions_BxT, mask_bias_Bx1xTxS, interventions, cache_kv, cache_index):
+    def __call__(self, x_BxTxD, positions_BxT, score_bias_BxHxTxS, interventions, cache_kv, cache_index):
         attended, weights, heads, kv = self.attn(
-            self.attn_norm(x_BxTxD), positions_BxT, mask_bias_Bx1xTxS, interventions, cache_kv, cache_index
+            self.attn_norm(x_BxTxD), positions_BxT, score_bias_BxHxTxS, interventions, cache_kv, cache_index
         )
         x_BxTxD = x_BxTxD + attended
         return x_BxTxD + self.mlp(self.mlp_norm(x_BxTxD)), weights, heads, kv
@@ -227,7 +212,7 @@ class Transformer(nnx.Module):
             config.vocab_size, config.d_model, dtype=config.compute_dtype, param_dtype=jnp.float32,
             embedding_init=embed_init, rngs=rngs,
         )
-        if config.position == "ape":
+        if config.position_scheme.learned_table:
             self.pos_embed = nnx.Embed(config.max_positions, config.d_model, param_dtype=jnp.float32, embedding_init=embed_init, rngs=rngs)
         self.layers = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
         self.final_norm = _norm(config, rngs)
@@ -241,15 +226,16 @@ class Transformer(nnx.Module):
             keys_BxSxNxK=(empty,) * c.n_layers,
             values_BxSxNxK=(empty,) * c.n_layers,
             valid_BxS=jnp.zeros((batch_size, length), bool),
+            positions_BxS=jnp.zeros((batch_size, length), jnp.int32),
             index=jnp.zeros((), jnp.int32),
         )
 
     def embed_inputs(self, tokens_BxT, positions_BxT) -> jax.Array:
-        """Token embeddings (+ the APE row of each position): the input of `forward_embeddings`."""
+        """Token embeddings (+ the learned row of each position): the input of `forward_embeddings`."""
         c = self.config
         _check_indices(tokens_BxT, c.vocab_size, "token id", "it must be a valid id of the vocabulary")
         x_BxTxD = _lookup(self.embed.embedding[...], tokens_BxT)
-        if c.position == "ape":
+        if c.position_scheme.learned_table:
             _check_indices(
                 positions_BxT, c.max_positions, "position",
                 "the learned position table (ModelConfig.max_positions) has no row for it; "
@@ -280,24 +266,29 @@ class Transformer(nnx.Module):
         B, T, _ = x_BxTxD.shape
         mask_BxT = jnp.ones((B, T), bool) if mask_BxT is None else jnp.asarray(mask_BxT, bool)
         interventions = Interventions() if interventions is None else interventions
+        positions_BxT = jnp.asarray(positions_BxT, jnp.int32)
         if cache is None:
-            first_slot, key_valid_BxS = 0, mask_BxT
+            first_slot, key_valid_BxS, key_positions_BxS = 0, mask_BxT, positions_BxT
         else:
             if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + T > cache.length:
                 raise ValueError(f"KV cache overflow: {int(cache.index)} slots used + {T} new tokens > cache length {cache.length}")
             first_slot = cache.index
             key_valid_BxS = jax.lax.dynamic_update_slice(cache.valid_BxS, mask_BxT, (0, cache.index))
+            key_positions_BxS = jax.lax.dynamic_update_slice(cache.positions_BxS, positions_BxT, (0, cache.index))
         query_slots_T = first_slot + jnp.arange(T)
         key_slots_S = jnp.arange(key_valid_BxS.shape[1])
         allowed_BxTxS = key_valid_BxS[:, None, :] & (key_slots_S[None, None, :] <= query_slots_T[None, :, None])
         # Added to every layer's logits: computed once here, not as a select in each layer.
-        mask_bias_Bx1xTxS = jnp.where(allowed_BxTxS, 0.0, MASKED_LOGIT)[:, None]
+        score_bias_BxHxTxS = jnp.where(allowed_BxTxS, 0.0, MASKED_LOGIT)[:, None]
+        if self.config.position_scheme.score_bias is not None:
+            score_bias_BxHxTxS = score_bias_BxHxTxS + self.config.position_scheme.score_bias(
+                positions_BxT, key_positions_BxS, self.config)
 
         all_weights, all_heads, all_keys, all_values = [], [], [], []
         for layer_index, layer in enumerate(self.layers):
             cache_kv = None if cache is None else (cache.keys_BxSxNxK[layer_index], cache.values_BxSxNxK[layer_index])
             x_BxTxD, weights, heads, (keys, values) = layer(
-                x_BxTxD, positions_BxT, mask_bias_Bx1xTxS, interventions.for_layer(layer_index), cache_kv, first_slot
+                x_BxTxD, positions_BxT, score_bias_BxHxTxS, interventions.for_layer(layer_index), cache_kv, first_slot
             )
             all_weights.append(weights)
             all_heads.append(heads)
@@ -306,7 +297,8 @@ class Transformer(nnx.Module):
 
         x_BxTxD = self.final_norm(x_BxTxD)
         logits_BxTxV = self.embed.attend(x_BxTxD) if self.config.tie_embeddings else self.lm_head(x_BxTxD)
-        new_cache = None if cache is None else KVCache(tuple(all_keys), tuple(all_values), key_valid_BxS, cache.index + T)
+        new_cache = None if cache is None else KVCache(tuple(all_keys), tuple(all_values), key_valid_BxS, key_positions_BxS,
+                                                      cache.index + T)
         return ModelOutput(
             logits_BxTxV=logits_BxTxV.astype(jnp.float32),
             attention_LxBxHxTxS=jnp.stack(all_weights) if return_attention else None,

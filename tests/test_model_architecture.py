@@ -12,7 +12,7 @@ from crasplab.models import (
     PRESETS, ModelConfig, Transformer, count_params, forward_flops_per_token, param_shapes,
     parameter_count, preset, set_params,
 )
-from crasplab.models.config import POSITIONS
+from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import LayerNorm
 from crasplab.train.config import ARCHITECTURE_OF_POSITION
 from crasplab.train.config import PRESETS as TRAIN_PRESETS
@@ -180,12 +180,12 @@ def test_published_parameter_counts_of_pretrained_shapes():
 
 def test_the_models_and_the_predictions_know_the_same_position_encodings():
     assert POSITIONS == POSITION_ENCODINGS
-    assert set(ARCHITECTURE_OF_POSITION) == set(POSITIONS)
+    assert set(ARCHITECTURE_OF_POSITION) <= set(POSITIONS)
 
 
 def test_bad_config_and_preset_names_are_clear_errors():
-    with pytest.raises(ValueError, match="position='alibi'; accepted"):
-        preset("gpt2_124m", position="alibi")
+    with pytest.raises(ValueError, match="position='xpos'; accepted"):
+        preset("gpt2_124m", position="xpos")
     with pytest.raises(ValueError, match="multiple of n_kv_heads"):
         preset("gpt2_124m", n_kv_heads=5)
     with pytest.raises(KeyError, match="unknown model preset 'big'"):

@@ -12,18 +12,16 @@ from dataclasses import dataclass, field
 from flax import nnx
 
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
-from crasplab.models.config import DTYPES, POSITIONS, ModelConfig
+from crasplab.models.config import DTYPES, ModelConfig
+from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import Transformer
 
 SCHEDULES = ("linear", "constant")
 # The block each position encoding gets, as in the official from-scratch setups of the
-# retrieval/copying paper: GPT-2 blocks (LayerNorm, GELU) for APE and NoPE, Llama blocks (RMSNorm,
-# SwiGLU, untied output) with RoPE base 500.
-ARCHITECTURE_OF_POSITION = {
-    "ape": dict(block="gpt2"),
-    "nope": dict(block="gpt2"),
-    "rope": dict(block="llama", rope_base=500.0, tie_embeddings=False),
-}
+# retrieval/copying paper: Llama blocks (RMSNorm, SwiGLU, untied output) with base 500 for RoPE,
+# GPT-2 blocks (LayerNorm, GELU) for APE, NoPE and every other encoding.
+ARCHITECTURE_OF_POSITION = {"rope": dict(block="llama", rope_base=500.0, tie_embeddings=False)}
+GPT2_BLOCKS = dict(block="gpt2")
 
 
 class ConfigError(ValueError):
@@ -71,8 +69,8 @@ class ModelSettings(Settings):
     encoding, the vocabulary and position table from the task)."""
 
     pe: str = field(default="ape", metadata=setting_help(
-        "position encoding: ape (GPT-2 blocks, learned table, random training offsets), rope (Llama blocks, "
-        "base 500) or nope (GPT-2 blocks, no positions)"))
+        f"position encoding, one of {', '.join(POSITIONS)}: ape has a learned table and random training offsets; "
+        "rope gets Llama blocks (base 500), every other encoding GPT-2 blocks"))
     n_layers: int = field(default=4, metadata=setting_help("transformer blocks"))
     n_heads: int = field(default=4, metadata=setting_help("attention heads per block"))
     d_model: int = field(default=256, metadata=setting_help("width of the residual stream"))
@@ -93,7 +91,7 @@ class ModelSettings(Settings):
     def model_config(self, vocab_size: int, max_positions: int) -> ModelConfig:
         return ModelConfig(vocab_size=vocab_size, max_positions=max_positions, n_layers=self.n_layers,
                            n_heads=self.n_heads, d_model=self.d_model, d_ff=self.d_ff or 4 * self.d_model,
-                           dtype=self.dtype, position=self.pe, **ARCHITECTURE_OF_POSITION[self.pe])
+                           dtype=self.dtype, position=self.pe, **ARCHITECTURE_OF_POSITION.get(self.pe, GPT2_BLOCKS))
 
     def build(self, vocab_size: int, max_positions: int, seed: int) -> Transformer:
         """A freshly initialised model (the seed fixes the initial weights)."""

@@ -22,6 +22,7 @@ import numpy as np
 from flax import nnx
 
 from crasp.tasks import get_task
+from crasplab.models.positions import SCHEMES
 from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_jsonl
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
@@ -190,7 +191,7 @@ class _StackRun:
     # -- training ------------------------------------------------------------------------------
     def run(self) -> None:
         config, setup = self.config, self.setup
-        random_offset = config.random_position_offset and self.jobs[0].model.pe == "ape"
+        random_offset = config.random_position_offset and SCHEMES[self.jobs[0].model.pe].learned_table
         window_losses, window_accuracies = [], []
         clock = time.monotonic()
         while self.step < config.max_steps and not all(self.finished):

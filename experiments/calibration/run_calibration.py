@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from crasplab.results.files import read_jsonl, write_json
-from crasplab.models.config import POSITIONS
+from crasplab.models.positions import POSITIONS
 from crasplab.train.config import ModelSettings, TrainConfig
 from crasplab.train.loop import Job, run_job
 

@@ -1,0 +1,64 @@
+"""Position encodings on the model side: one entry per encoding, and the function that applies it.
+
+An encoding acts in at most three places, and its entry says which:
+- `learned_table`: a learned row per absolute position added to the token embedding (APE); the
+  table bounds the positions a model can read (ModelConfig.max_positions).
+- `rotate`: queries and keys rotated by their positions before the scores (RoPE).
+- `score_bias`: a bias on the attention scores computed from query and key positions (ALiBi),
+  shared by every layer and read from the positions the KV cache keeps.
+The transformer asks the entry, never the name, so an encoding is added here and in the theory's
+table (crasp.position_encodings, same codes; a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+
+if TYPE_CHECKING:
+    from crasplab.models.config import ModelConfig
+
+
+def apply_rope(x_BxTxHxK: jax.Array, positions_BxT: jax.Array, base: float, rotary_dim: int) -> jax.Array:
+    """Rotary embedding in the Hugging Face "rotate_half" layout on the first `rotary_dim` dims.
+
+    Dimension i of the rotated part pairs with i + rotary_dim/2 (not with its neighbour, as in
+    the interleaved GPT-J/llama.cpp layout); dims past rotary_dim pass through (partial rotary).
+    """
+    half = rotary_dim // 2
+    inv_freq_R = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles_BxTx1xR = (positions_BxT.astype(jnp.float32)[..., None] * inv_freq_R)[:, :, None, :]
+    cos, sin = jnp.cos(angles_BxTx1xR), jnp.sin(angles_BxTx1xR)
+    x1 = x_BxTxHxK[..., :half].astype(jnp.float32)
+    x2 = x_BxTxHxK[..., half:rotary_dim].astype(jnp.float32)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return jnp.concatenate([rotated.astype(x_BxTxHxK.dtype), x_BxTxHxK[..., rotary_dim:]], axis=-1)
+
+
+def _rotate_queries_and_keys(q_BxTxHxK, k_BxTxNxK, positions_BxT, config: ModelConfig):
+    return (apply_rope(q_BxTxHxK, positions_BxT, config.rope_base, config.rotary_dim),
+            apply_rope(k_BxTxNxK, positions_BxT, config.rope_base, config.rotary_dim))
+
+
+@dataclass(frozen=True)
+class PositionScheme:
+    code: str  # ModelConfig.position; the same codes as crasp.position_encodings
+    learned_table: bool = False
+    # (q_BxTxHxK, k_BxTxNxK, positions_BxT, config) -> (q, k), applied in every layer
+    rotate: Callable | None = None
+    # (query_positions_BxT, key_positions_BxS, config) -> float32 bias_BxHxTxS, computed once per call
+    score_bias: Callable | None = None
+
+
+SCHEMES: dict[str, PositionScheme] = {
+    s.code: s for s in (
+        PositionScheme("ape", learned_table=True),
+        PositionScheme("rope", rotate=_rotate_queries_and_keys),
+        PositionScheme("nope"),
+    )
+}
+POSITIONS: tuple[str, ...] = tuple(SCHEMES)
