@@ -10,6 +10,7 @@ import re
 import pytest
 
 from experiments import realistic
+from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
 from crasplab.results.realistic import summarize_git, summarize_lorem
 from tests.test_pretrained_experiment import _records as records_of, write_tiny_llama
 
@@ -97,9 +98,11 @@ def test_bad_flags_are_refused_while_parsing_before_anything_is_written(tmp_path
     assert message in capsys.readouterr().err and not out.exists()
 
 
-def test_a_value_given_twice_is_refused(tmp_path):
-    with pytest.raises(SystemExit, match="--commits lists 4 more than once"):
-        realistic.main(["git", "--commits", "4", "8", "4", "--out", str(tmp_path / "run")])
+def test_a_value_given_twice_is_refused(tmp_path, capsys):
+    for flags in (["git", "--commits", "4", "8", "4"], ["lorem", "--directions", "forward", "forward"]):
+        with pytest.raises(SystemExit):
+            realistic.main([*flags, "--out", str(tmp_path / "run")])
+        assert f"argument {flags[1]}: {flags[2 if flags[0] == 'git' else 3]} given more than once" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 
@@ -145,8 +148,8 @@ def test_report_only_on_a_folder_without_a_run_is_a_clear_error(tmp_path, experi
             realistic.main([experiment, "--report-only", str(tmp_path)])
 
 
-def _write(folder, config: dict, records: list[dict]):
-    (folder / "config.json").write_text(json.dumps(dict(model="m", architecture="gguf/llama", n=2, **config)))
+def _write(folder, settings, records: list[dict]):
+    (folder / "config.json").write_text(json.dumps(dict(settings.to_config(), architecture="gguf/llama")))
     (folder / "results.jsonl").write_text("".join(json.dumps(dict(r, seconds=1.0)) + "\n" for r in records))
 
 
@@ -156,7 +159,7 @@ def test_the_lorem_summary_counts_transitions_from_the_records(tmp_path):
     records = [dict(direction="forward", length=4, index=0, output_ids=[1, 2, 1, 3], **reference),
                dict(direction="forward", length=4, index=1, output_ids=[1, 2, 1, 2], **reference),  # slot 3 after "a"
                dict(direction="backward", length=4, index=0, output_ids=[1, 9, 1, 3], **reference)]  # slot 1 after "a"
-    _write(tmp_path, dict(directions=["forward", "backward"], lengths=[4]), records)
+    _write(tmp_path, LoremRunSettings(model="m", n=2, directions=("forward", "backward"), lengths=(4,)), records)
     summary = summarize_lorem(tmp_path)
     forward = summary["pooled"]["forward"]
     assert forward["exact"]["correct"] == 1 and forward["exact"]["total"] == 2
@@ -176,7 +179,7 @@ def test_the_git_summary_and_gap_follow_the_records(tmp_path):
                     correct=output.split() == expected.split())
     records = [record("revert", 0, "aaaaaaa bbbbbbb", "aaaaaaa bbbbbbb"), record("revert", 1, "ccccccc ddddddd", "ccccccc ddddddd"),
                record("cherry-pick", 0, "bbbbbbb aaaaaaa", "bbbbbbb"), record("cherry-pick", 1, "ddddddd ccccccc", "ddddddd ccccccc")]
-    _write(tmp_path, dict(commands=["revert", "cherry-pick"], commits=[2]), records)
+    _write(tmp_path, GitRunSettings(model="m", n=2, commands=("revert", "cherry-pick"), commits=(2,)), records)
     summary = summarize_git(tmp_path)
     assert summary["pooled"]["revert"]["exact"]["value"] == 1.0 and summary["pooled"]["cherry-pick"]["exact"]["value"] == 0.5
     assert summary["pooled"]["cherry-pick"]["hash_errors_per_100"] == pytest.approx(25.0)

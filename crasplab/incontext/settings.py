@@ -112,7 +112,7 @@ class FinetuneSettings(PromptSettings):
 
 
 @dataclass(frozen=True)
-class LoremSettings(PromptSettings):
+class LoremRunSettings(PromptSettings):
     """experiments/realistic.py lorem: lorem-ipsum paragraphs copied forward and backward."""
 
     experiment: str = "lorem"
@@ -142,7 +142,7 @@ class LoremSettings(PromptSettings):
 
 
 @dataclass(frozen=True)
-class GitSettings(PromptSettings):
+class GitRunSettings(PromptSettings):
     """experiments/realistic.py git: the hashes of a synthetic history in revert or cherry-pick order."""
 
     experiment: str = "git"

@@ -29,7 +29,8 @@ from crasplab.incontext.git_history import COMMANDS
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report
 from crasplab.results.intervals import difference_interval, wilson_interval
-from crasplab.results.run_folder import read_run_config
+from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
+from crasplab.results.run_folder import read_run_settings
 
 RESULTS_FILE = "results.jsonl"
 EXPERIMENT = "experiments/realistic.py"
@@ -82,8 +83,8 @@ GIT_GRID = Grid("git", "commands", "command", "commits", "commits", COMMANDS)
 def _summarize_grid(run_dir: Path, grid: Grid, summarize_cell) -> dict:
     """`summarize_cell` of the records of each (condition, size) cell and of each condition, and the
     exact-match gap forward minus backward, per size and pooled."""
-    settings = ("model", "architecture", grid.conditions, grid.sizes, "n")
-    config = read_run_config(run_dir, settings, f"{EXPERIMENT} {grid.experiment}")
+    settings_type = {"lorem": LoremRunSettings, "git": GitRunSettings}[grid.experiment]
+    config = read_run_settings(run_dir, settings_type, f"{EXPERIMENT} {grid.experiment}", facts=("architecture",))
     records = read_jsonl(Path(run_dir) / RESULTS_FILE)
     by_cell, by_condition = defaultdict(list), defaultdict(list)
     for record in records:
