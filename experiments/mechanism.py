@@ -53,21 +53,26 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from crasp.tasks import BOS_ID, NUM_SPECIALS, RETRIEVAL_AND_COPYING, SEP_ID, TASK_CODES, TaskError
-from crasplab.cli.arguments import HelpFormatter, at_least
-from crasplab.cli.experiment import evaluate_and_report
-from crasplab.incontext.formal_prompts import Demonstrations, cell_items, check_prompt_lengths
+from crasp.tasks import BOS_ID, NUM_SPECIALS, RETRIEVAL_AND_COPYING, SEP_ID, TASK_CODES
+from crasplab.cli.arguments import DistinctValues, HelpFormatter, add_model_flag, add_run_folder_flags, at_least
+from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasplab.incontext.formal_prompts import Demonstrations, cell_items
 from crasplab.incontext.greedy import answer_lines
+from crasplab.incontext.settings import ABLATIONS, MechanismSettings
 from crasplab.models.analysis import (SCORES, AnswerBatch, ablation, ablation_plan, answer_exact, head_scores, reference_means)
-from crasplab.models.loading import NAMED_MODELS, UnsupportedModelError, load_with_tokenizer
+from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
 from crasplab.results.files import read_jsonl, write_json, write_jsonl
 from crasplab.results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
-from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder
+from crasplab.results.run_folder import RunFolderError, open_run_folder
+from crasplab.results.settings import SettingsError
 from crasplab.train.allocator import restart_with_huge_page_blocks
+from crasplab.train.checkpoint import CheckpointError
+from crasplab.train.config import ConfigError
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements
-from crasplab.train.trained import TrainedModelError, job_folders, load_trained_model
+from crasplab.train.loop import Job
+from crasplab.train.trained import CHECKPOINT_FILE, JOB_FILE, TrainedModelError, job_folders, load_trained_model
 
-PRETRAINED_TASKS = ("UF", "UB", "UR", "UL")
+PRETRAINED_DEFAULTS = MechanismSettings()
 # Word tokens ("Ġthe" decodes to " the"); a vocabulary with too few of them (a byte-level toy)
 # falls back to single letters.
 WORD_TOKEN = re.compile(r" [A-Za-z]+")
@@ -104,23 +109,20 @@ class Subject:
 DEMONSTRATIONS = Demonstrations()
 
 
-def pretrained_subject(args: argparse.Namespace) -> Subject:
-    try:
-        pretrained = load_with_tokenizer(args.model)
-    except UnsupportedModelError as error:
-        raise SystemExit(f"error: {error}")
+def pretrained_subject(settings: MechanismSettings) -> Subject:
+    pretrained = load_with_tokenizer(settings.model)
     tokenizer = pretrained.tokenizer
     newline_id = tokenizer.encode("\n")[-1]
     cells = []
-    for code in args.tasks:
-        for length in args.lengths:
-            items = cell_items(code, length, args.n, args.seed, *DEMONSTRATIONS.for_task(code))
+    for code in settings.tasks:
+        for length in settings.lengths:
+            items = cell_items(code, length, settings.n, settings.seed, *DEMONSTRATIONS.for_task(code))
             prompt_ids = tokenizer.encode_batch([item.prompt for item in items])
             answer_ids = [e.ids for e in tokenizer.backend.encode_batch([f" {item.expected}\n" for item in items],
                                                                         add_special_tokens=False)]
 
             def greedy_check(model, exact_N, items=items):
-                checked = items[:args.greedy_check]
+                checked = items[:settings.greedy_check]
                 if not checked:
                     return 0, 0
                 outputs = answer_lines(pretrained, [i.prompt for i in checked], [i.expected for i in checked],
@@ -133,120 +135,143 @@ def pretrained_subject(args: argparse.Namespace) -> Subject:
     texts = {i: tokenizer.decode([i]) for i in range(min(pretrained.config.vocab_size, tokenizer.backend.get_vocab_size()))
              if i not in special}
     candidates = [i for i, text in texts.items() if WORD_TOKEN.fullmatch(text)]
-    if len(candidates) < max(args.periods):
+    if len(candidates) < max(settings.periods):
         candidates = [i for i, text in texts.items() if LETTER_TOKEN.fullmatch(text)]
     prefix = (tokenizer.bos_id,) if tokenizer.add_bos and tokenizer.bos_id is not None else ()
-    description = dict(kind="pretrained", model=args.model, model_path=str(pretrained.path),
-                       architecture=pretrained.architecture, tasks=list(args.tasks), lengths=list(args.lengths), n=args.n,
-                       demonstrations={code: list(DEMONSTRATIONS.for_task(code)) for code in args.tasks})
-    return Subject(pretrained.model, description, Path("runs/mechanism") / Path(str(args.model)).stem,
+    description = dict(kind="pretrained", model_path=str(pretrained.path), architecture=pretrained.architecture,
+                       demonstrations={code: list(DEMONSTRATIONS.for_task(code)) for code in settings.tasks})
+    return Subject(pretrained.model, description, Path("runs/mechanism") / Path(settings.model).stem,
                    np.array(candidates), prefix, (), cells, [cell.batch for cell in cells])
 
 
-def trained_subject(args: argparse.Namespace) -> Subject:
+def check_layers_in_checkpoint(folder: Path) -> None:
+    """Refuse a job.json that claims more blocks than the job's checkpoint holds arrays: the model is
+    built from job.json before the checkpoint is read, and a hand-edited n_layers of 10^8 would never
+    finish building. (A smaller wrong count fails when the checkpoint is read: CheckpointError.)"""
+    if not ((folder / JOB_FILE).is_file() and (folder / CHECKPOINT_FILE).is_file()):
+        return  # load_trained_model says what is missing
     try:
-        by_seed = {folder.name: folder for folder in job_folders(args.run, args.task)}
-        if f"seed{args.train_seed}" not in by_seed:
-            raise SystemExit(f"error: {args.run} trained {args.task} with {', '.join(by_seed)}, not seed{args.train_seed}; "
-                             "choose one of those with --train-seed")
-        folder = by_seed[f"seed{args.train_seed}"]
+        n_layers = Job.from_dict(json.loads((folder / JOB_FILE).read_text())).model.n_layers
+        with np.load(folder / CHECKPOINT_FILE) as checkpoint:
+            arrays = sum(name.startswith("leaf_") for name in checkpoint.files)
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        raise TrainedModelError(f"{folder}: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it "
+                                f"({type(error).__name__}: {error}); train the job again") from None
+    if n_layers > arrays:
+        raise TrainedModelError(f"{folder / JOB_FILE} says the model has {n_layers} layers, but {CHECKPOINT_FILE} "
+                                f"holds {arrays} arrays in all, fewer than one per layer; the job folder was edited "
+                                "or mixed with another run's: train the job again")
+
+
+def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSettings]:
+    """The model of one task of a from-scratch run, and the settings with the test strings per length resolved."""
+    try:
+        by_seed = {folder.name: folder for folder in job_folders(Path(settings.run), settings.task)}
+        if f"seed{settings.train_seed}" not in by_seed:
+            raise TrainedModelError(f"{settings.run} trained {settings.task} with {', '.join(by_seed)}, not "
+                                    f"seed{settings.train_seed}; choose one of those with --train-seed")
+        folder = by_seed[f"seed{settings.train_seed}"]
+        check_layers_in_checkpoint(folder)
         trained = load_trained_model(folder)
-    except (TrainedModelError, RunFolderError) as error:
-        raise SystemExit(f"error: {error}")
-    examples = args.examples_per_length or trained.job.train.eval_examples_per_length
+    except (TrainedModelError, CheckpointError, ConfigError) as error:
+        raise RunFolderError(str(error)) from None
+    examples = settings.examples_per_length or trained.job.train.eval_examples_per_length
+    settings = settings.replace(examples_per_length=examples)
     eval_sets = build_eval_sets(trained.task, trained.job.seed, trained.setup.bins, examples, trained.setup.max_positions)
 
     def cell(eval_set):
         batch = eval_set.batch
-        return Cell(args.task, f"{eval_set.lo}-{eval_set.hi}",
+        return Cell(settings.task, f"{eval_set.lo}-{eval_set.hi}",
                     AnswerBatch(batch.tokens_BxT, batch.positions_BxT, batch.valid_BxT, batch.loss_mask_BxT > 0),
-                    lambda model, exact_N: (min(args.greedy_check, len(exact_N)),
-                                            greedy_disagreements(model, eval_set, exact_N, args.greedy_check)))
+                    lambda model, exact_N: (min(settings.greedy_check, len(exact_N)),
+                                            greedy_disagreements(model, eval_set, exact_N, settings.greedy_check)))
 
     cells = [cell(eval_set) for eval_set in eval_sets]
     # What training measured on the same strings at this checkpoint: the unablated model must match it.
     result_file = folder / "result.json"
     same_strings = examples == trained.job.train.eval_examples_per_length and result_file.is_file()
     recorded = json.loads(result_file.read_text())["bins"] if same_strings else []
-    description = dict(kind="from-scratch", run=str(args.run), task=args.task, job_folder=str(folder),
-                       checkpoint_step=trained.step, examples_per_length=examples,
+    description = dict(kind="from-scratch", job_folder=str(folder), checkpoint_step=trained.step,
                        train_range=list(trained.setup.train_range),
                        recorded_accuracy={f"{b['lo']}-{b['hi']}": b["accuracy"] for b in recorded})
-    return Subject(trained.model, description, Path("runs/mechanism") / f"{Path(args.run).name}-{args.task}",
-                   np.arange(NUM_SPECIALS, len(trained.task.vocab)), (BOS_ID,), (SEP_ID,), cells, [cells[0].batch])
+    subject = Subject(trained.model, description, Path("runs/mechanism") / f"{Path(settings.run).name}-{settings.task}",
+                      np.arange(NUM_SPECIALS, len(trained.task.vocab)), (BOS_ID,), (SEP_ID,), cells, [cells[0].batch])
+    return subject, settings
 
 
-def check_against_model(args: argparse.Namespace, subject: Subject) -> None:
+def check_against_model(settings: MechanismSettings, subject: Subject) -> None:
     """Refuse settings the loaded model cannot serve, before the run folder is written."""
     config = subject.model.config
     heads = config.n_layers * config.n_heads
-    if max(args.k) > heads:
-        raise SystemExit(f"error: --k {max(args.k)} is more heads than the model has ({config.n_layers} layers x "
-                         f"{config.n_heads} heads = {heads}); give k from 1 to {heads}")
-    if max(args.periods) > len(subject.candidates_C):
-        raise SystemExit(f"error: --periods {max(args.periods)} needs that many distinct tokens; the model's vocabulary "
-                         f"offers {len(subject.candidates_C)}; give periods up to {len(subject.candidates_C)}")
-    # A model with a learned table (APE) has no position past it; another model's context is where
-    # its training (and, on this machine, its memory) ends.
-    limit = (f"position table has {config.max_positions} rows" if config.position_scheme.learned_table
+    if max(settings.k) > heads:
+        raise SettingsError(f"--k {max(settings.k)} is more heads than the model has ({config.n_layers} layers x "
+                            f"{config.n_heads} heads = {heads}); give k from 1 to {heads}")
+    if max(settings.periods) > len(subject.candidates_C):
+        raise SettingsError(f"--periods {max(settings.periods)} needs that many distinct tokens; the model's vocabulary "
+                            f"offers {len(subject.candidates_C)}; give periods up to {len(subject.candidates_C)}")
+    # An APE model has no position past its table; a RoPE or NoPE model's context is where its
+    # training (and, on this machine, its memory) ends.
+    limit = (f"position table has {config.max_positions} rows" if config.position == "ape"
              else f"context is {config.max_positions} positions")
     fixed = len(subject.prefix) + len(subject.separator)
-    if fixed + 2 * max(args.periods) > config.max_positions:
-        raise SystemExit(f"error: --periods {max(args.periods)} makes {fixed + 2 * max(args.periods)}-token sequences; the "
-                         f"model's {limit}; give periods up to {(config.max_positions - fixed) // 2}")
+    if fixed + 2 * max(settings.periods) > config.max_positions:
+        raise SettingsError(f"--periods {max(settings.periods)} makes {fixed + 2 * max(settings.periods)}-token "
+                            f"sequences; the model's {limit}; give periods up to {(config.max_positions - fixed) // 2}")
     for cell in subject.cells:
         longest = int(cell.batch.mask_NxT.sum(axis=1).max())
         if longest > config.max_positions:
-            raise SystemExit(f"error: the {cell.task} prompts at {cell.label} take up to {longest} tokens with their "
-                             f"answers; the model's {limit}; lower --lengths")
+            raise SettingsError(f"the {cell.task} prompts at {cell.label} take up to {longest} tokens with their "
+                                f"answers; the model's {limit}; lower --lengths")
 
 
-def run_config(args: argparse.Namespace, subject: Subject) -> dict:
-    config = subject.model.config
-    return dict(subject.description, position=config.position, n_layers=config.n_layers, n_heads=config.n_heads, seed=args.seed,
-                periods=list(args.periods), sequences=args.sequences, candidates=len(subject.candidates_C),
-                prefix=list(subject.prefix), separator=list(subject.separator), k=list(args.k), draws=args.draws, ablate=list(args.ablate),
-                ablation=args.ablation, greedy_check=args.greedy_check,
-                cells=[[cell.task, cell.label] for cell in subject.cells])
-
-
-def scores_of(args: argparse.Namespace, subject: Subject, out: Path) -> dict:
+def scores_of(settings: MechanismSettings, subject: Subject, out: Path) -> dict:
     """The run's scores: read back when an earlier run wrote them, else measured and written."""
     if (out / SCORES_FILE).exists():
         return read_scores(out)
-    bar = tqdm(total=args.sequences * len(args.periods), desc="scores", unit="seq")
-    scores = head_scores(subject.model, subject.candidates_C, args.periods, args.sequences, args.seed, subject.prefix,
-                         subject.separator, args.batch_size, progress=bar.update)
+    bar = tqdm(total=settings.sequences * len(settings.periods), desc="scores", unit="seq")
+    scores = head_scores(subject.model, subject.candidates_C, list(settings.periods), settings.sequences, settings.seed,
+                         subject.prefix, subject.separator, settings.batch_size, progress=bar.update)
     bar.close()
     write_json(out / SCORES_FILE, {name: score.as_json() for name, score in scores.items()})
     return read_scores(out)
 
 
-def evaluate(args: argparse.Namespace) -> Path:
-    """Score every head, then run every ablation the run folder lacks, saving after each; return the folder."""
-    if args.run is None:
-        try:
-            check_prompt_lengths(args.tasks, args.lengths, DEMONSTRATIONS)
-        except TaskError as error:
-            raise SystemExit(f"error: {error}")
-    if args.out is not None:
-        check_output_folder(args.out)
+def subject_of(settings: MechanismSettings) -> tuple[Subject, MechanismSettings]:
+    """The model under analysis and the settings resolved for it."""
+    if settings.run is not None:
+        return trained_subject(settings)
+    return pretrained_subject(settings), settings
+
+
+def default_out(settings: MechanismSettings) -> Path:
+    if settings.run is not None:
+        return Path("runs/mechanism") / f"{Path(settings.run).name}-{settings.task}"
+    return Path("runs/mechanism") / Path(settings.model).stem
+
+
+def run(settings: MechanismSettings, out: Path) -> None:
+    """Score every head, then run every ablation the run folder lacks, saving after each."""
     started = time.perf_counter()
-    subject = trained_subject(args) if args.run is not None else pretrained_subject(args)
-    check_against_model(args, subject)
-    out = check_output_folder(args.out or subject.default_out)
+    subject, settings = subject_of(settings)
+    check_against_model(settings, subject)
     print(f"loaded the model in {time.perf_counter() - started:.1f} s; run folder {out}")
-    open_run_folder(out, run_config(args, subject))
-    scores = scores_of(args, subject, out)
-    plan = ablation_plan({name: np.array(scores[name]["mean"]) for name in SCORES}, args.ablate, args.k, args.draws,
-                         args.seed)
+    model_config = subject.model.config
+    open_run_folder(out, {**subject.description, **settings.to_config(), "position": model_config.position,
+                          "n_layers": model_config.n_layers, "n_heads": model_config.n_heads,
+                          "candidates": len(subject.candidates_C), "prefix": list(subject.prefix),
+                          "separator": list(subject.separator),
+                          "cells": [[cell.task, cell.label] for cell in subject.cells]},
+                    may_change=settings.RESULTS_UNCHANGED)
+    scores = scores_of(settings, subject, out)
+    plan = ablation_plan({name: np.array(scores[name]["mean"]) for name in SCORES}, list(settings.ablate),
+                         list(settings.k), settings.draws, settings.seed)
     records = read_jsonl(out / ABLATIONS_FILE)
     done = {(r["ablation"], r["k"], r["draw"], r["task"]) for r in records}
     tasks = list(dict.fromkeys(cell.task for cell in subject.cells))
     pending = [(a, task) for a in plan for task in tasks if (a.name, a.k, a.draw, task) not in done]
     means = None
-    if args.ablation == "mean" and pending:
-        means = reference_means(subject.model, subject.reference, args.batch_size)
+    if settings.ablation == "mean" and pending:
+        means = reference_means(subject.model, subject.reference, settings.batch_size)
     for condition, task in tqdm(pending, desc="ablations", unit="unit"):
         unit_started = time.perf_counter()
         record = dict(ablation=condition.name, k=condition.k, draw=condition.draw, task=task,
@@ -255,7 +280,7 @@ def evaluate(args: argparse.Namespace) -> Path:
         if condition.heads is not None:
             interventions = ablation(condition.heads, means, subject.model.config)
             for cell in (c for c in subject.cells if c.task == task):
-                exact_N = answer_exact(subject.model, cell.batch, interventions, args.batch_size)
+                exact_N = answer_exact(subject.model, cell.batch, interventions, settings.batch_size)
                 result = dict(cell=cell.label, correct=int(exact_N.sum()), total=len(exact_N))
                 if condition.name == "none":
                     result["greedy_checked"], result["greedy_disagreements"] = cell.greedy_check(subject.model, exact_N)
@@ -264,15 +289,12 @@ def evaluate(args: argparse.Namespace) -> Path:
         records.append(record)
         write_jsonl(out / ABLATIONS_FILE, records)
     print(f"wall time {time.perf_counter() - started:.1f} s" if pending else "nothing left to evaluate; rebuilding the report")
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     subject = parser.add_argument_group("the model (one of --model and --run)")
-    subject.add_argument("--model", default=None,
-                         help=f"a named model ({', '.join(f'{k}: {v.description}' for k, v in NAMED_MODELS.items())}), "
-                              "a GGUF file (llama architecture) or a Hugging Face checkpoint folder (None: smollm2, unless --run)")
+    add_model_flag(subject, None, NAMED_MODELS, " (None: smollm2, unless --run)")
     subject.add_argument("--run", type=Path, default=None,
                          help="a run folder of experiments/length_gen.py: analyse its model of --task")
     subject.add_argument("--task", choices=TASK_CODES, metavar="CODE", default="UF",
@@ -281,48 +303,57 @@ def build_parser() -> argparse.ArgumentParser:
     subject.add_argument("--examples-per-length", type=at_least(1), default=None,
                          help="with --run: test strings per input length (None: as many as its training evaluated)")
     prompts = parser.add_argument_group("pretrained models: the few-shot prompts of experiments/pretrained.py")
-    prompts.add_argument("--tasks", nargs="+", default=list(PRETRAINED_TASKS), choices=RETRIEVAL_AND_COPYING,
-                         metavar="CODE", help="task codes")
-    prompts.add_argument("--lengths", nargs="+", type=at_least(1), default=[5], metavar="L", help="test input lengths")
-    prompts.add_argument("--n", type=at_least(1), default=32, help="prompts per task and length")
+    prompts.add_argument("--tasks", nargs="+", action=DistinctValues, default=list(PRETRAINED_DEFAULTS.tasks),
+                         choices=RETRIEVAL_AND_COPYING, metavar="CODE", help="task codes")
+    prompts.add_argument("--lengths", nargs="+", action=DistinctValues, type=at_least(1),
+                         default=list(PRETRAINED_DEFAULTS.lengths), metavar="L", help="test input lengths")
+    prompts.add_argument("--n", type=at_least(1), default=PRETRAINED_DEFAULTS.n, help="prompts per task and length")
     analysis = parser.add_argument_group("scores and ablations")
-    analysis.add_argument("--periods", nargs="+", type=at_least(2), default=[5, 10, 20], metavar="T",
+    analysis.add_argument("--periods", nargs="+", action=DistinctValues, type=at_least(2),
+                          default=list(PRETRAINED_DEFAULTS.periods), metavar="T",
                           help="periods of the repeated random sequences")
-    analysis.add_argument("--sequences", type=at_least(2), default=100, help="random sequences per period")
-    analysis.add_argument("--ablate", nargs="+", choices=SCORES,
-                          default=["induction", "anti_induction", "previous_token", "first_occurrence"],
+    analysis.add_argument("--sequences", type=at_least(2), default=PRETRAINED_DEFAULTS.sequences,
+                          help="random sequences per period")
+    analysis.add_argument("--ablate", nargs="+", action=DistinctValues, choices=SCORES,
+                          default=list(PRETRAINED_DEFAULTS.ablate),
                           metavar="SCORE", help=f"scores whose top heads are removed; any of {', '.join(SCORES)}")
-    analysis.add_argument("--k", nargs="+", type=at_least(1), default=None, metavar="K",
+    analysis.add_argument("--k", nargs="+", action=DistinctValues, type=at_least(1), default=None, metavar="K",
                           help="numbers of heads removed (None: 4 16 for a pretrained model, 1 2 from scratch)")
-    analysis.add_argument("--draws", type=at_least(0), default=2, help="random-head controls per k")
-    analysis.add_argument("--ablation", choices=("mean", "zero"), default="mean",
+    analysis.add_argument("--draws", type=at_least(0), default=PRETRAINED_DEFAULTS.draws,
+                          help="random-head controls per k")
+    analysis.add_argument("--ablation", choices=ABLATIONS, default=PRETRAINED_DEFAULTS.ablation,
                           help="what a removed head outputs: its mean over the reference batch, or zeros")
-    analysis.add_argument("--greedy-check", type=at_least(0), default=8,
+    analysis.add_argument("--greedy-check", type=at_least(0), default=PRETRAINED_DEFAULTS.greedy_check,
                           help="strings per cell also decoded greedily (unablated model) to cross-check teacher forcing")
-    parser.add_argument("--seed", type=at_least(0), default=0, help="fixes the sequences, prompts and random draws")
-    parser.add_argument("--batch-size", type=at_least(1), default=32, help="strings per forward pass")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="run folder (None: runs/mechanism/<model name> or runs/mechanism/<run name>-<task>)")
-    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
-                        help="rebuild summary.json, report.md and the figures of an existing run folder")
+    parser.add_argument("--seed", type=at_least(0), default=PRETRAINED_DEFAULTS.seed,
+                        help="fixes the sequences, prompts and random draws")
+    parser.add_argument("--batch-size", type=at_least(1), default=PRETRAINED_DEFAULTS.batch_size,
+                        help="strings per forward pass")
+    add_run_folder_flags(parser, "runs/mechanism/<model name> or runs/mechanism/<run name>-<task>", "the figures")
     return parser
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def settings_from(args: argparse.Namespace) -> MechanismSettings:
+    """The settings of a pretrained model's analysis (--model), or of a from-scratch model's (--run)."""
+    shared = dict(periods=tuple(args.periods), sequences=args.sequences, ablate=tuple(args.ablate),
+                  draws=args.draws, ablation=args.ablation, greedy_check=args.greedy_check, seed=args.seed,
+                  batch_size=args.batch_size)
+    if args.run is None:
+        return MechanismSettings(model=args.model or PRETRAINED_DEFAULTS.model, tasks=tuple(args.tasks),
+                                 lengths=tuple(args.lengths), n=args.n, k=tuple(sorted(args.k or (4, 16))), **shared)
+    return MechanismSettings(model=None, tasks=None, lengths=None, n=None, run=str(args.run), task=args.task,
+                             train_seed=args.train_seed, examples_per_length=args.examples_per_length,
+                             k=tuple(sorted(args.k or (1, 2))), **shared)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.run is not None and args.model is not None:
         parser.error("give --model (a pretrained model) or --run (a from-scratch run), not both")
-    if args.run is None:
-        args.model = args.model or "smollm2"
-    if args.k is None:
-        args.k = [1, 2] if args.run is not None else [4, 16]
-    args.k = sorted(set(args.k))
-    return args
-
-
-def main(argv: list[str] | None = None) -> None:
-    evaluate_and_report(parse_args(argv), evaluate, write_report, report_markdown)
+    run_experiment(Experiment(settings=lambda: settings_from(args), default_out=default_out, run=run,
+                              report=Report(write_report, report_markdown)),
+                   out=args.out, report_only=args.report_only)
 
 
 if __name__ == "__main__":

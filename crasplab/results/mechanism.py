@@ -28,14 +28,15 @@ from crasplab.models.analysis import SCORE_MEANINGS, SCORES, top_heads
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import ResultFileError, read_jsonl, write_summary_and_report
 from crasplab.results.intervals import difference_interval, wilson_interval
-from crasplab.results.run_folder import read_run_config
+from crasplab.incontext.settings import MechanismSettings
+from crasplab.results.run_folder import read_run_settings
 
 EXPERIMENT = "experiments/mechanism.py"
 SCORES_FILE = "scores.json"
 ABLATIONS_FILE = "ablations.jsonl"
 SCORES_FIGURE, ABLATIONS_FIGURE = "scores.png", "ablations.png"
-REPORTED_SETTINGS = ("kind", "position", "n_layers", "n_heads", "periods", "sequences", "k", "draws", "ablate",
-                     "ablation", "cells")
+# What config.json records about the model beside the settings.
+REPORTED_FACTS = ("kind", "position", "n_layers", "n_heads", "cells")
 TOP = 5  # heads listed per score
 
 # The paper's section 4.4: (score whose top heads are removed, task, what removing them does).
@@ -176,7 +177,7 @@ def _direction(rows: list[dict], k: int) -> dict | None:
 
 def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
-    config = read_run_config(run_dir, REPORTED_SETTINGS, EXPERIMENT)
+    config = read_run_settings(run_dir, MechanismSettings, EXPERIMENT, facts=REPORTED_FACTS)
     scores = read_scores(run_dir)
     records = read_jsonl(run_dir / ABLATIONS_FILE)
     rows = _rows(config, records)
