@@ -8,8 +8,8 @@ keyed by the same codes (crasplab.models.positions), and a test keeps the two eq
 Huang et al. 2025 prove two results: a task expressible in C-RASP[periodic, local] length-
 generalizes for transformers with learned absolute positions (APE), and one expressible in
 C-RASP[] does for transformers without position encodings (NoPE); both for some sufficiently
-large training length, under an idealized learning rule. No such result is known for RoPE: for
-it the lab shows the APE prediction and labels it "no theorem".
+large training length, under an idealized learning rule. No such result is known for RoPE or
+ALiBi: for them the lab shows the APE prediction and labels it "no theorem".
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ ENCODINGS: dict[str, PositionEncoding] = {
         PositionEncoding("rope", "RoPE", "queries and keys rotated by an angle proportional to the position",
                          None, borrows="ape"),
         PositionEncoding("nope", "NoPE", "no position information besides the causal mask", NOPE_THEOREM),
+        PositionEncoding("alibi", "ALiBi", "a fixed per-head penalty on attention scores, linear in the distance "
+                         "(Press et al. 2022)", None, borrows="ape"),
     )
 }
 POSITION_ENCODINGS: tuple[str, ...] = tuple(ENCODINGS)

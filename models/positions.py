@@ -12,6 +12,7 @@ table (crasp.position_encodings, same codes; a test keeps the two equal).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -44,6 +45,24 @@ def _rotate_queries_and_keys(q_BxTxHxK, k_BxTxNxK, positions_BxT, config: ModelC
             apply_rope(k_BxTxNxK, positions_BxT, config.rope_base, config.rotary_dim))
 
 
+def alibi_slopes(n_heads: int) -> jax.Array:
+    """Press et al. 2022: for 2^k heads the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^-8; for
+    other counts the slopes of the nearest smaller power of two, then every other slope of twice
+    that many heads."""
+    def geometric(n):
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    power = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = geometric(power) + geometric(2 * power)[0::2][: n_heads - power]
+    return jnp.asarray(slopes, jnp.float32)
+
+
+def _alibi_bias(query_positions_BxT, key_positions_BxS, config: ModelConfig):
+    # The distance is counted in positions, not cache slots, so left padding leaves it unchanged.
+    distance_BxTxS = query_positions_BxT[:, :, None] - key_positions_BxS[:, None, :]
+    return -alibi_slopes(config.n_heads)[None, :, None, None] * distance_BxTxS[:, None].astype(jnp.float32)
+
+
 @dataclass(frozen=True)
 class PositionScheme:
     code: str  # ModelConfig.position; the same codes as crasp.position_encodings
@@ -59,6 +78,7 @@ SCHEMES: dict[str, PositionScheme] = {
         PositionScheme("ape", learned_table=True),
         PositionScheme("rope", rotate=_rotate_queries_and_keys),
         PositionScheme("nope"),
+        PositionScheme("alibi", score_bias=_alibi_bias),
     )
 }
 POSITIONS: tuple[str, ...] = tuple(SCHEMES)

@@ -22,6 +22,7 @@ STYLES = {
     "llama_rope_gqa": dict(block="llama", position="rope", n_kv_heads=2, qkv_bias=True),
     "llama_partial_rope": dict(block="llama", position="rope", rope_dim=4),
     "gpt2_nope": dict(block="gpt2", position="nope"),
+    "gpt2_alibi": dict(block="gpt2", position="alibi"),
 }
 
 
@@ -50,8 +51,8 @@ def test_output_at_t_has_zero_gradient_wrt_later_inputs(style):
         assert np.all(np.abs(np.asarray(gradient_BxTxD[:, : t + 1])).sum(-1) > 0)
 
 
-@pytest.mark.parametrize("style", ["llama_rope_gqa", "llama_partial_rope"])
-def test_rope_attention_unchanged_when_all_positions_shift(style):
+@pytest.mark.parametrize("style", ["llama_rope_gqa", "llama_partial_rope", "gpt2_alibi"])
+def test_relative_encodings_unchanged_when_all_positions_shift(style):
     model = tiny_model(**STYLES[style])
     tokens_BxT = random_tokens((2, 6))
     positions_BxT = jnp.broadcast_to(jnp.arange(6), (2, 6))
@@ -87,8 +88,31 @@ def test_rope_is_the_hugging_face_rotate_half_layout():
     np.testing.assert_allclose(apply_rope(x_BxTxHxK, positions_BxT, base, rotary), expected, atol=1e-5)
 
 
-def test_nope_has_no_positional_parameters():
-    model = tiny_model(**STYLES["gpt2_nope"])
+def test_alibi_slopes_are_press_et_al_geometric_sequences():
+    from crasplab.models.positions import alibi_slopes
+
+    np.testing.assert_allclose(alibi_slopes(8), [2.0 ** -k for k in range(1, 9)])
+    np.testing.assert_allclose(alibi_slopes(4), [2.0 ** -k for k in (2, 4, 6, 8)])
+    # 6 heads: the 4-head slopes, then slopes 1 and 3 of the 8-head sequence.
+    np.testing.assert_allclose(alibi_slopes(6), [2.0 ** -k for k in (2, 4, 6, 8, 1, 3)])
+
+
+def test_alibi_scores_fall_linearly_with_distance_at_each_heads_slope():
+    from crasplab.models.positions import alibi_slopes
+
+    # With zero query and key weights every score is the bias alone: weights ~ exp(-slope * distance).
+    model = tiny_model(n_layers=1, **STYLES["gpt2_alibi"])
+    model.layers[0].attn.q.kernel[...] = jnp.zeros_like(model.layers[0].attn.q.kernel[...])
+    model.layers[0].attn.q.bias[...] = jnp.zeros_like(model.layers[0].attn.q.bias[...])
+    positions_1xT = jnp.array([[3, 4, 5, 6, 7]])
+    weights_HxS = model(random_tokens((1, 5)), positions_1xT, return_attention=True).attention_LxBxHxTxS[0, 0, :, 4]
+    expected_HxS = jax.nn.softmax(-alibi_slopes(4)[:, None] * jnp.arange(4, -1, -1)[None, :], axis=-1)
+    np.testing.assert_allclose(weights_HxS, expected_HxS, atol=1e-6)
+
+
+@pytest.mark.parametrize("style", ["gpt2_nope", "gpt2_alibi"])
+def test_encodings_without_a_table_have_no_positional_parameters(style):
+    model = tiny_model(**STYLES[style])
     assert not any("pos" in path for path in param_shapes(model))
     assert count_params(model) == parameter_count(model.config)
 

@@ -10,7 +10,7 @@ from tests.test_model_architecture import STYLES, random_tokens, tiny_model
 LAYERS, HEADS = 2, 4
 
 
-@pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa"])
+@pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa", "gpt2_alibi"])
 def test_head_mask_of_ones_is_the_identity(style):
     model = tiny_model(**STYLES[style])
     tokens_BxT = random_tokens((2, 6))
@@ -47,7 +47,7 @@ def test_knocked_out_edge_gets_zero_attention_and_the_rest_renormalizes():
     np.testing.assert_array_equal(attention[0, :, :, :5], base[0, :, :, :5])  # untouched queries
 
 
-@pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa"])
+@pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa", "gpt2_alibi"])
 def test_mean_ablation_replaces_a_head_output_by_its_reference_mean(style):
     model = tiny_model(**STYLES[style])
     reference_BxT = random_tokens((4, 6), seed=9)
