@@ -215,9 +215,10 @@ def test_a_from_scratch_model_is_scored_and_ablated_on_its_own_test_strings(tmp_
     """A tiny length_gen.py run trained here (in this process), then analysed: the unablated
     accuracy per bin equals what training recorded on the same strings."""
     from experiments import length_gen
+    from crasplab.train import engines
     from crasplab.train.workers import run_stacked_in_process
 
-    monkeypatch.setattr(length_gen, "run_on_cpu_cores", lambda jobs, workers, show_progress: run_stacked_in_process(jobs, False))
+    monkeypatch.setattr(engines, "run_on_cpu_cores", lambda jobs, workers, show_progress: run_stacked_in_process(jobs, False))
     run = tmp_path / "run"
     length_gen.main(["--pe", "ape", "--preset", "quick", "--tasks", "UF", "--n-layers", "2", "--n-heads", "2",
                      "--d-model", "16", "--train-lengths", "1", "4", "--test-bins", "1-4,5-6", "--max-steps", "40",

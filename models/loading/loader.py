@@ -131,20 +131,17 @@ def model_from_tensors(config: ModelConfig, source: TensorSource, rules: tuple[R
     """A Transformer whose every parameter comes from `source` through `rules`; anything that does
     not fit (an unknown tensor, a shape mismatch, a parameter left without a value) is an error
     naming the source tensor."""
+    matched = {name: _matching_rule(rules, name, where) for name in source.tensor_names}
+    _check_layer_count(config, {groups["layer"] for _, groups in matched.values() if "layer" in groups}, where)
     # An abstract model (shapes only) spares initializing weights that would be overwritten.
     abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
     shapes = param_shapes(abstract)
     values: dict[str, np.ndarray] = {}
-    for name in source.tensor_names:
-        rule, groups = _matching_rule(rules, name, where)
+    for name, (rule, groups) in matched.items():
         # A tied model reads its output matrix from the embedding; an lm_head saved anyway is redundant.
         if not rule.targets or (config.tie_embeddings and rule.targets == ("lm_head.kernel",)):
             continue
-        array = source.tensor(name)
-        for transform in rule.transforms:
-            array = transform(array, config)
-        parts = np.split(array, len(rule.targets), axis=-1) if len(rule.targets) > 1 else [array]
-        for template, part in zip(rule.targets, parts):
+        for template, part in zip(rule.targets, _converted(source.tensor(name), name, rule, config, where)):
             target = template.format(**groups)
             if target not in shapes:
                 raise UnsupportedModelError(where, f"tensor {name!r} maps to {target!r}, which a model of this config does not have")
@@ -163,6 +160,31 @@ def model_from_tensors(config: ModelConfig, source: TensorSource, rules: tuple[R
         dotted = ".".join(map(str, path))
         flat.append((path, variable.replace(jnp.asarray(values[dotted])) if dotted in values else variable))
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+def _check_layer_count(config: ModelConfig, layers: set[str], where: str) -> None:
+    """Refuse hyperparameters that declare more blocks than the file has tensors for, before a model
+    of that depth is built (10^8 blocks would take forever just to describe)."""
+    if config.n_layers > len(layers):
+        raise UnsupportedModelError(where, f"the hyperparameters declare {config.n_layers} blocks, and the file holds "
+                                           f"tensors for {len(layers)}; expected one set of block tensors per block")
+
+
+def _converted(array: np.ndarray, name: str, rule: Rule, config: ModelConfig, where: str) -> list[np.ndarray]:
+    """The tensor through its rule's transforms, split into one part per target."""
+    shape = array.shape
+    try:
+        for transform in rule.transforms:
+            array = transform(array, config)
+    except ValueError as error:  # a reshape that the tensor's shape does not allow
+        raise UnsupportedModelError(where, f"tensor {name!r} of shape {shape} does not fit the hyperparameters "
+                                           f"({transform.__name__}: {error})") from None
+    if len(rule.targets) == 1:
+        return [array]
+    if array.ndim == 0 or array.shape[-1] % len(rule.targets):
+        raise UnsupportedModelError(where, f"tensor {name!r} of shape {shape} holds {', '.join(rule.targets)} side by "
+                                           f"side, so its last dimension must divide by {len(rule.targets)}")
+    return np.split(array, len(rule.targets), axis=-1)
 
 
 def _matching_rule(rules: tuple[Rule, ...], name: str, where: str) -> tuple[Rule, dict[str, str]]:

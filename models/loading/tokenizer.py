@@ -107,12 +107,14 @@ def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> Pretra
         raise UnsupportedModelError(
             where, "a 'gpt2' tokenizer without its vocabulary (the string array tokenizer.ggml.tokens)"
         )
-    merges = [tuple(merge.split(" ", 1)) for merge in metadata.get("tokenizer.ggml.merges", [])]
-    backend = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges))
+    backend = Tokenizer(_byte_level_bpe(tokens, metadata.get("tokenizer.ggml.merges", []), where))
     backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
     backend.decoder = decoders.ByteLevel()
     backend.post_processor = processors.ByteLevel(trim_offsets=False)
     token_types = metadata.get("tokenizer.ggml.token_type", [])
+    if not (isinstance(token_types, list) and all(isinstance(kind, int) for kind in token_types)):
+        raise UnsupportedModelError(where, f"tokenizer.ggml.token_type is {type(token_types).__name__} "
+                                           f"{str(token_types)[:40]!r}; expected an array of integers, one per token")
     backend.add_special_tokens(
         [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, token_types) if kind == CONTROL_TOKEN_TYPE]
     )
@@ -128,6 +130,22 @@ def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> Pretra
         add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
         chat_template=metadata.get("tokenizer.chat_template"),
     )
+
+
+def _byte_level_bpe(tokens: list[str], merges: object, where: str) -> models.BPE:
+    """The BPE model of a vocabulary and its merges ("first second", both tokens of the vocabulary)."""
+    malformed = (next((merge for merge in merges if not (isinstance(merge, str) and " " in merge)), None)
+                 if isinstance(merges, list) else merges)
+    if not isinstance(merges, list) or malformed is not None:
+        raise UnsupportedModelError(where, f"tokenizer.ggml.merges holds {str(malformed)[:40]!r}; expected an array of "
+                                           "strings, each two tokens separated by a space")
+    vocabulary = {token: i for i, token in enumerate(tokens)}
+    pairs = [tuple(merge.split(" ", 1)) for merge in merges]
+    unknown = next((pair for pair in pairs if pair[0] not in vocabulary or pair[1] not in vocabulary), None)
+    if unknown is not None:
+        raise UnsupportedModelError(where, f"tokenizer.ggml.merges merges {' '.join(unknown)!r}, a token of which is not "
+                                           "in tokenizer.ggml.tokens; expected merges of vocabulary tokens")
+    return models.BPE(vocab=vocabulary, merges=pairs)
 
 
 def tokenizer_from_folder(folder: Path) -> PretrainedTokenizer | None:
