@@ -1,4 +1,5 @@
-"""Command line: `python -m crasp {run,fragment,check,agreement,tasks,search}`; `--help` on each explains it."""
+"""Command line: `python -m crasp {run,fragment,check,agreement,tasks,search,discriminates}`; `--help` on each
+explains it."""
 
 from __future__ import annotations
 
@@ -197,6 +198,12 @@ def _search(args) -> int:
     return run(args)
 
 
+def _discriminates(args) -> int:
+    from crasp.discrimination_command import run
+
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crasp", description="The C-RASP[pos] interpreter.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -247,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
 
     add_arguments(search)
     search.set_defaults(handler=_search)
+    discriminates = commands.add_parser("discriminates", help="for a task predicted not to generalize: can test "
+                                                              "bins tell it from bounded programs exact on the "
+                                                              "training lengths?")
+    from crasp.discrimination_command import add_arguments as add_discrimination_arguments
+
+    add_discrimination_arguments(discriminates)
+    discriminates.set_defaults(handler=_discriminates)
     args = parser.parse_args(argv)
     try:
         status = args.handler(args)

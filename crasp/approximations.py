@@ -9,6 +9,17 @@ positions from the end at every length, and a window program, like a model that 
 keeps its accuracy on longer inputs; when the query occurs a fixed number of times anywhere in
 the context, the distance grows with the length and the window program's accuracy falls.
 `crasp.check.agreement_by_length` measures it on a task's sampler.
+
+For every task predicted not to generalize, the bounded programs here are exact on every string
+up to a length L and need no more than L to be exact there, so a model trained at lengths up to L
+may have learned one of them instead of the task (crasp.discrimination scores them on test bins):
+- last_within_window(side, L) and last_within_window_or_count(side, L) for NLLast and NRLast:
+  the second also answers at the c-th occurrence, for each count c <= L, when the query is not
+  among the last L tokens, so it is exact on every string up to length 2L (a last occurrence
+  at distance >= L leaves at most L occurrences);
+- copy_up_to_length(L, backward) for NF, NB and repeat copy: the answer token read at the
+  distance that the input length (forward) or the step (backward) fixes, for inputs up to L;
+- parity_up_to_count(L): the parity of the number of ones, for counts up to L.
 """
 
 from __future__ import annotations
@@ -19,26 +30,69 @@ from typing import Callable
 
 from crasp.expr import Q, Var, any_, count, family
 from crasp.program import Program
-from crasp.tasks.base import MAX_LENGTH
-from crasp.witnesses import retrieval_program
+from crasp.tasks.base import BOS_SYMBOL, EOS_SYMBOL, MAX_LENGTH, SEP_SYMBOL
+from crasp.witnesses import _program, answering, in_input, prev, retrieval_program, steps
 
 SIDES = ("left", "right")
 # The tasks a window program approximates, and the neighbour each retrieves.
 SIDE_OF_TASK = {"NLLast": "left", "NRLast": "right"}
-_t = Var("t")
+_s, _t, _u = Var("s"), Var("t"), Var("u")
+Maker = Callable[[tuple[str, ...]], Program]
 
 
-def last_within_window(side: str, window: int) -> Callable[[tuple[str, ...]], Program]:
+def _check_bound(name: str, value, smallest: int, meaning: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not smallest <= value <= MAX_LENGTH:
+        raise ValueError(f"{name} must be an integer from {smallest} to {MAX_LENGTH} (the longest input a task "
+                         f"samples) ({meaning}), got {value!r}")
+
+
+def _check_side(side: str) -> None:
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+
+
+def last_within_window(side: str, window: int) -> Maker:
     """A maker (symbols -> Program) of the C-RASP[local] program that answers the `side`
     neighbour of the query's last occurrence among the last `window` context tokens (and
     predicts nothing when the query does not occur there)."""
-    if side not in SIDES:
-        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    window_answer = _window_answer(side, window)
+    title = (f"N{side[0].upper()}Last within the last {window} context tokens: the {side} neighbour of the query's "
+             "nearest occurrence there")
+    return lambda symbols: retrieval_program(symbols, window_answer, title)
+
+
+def last_within_window_or_count(side: str, bound: int) -> Maker:
+    """The window program of `bound` tokens, and where the query is not among them, the `side`
+    neighbour of its c-th occurrence when it occurs c <= bound times (C-RASP[local])."""
+    window_answer = _window_answer(side, bound)
+    in_window = any_(_u, window_answer(_u)).named(f"query_within_last_{bound}")
+    by_count = family(f"{side}_of_occurrence_counted_up_to_{bound}", ["s"],
+                      lambda s: any_(_t, Q(_t) & reduce(or_, [_at_occurrence(side, c)(s, _t)
+                                                              for c in range(1, bound + 1)])))
+    answer = family(f"{side}_of_last_within_{bound}_or_counted", ["s"],
+                    lambda s: window_answer(s) | (~in_window & by_count(s)))
+    title = (f"N{side[0].upper()}Last within the last {bound} context tokens, else at the c-th occurrence for "
+             f"c <= {bound}: the {side} neighbour")
+    return lambda symbols: retrieval_program(symbols, answer, title)
+
+
+def _at_occurrence(side: str, c: int):
+    """family [s, t]: at the query t (its (c+1)-th token t, counting itself), s is the `side`
+    neighbour of the c-th occurrence of t in the context."""
+    if side == "left":
+        neighbour = lambda s, t: Q(t) & (count(Q(t)) == c) & prev(s)  # noqa: E731
+    else:  # the position after the c-th t: c tokens t strictly before it
+        neighbour = lambda s, t: (Q(s) & prev(t) & ((Q(t) & (count(Q(t)) == c + 1))  # noqa: E731
+                                                    | (~Q(t) & (count(Q(t)) == c))))
+    return family(f"{side}_of_occurrence_{c}", ["s", "t"],
+                  lambda s, t: (count(Q(t)) == c + 1) & (count(neighbour(s, t) & in_input) >= 1))
+
+
+def _window_answer(side: str, window: int):
+    _check_side(side)
     # The last context token has no right neighbour in the context, so "right" needs two tokens.
     smallest = 1 if side == "left" else 2
-    if isinstance(window, bool) or not isinstance(window, int) or not smallest <= window <= MAX_LENGTH:
-        raise ValueError(f"window must be an integer from {smallest} to {MAX_LENGTH} (the longest context a task "
-                         f"samples) for side={side!r} (context tokens searched back from the last), got {window!r}")
+    _check_bound("window", window, smallest, f"context tokens searched back from the last, side={side!r}")
     # At the query position i (the query q is w_i, <sep> is w_{i-1}), the context token d places
     # before the last one is w_{i-2-d}; its left neighbour is w_{i-3-d}, its right one w_{i-1-d}.
     answer_offset = 3 if side == "left" else 1
@@ -57,9 +111,50 @@ def last_within_window(side: str, window: int) -> Callable[[tuple[str, ...]], Pr
             none_nearer = ~query_at(d) if none_nearer is None else none_nearer & ~query_at(d)
         return any_(_t, Q(_t) & reduce(or_, alternatives))
 
-    def make(symbols: tuple[str, ...]) -> Program:
-        answer = family(f"{side}_of_last_within_{window}", ["s"], found)
-        return retrieval_program(symbols, answer, f"N{side[0].upper()}Last within the last {window} context tokens: "
-                                                  f"the {side} neighbour of the query's nearest occurrence there")
+    return family(f"{side}_of_last_within_{window}", ["s"], found)
 
-    return make
+
+def copy_up_to_length(bound: int, backward: bool) -> Maker:
+    """Copying with repeats, right on every input of length <= bound (C-RASP[local]): forward,
+    the k-th answer token sits exactly m positions back for an input of length m, so one local
+    count per m <= bound; backward, at answer step r it sits 2r - 1 positions back, one local
+    count per r <= bound. Beyond the bound it predicts nothing."""
+    _check_bound("bound", bound, 1, "the longest input copied")
+    length = count(in_input & ~Q(BOS_SYMBOL)).named("input_length")
+    if backward:
+        pairs = [(steps == r, r) for r in range(1, bound + 1)]
+    else:
+        pairs = [((length == m) & (steps <= m), m) for m in range(1, bound + 1)]
+    token = family(f"copied_up_to_{bound}", ["s"],
+                   lambda s: reduce(or_, [when & (count(Q(s), offset=2 * distance - 1 if backward else distance) >= 1)
+                                          for when, distance in pairs]))
+    done = (steps == length + 1).named("copied_all")
+    title = (f"copy backward, by the answer step, for the first {bound} answer tokens" if backward else
+             f"copy forward, by the input length, for inputs of at most {bound} tokens")
+    return lambda symbols: _program(symbols, lambda s: answering & ((~done & token(s))
+                                                                     | (done & s.is_symbol(EOS_SYMBOL))), title)
+
+
+def parity_up_to_count(bound: int) -> Maker:
+    """Parity, right whenever the input holds at most `bound` ones: the count compared with each
+    constant up to the bound (C-RASP[])."""
+    _check_bound("bound", bound, 1, "the largest number of ones told apart")
+    ones = count(Q("1") & in_input).named("ones")
+    odd = reduce(or_, [ones == c for c in range(1, bound + 1, 2)]).named(f"odd_up_to_{bound}")
+    even = reduce(or_, [ones == c for c in range(0, bound + 1, 2)]).named(f"even_up_to_{bound}")
+    return lambda symbols: _program(symbols, lambda s: (Q(SEP_SYMBOL) & ((s.is_symbol("1") & odd)
+                                                                        | (s.is_symbol("0") & even)))
+                                    | (answering & ~Q(SEP_SYMBOL) & s.is_symbol(EOS_SYMBOL)),
+                                    f"parity of the number of ones, when it is at most {bound}")
+
+
+# Each task predicted not to generalize -> (name, bound -> maker) of its bounded approximations.
+BOUNDED_APPROXIMATIONS: dict[str, tuple[tuple[str, Callable[[int], Maker]], ...]] = {
+    **{code: (("window", lambda bound, side=side: last_within_window(side, bound)),
+              ("window or count", lambda bound, side=side: last_within_window_or_count(side, bound)))
+       for code, side in SIDE_OF_TASK.items()},
+    "NF": (("copy by length", lambda bound: copy_up_to_length(bound, backward=False)),),
+    "RepeatCopy": (("copy by length", lambda bound: copy_up_to_length(bound, backward=False)),),
+    "NB": (("copy by step", lambda bound: copy_up_to_length(bound, backward=True)),),
+    "Parity": (("count up to L", parity_up_to_count),),
+}

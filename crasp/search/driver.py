@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from crasp.check import CheckReport, check_witness
+from crasp.check import EXHAUSTIVE_MAX_LENGTH, CheckReport, check_witness
 from crasp.nexttoken import check_teacher_forced
 from crasp.program import Program, print_program
 from crasp.search.build import Builder, program_maker, tree_size
@@ -103,8 +103,13 @@ class Search:
     def __init__(self, task: Task, grammar: Grammar, options: SearchOptions = SearchOptions(),
                  on_level: Callable[[LevelStats], None] | None = None,
                  progress: Callable[[int], None] | None = None,
-                 on_level_start: Callable[[int, int], None] | None = None):
+                 on_level_start: Callable[[int, int], None] | None = None,
+                 lengths: tuple[int, ...] | None = None):
+        """`lengths`: verify candidates only at these input lengths (every short string up to the
+        longest of them, then samples at each), to find a program exact on training lengths;
+        by default a candidate is verified as `crasp check` verifies a witness."""
         self.task, self.grammar, self.options = task, grammar, options
+        self.lengths = lengths
         self.on_level = on_level or (lambda level: None)
         self.on_level_start = on_level_start or (lambda size, planned: None)
         self.progress = progress
@@ -183,8 +188,16 @@ class Search:
         shape = "one expression" if isinstance(tree, Found) else f"decision list of {_leaves(tree)} leaves"
         make = program_maker(builder, tree, "")
         self.verifications += 1
-        quick = check_witness(self.task, make, samples_per_length=20, exhaustive_max_length=4, lengths=QUICK_LENGTHS)
-        report = check_witness(self.task, make) if quick.verified else quick
+        if self.lengths is None:
+            quick = check_witness(self.task, make, samples_per_length=20, exhaustive_max_length=4,
+                                  lengths=QUICK_LENGTHS)
+            report = check_witness(self.task, make) if quick.verified else quick
+        else:
+            exhaustive = min(EXHAUSTIVE_MAX_LENGTH, max(self.lengths))
+            quick = check_witness(self.task, make, samples_per_length=20, exhaustive_max_length=min(4, exhaustive),
+                                  lengths=self.lengths)
+            report = (check_witness(self.task, make, exhaustive_max_length=exhaustive, lengths=self.lengths)
+                      if quick.verified else quick)
         if report.verified:
             size = tree_size(make(self.task.symbols).target.body)
             title = (f"found by `python -m crasp search {self.task.code} --fragment {self.grammar.fragment}`: "
@@ -233,5 +246,6 @@ def _leaves(tree: Decision | Found) -> int:
     return 1 if isinstance(tree, Found) else _leaves(tree.if_true) + _leaves(tree.if_false)
 
 
-def search(task: Task, grammar: Grammar, options: SearchOptions = SearchOptions(), **callbacks) -> SearchOutcome:
-    return Search(task, grammar, options, **callbacks).run()
+def search(task: Task, grammar: Grammar, options: SearchOptions = SearchOptions(), **keywords) -> SearchOutcome:
+    """The outcome of Search(task, grammar, options, **keywords): callbacks, or `lengths`."""
+    return Search(task, grammar, options, **keywords).run()

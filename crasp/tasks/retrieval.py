@@ -17,6 +17,17 @@ given rank, and draw contexts in one of two ways:
   max(lo, length // 5); the k positions are a uniform k-subset of the positions that keep the
   answer inside the context (non-adjacent ones if non_adjacent=True); all other tokens are
   uniform among the symbols other than q.
+- occurrences="spread" (a sampler that can show the impossibility for the "last" tasks; the
+  mirror image for the "first" ones, as their control): q is uniform, k is uniform in
+  2..length // 2, then the distance D of the retrieved occurrence from its end of the context
+  (from the end for "last", from the start for "first"; 0 is the end slot itself) is uniform
+  among the distances that leave room for the other k - 1 occurrences and keep the answer
+  inside the context; the other occurrences are a uniform subset of the positions beyond it
+  (before the last, after the first); all other tokens are uniform among the symbols other
+  than q. Every (D, k) with k <= length // 2 and D + k <= length is drawn, so at 3x-4x the
+  training length the test holds strings whose D and k both exceed the training length,
+  where every bounded program that is exact on the training lengths must fail
+  (crasp.discrimination). `occurrence_cells` recovers (D, k) from any batch.
 """
 
 from dataclasses import dataclass
@@ -25,7 +36,7 @@ from typing import ClassVar
 import numpy as np
 
 from crasp.tasks import literature
-from crasp.tasks.base import AlphabetTask, Draw, InvalidInputError, ParameterError, sample_by_rejection
+from crasp.tasks.base import AlphabetTask, Draw, Examples, InvalidInputError, ParameterError, sample_by_rejection
 
 
 @dataclass(frozen=True)
@@ -104,11 +115,14 @@ class NonUniqueRetrieval(Retrieval):
 
     def _check_parameters(self) -> None:
         super()._check_parameters()
-        if self.occurrences != "iid":
+        if self.occurrences == "spread" and self.non_adjacent:
+            raise ParameterError(f"task {self.code}: occurrences='spread' places occurrences at any distance, "
+                                 "adjacent ones included; accepted with it: non_adjacent=False")
+        if self.occurrences not in SAMPLERS:
             if not _is_occurrence_range(self.occurrences):
                 raise ParameterError(f"task {self.code}: parameter occurrences={self.occurrences!r} is invalid; "
-                                     'accepted: "iid" or a pair (lo, hi) of integers with 2 <= lo <= hi, or '
-                                     "hi=None for max(lo, length // 5)")
+                                     'accepted: "iid", "spread", or a pair (lo, hi) of integers with 2 <= lo <= hi, '
+                                     "or hi=None for max(lo, length // 5)")
             object.__setattr__(self, "occurrences", tuple(self.occurrences))
         if not isinstance(self.non_adjacent, bool):
             raise ParameterError(f"task {self.code}: parameter non_adjacent={self.non_adjacent!r} is invalid; "
@@ -129,6 +143,8 @@ class NonUniqueRetrieval(Retrieval):
     def _most_occurrences(self, length: int) -> int:
         if self.occurrences == "iid":
             return 2
+        if self.occurrences == "spread":
+            return max(2, length // 2)
         lo, hi = self.occurrences
         return max(lo, length // 5) if hi is None else hi
 
@@ -139,6 +155,8 @@ class NonUniqueRetrieval(Retrieval):
         problem = super().length_problem(length)
         if problem is not None:
             return problem
+        if self.occurrences == "spread" and length < 4:
+            return "occurrences='spread' draws 2 to length // 2 occurrences of the query, so the context has at least 4 tokens"
         k = self._most_occurrences(length)
         slots = self._slots(length)
         if not self._fits(k, slots):
@@ -151,6 +169,8 @@ class NonUniqueRetrieval(Retrieval):
     def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
         if self.occurrences == "iid":
             contexts_NxM, queries_N = self._draw_iid(rng, n, length)
+        elif self.occurrences == "spread":
+            contexts_NxM, queries_N = self._draw_spread(rng, n, length)
         else:
             contexts_NxM, queries_N = self._draw_counted(rng, n, length)
         is_query_NxM = contexts_NxM == queries_N[:, None]
@@ -186,10 +206,7 @@ class NonUniqueRetrieval(Retrieval):
         # slots-k+1 positions (subtract t from the t-th chosen position), so a uniform k-subset of
         # the smaller range, spread back out, is a uniform non-adjacent placement.
         choices_N = slots - counts_N + 1 if self.non_adjacent else np.full(n, slots)
-        keys_NxS = rng.random((n, slots))
-        keys_NxS[np.arange(slots)[None, :] >= choices_N[:, None]] = np.inf
-        ranks_NxS = keys_NxS.argsort(axis=1).argsort(axis=1)
-        chosen_NxS = ranks_NxS < counts_N[:, None]
+        chosen_NxS = _uniform_subsets(rng, counts_N, choices_N, slots)
         rows, chosen_slots = np.nonzero(chosen_NxS)
         positions = chosen_slots + self._first_slot()
         if self.non_adjacent:
@@ -199,12 +216,57 @@ class NonUniqueRetrieval(Retrieval):
         contexts_NxM[rows, positions] = queries_N[rows]
         return contexts_NxM, queries_N
 
+    def _draw_spread(self, rng: np.random.Generator, n: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        counts_N = rng.integers(2, length // 2 + 1, size=n)
+        # Drawn as for "last" (the retrieved occurrence D slots before the end, the others before
+        # it), then mirrored for "first". D = 0 is excluded where the answer would leave the context.
+        distances_N = rng.integers(int(self._excludes_an_end), length - counts_N + 1)
+        retrieved_N = length - 1 - distances_N
+        chosen_NxM = _uniform_subsets(rng, counts_N - 1, retrieved_N, length)
+        chosen_NxM[np.arange(n), retrieved_N] = True
+        if self.rank == "first":
+            chosen_NxM = chosen_NxM[:, ::-1]
+        queries_N = rng.integers(self.alphabet_size, size=n)
+        contexts_NxM = self._draw_others(rng, queries_N, length)
+        contexts_NxM[chosen_NxM] = np.repeat(queries_N, counts_N)
+        return contexts_NxM, queries_N
+
+    def occurrence_cells(self, examples: Examples) -> tuple[np.ndarray, np.ndarray]:
+        """(D_N, k_N) of a batch of this task, whatever its sampler: D the distance of the
+        retrieved occurrence from its end of the context (slots after the last occurrence, or
+        before the first; 0 is the end slot itself), k the number of occurrences of the query."""
+        width = int(examples.input_lengths.max(initial=0))
+        rows = np.arange(len(examples))
+        contexts_NxM = examples.tokens[:, 1:1 + width]
+        in_context_NxM = np.arange(width)[None, :] < examples.input_lengths[:, None]
+        is_query_NxM = (contexts_NxM == examples.tokens[rows, examples.prompt_lengths - 1][:, None]) & in_context_NxM
+        counts_N = is_query_NxM.sum(axis=1)
+        if self.rank == "first":
+            distances_N = is_query_NxM.argmax(axis=1)
+        else:
+            positions_NxM = np.where(is_query_NxM, np.arange(width)[None, :], -1)
+            distances_N = examples.input_lengths - 1 - positions_NxM.max(axis=1)
+        return distances_N, counts_N
+
     def _reference(self, inputs: list[int], query: int | None = None) -> list[int]:
         occurrences = self._occurrences(inputs, query)
         if len(occurrences) < 2:
             raise InvalidInputError(f"task {self.code}: the query must occur at least twice in the context, "
                                     f"it occurs {len(occurrences)} times")
         return [self._neighbour(inputs, occurrences[0] if self.rank == "first" else occurrences[-1])]
+
+
+# The named samplers of the non-unique tasks; a pair (lo, hi) is the fourth kind.
+SAMPLERS = ("iid", "spread")
+
+
+def _uniform_subsets(rng: np.random.Generator, counts_N: np.ndarray, available_N: np.ndarray,
+                     width: int) -> np.ndarray:
+    """[n, width] bools: in each row a uniform subset of counts_N[r] of its first available_N[r] columns."""
+    keys_NxW = rng.random((len(counts_N), width))
+    keys_NxW[np.arange(width)[None, :] >= available_N[:, None]] = np.inf
+    ranks_NxW = keys_NxW.argsort(axis=1).argsort(axis=1)
+    return ranks_NxW < counts_N[:, None]
 
 
 def _is_occurrence_range(value) -> bool:

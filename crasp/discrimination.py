@@ -1,0 +1,264 @@
+"""Can a test bin tell a task that does not generalize from a bounded program that fits training?
+
+A task predicted not to length-generalize (no C-RASP[pos] program) still has bounded C-RASP[pos]
+programs that are exact on every string of the training lengths (crasp.approximations: a window,
+a window-or-count, a lookup by length; and whatever `crasp search` finds when candidates only
+have to be exact on the training lengths). A model trained at those lengths may have learned one
+of them: the theory predicts it fails somewhere longer, not where. So a test bin can refute the
+prediction only if no such program passes it: `discriminate` verifies each approximation on the
+training lengths, scores it on each bin (at least 1000 strings, with a 95% Wilson interval), and
+says per bin whether any passes the verdict threshold.
+
+An approximation "passes" a bin when its interval reaches the threshold (upper bound >= it):
+a bin discriminates only where every approximation exact on the training lengths lies wholly
+below the threshold, so an approximation near it is never rounded into a discriminating bin.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from crasp.approximations import BOUNDED_APPROXIMATIONS, Maker
+from crasp.expr import CraspError
+from crasp.check import EXHAUSTIVE_MAX_LENGTH, check_lengths, check_witness, correct_answers
+from crasp.fragment import fragment_of
+from crasp.program import print_program
+from crasp.tasks import Task, get_task
+from crasp.tasks.retrieval import NonUniqueRetrieval
+
+DEFAULT_THRESHOLD = 0.9  # the lab's verdict threshold (a bin "passes" at >= 0.9)
+DEFAULT_STRINGS = 1000  # per bin
+DEFAULT_TRAINING_SAMPLES = 200  # random strings per training length, after the exhaustive stage
+MAX_DRAWS_PER_STRING = 200  # far cells: strings drawn per string kept before the sampler is called too sparse
+Z95 = 1.959963984540054
+# A sampler the command line names -> task parameters; "paper" is each task's own default.
+SAMPLERS = {"paper": {}, "spread": {"occurrences": "spread"}}
+
+
+class DiscriminationError(CraspError, ValueError):
+    """A request the discrimination check cannot satisfy; the message says what is accepted."""
+
+
+def wilson_interval(correct: int, total: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (95% by default)."""
+    if total <= 0:
+        raise ValueError(f"a proportion needs at least one trial, got {total}")
+    p = correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z / (1 + z * z / total) * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class BinScore:
+    bin: tuple[int, int]
+    correct: int
+    strings: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.strings
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.correct, self.strings)
+
+    def passes(self, threshold: float) -> bool:
+        """The interval reaches the threshold: the bin cannot rule out that this program passes."""
+        return self.interval[1] >= threshold
+
+
+@dataclass(frozen=True)
+class Row:
+    """One approximation: how it was made, whether it is exact on the training lengths, its scores."""
+
+    approximation: str
+    program: str | None  # its text (None: the search found nothing)
+    fragment: str | None
+    exact_on_training: bool
+    verification: str  # which training strings were checked, in words (or what the search showed)
+    scores: tuple[BinScore, ...]
+    threshold: float
+
+    def discriminates(self) -> tuple[bool, ...]:
+        """Per bin: this program, exact on the training lengths, stays below the threshold there."""
+        return tuple(not (self.exact_on_training and score.passes(self.threshold)) for score in self.scores)
+
+
+@dataclass(frozen=True)
+class Request:
+    task: Task  # its parameters choose the sampler
+    train_lengths: tuple[int, int]
+    bins: tuple[tuple[int, int], ...]
+    threshold: float = DEFAULT_THRESHOLD
+    strings: int = DEFAULT_STRINGS
+    training_samples: int = DEFAULT_TRAINING_SAMPLES
+    far_only: bool = False  # score only strings with D >= L and k > L (non-unique retrieval)
+    search_seconds: float = 0.0  # 0: no search
+    seed: int = 0
+
+    def __post_init__(self):
+        lo, hi = self.train_lengths
+        if not 1 <= lo <= hi or not self.training:
+            raise DiscriminationError(f"training lengths {lo}-{hi}: accepted: 1 <= lo <= hi, including a length "
+                                      f"the sampler produces ({self.task.min_length()} or more)")
+        if not self.bins:
+            raise DiscriminationError("no test bin: give at least one, like 31-40")
+        for bin_lo, bin_hi in self.bins:
+            if not hi < bin_lo <= bin_hi:
+                raise DiscriminationError(f"test bin {bin_lo}-{bin_hi}: accepted: lo <= hi, both longer than the "
+                                          f"training lengths (> {hi})")
+            check_lengths(self.task, [bin_lo, bin_hi])
+        if not 0 < self.threshold <= 1:
+            raise DiscriminationError(f"threshold {self.threshold}: accepted: a number in (0, 1]")
+        if not 1 <= self.strings <= 100_000 or not 1 <= self.training_samples <= 100_000:
+            raise DiscriminationError(f"strings per bin {self.strings}, per training length {self.training_samples}: "
+                                      "accepted: 1 to 100000")
+        if self.far_only and not isinstance(self.task, NonUniqueRetrieval):
+            raise DiscriminationError(f"far cells (D >= L and k > L) are defined for NLFirst, NRFirst, NLLast and "
+                                      f"NRLast, not for {self.task.code}")
+        shortest = min(bin_lo for bin_lo, _ in self.bins)
+        if self.far_only and shortest < 2 * hi + 1:  # D + k <= length
+            raise DiscriminationError(f"test bin from {shortest}: a string with D >= {hi} and k > {hi} has at least "
+                                      f"{2 * hi + 1} tokens; accepted with far cells: bins from {2 * hi + 1}")
+        if not 0 <= self.search_seconds <= 3600:
+            raise DiscriminationError(f"search seconds {self.search_seconds}: accepted: 0 (no search) to 3600")
+        if self.task.code not in BOUNDED_APPROXIMATIONS and self.search_seconds == 0:
+            raise DiscriminationError(f"no bounded approximation is built for {self.task.code} (they are for "
+                                      f"{', '.join(BOUNDED_APPROXIMATIONS)}); give search seconds > 0 to search for "
+                                      "one exact on the training lengths")
+        if self.seed < 0:
+            raise DiscriminationError(f"seed {self.seed}: accepted: an integer >= 0")
+
+    @property
+    def bound(self) -> int:
+        """L, the longest training length: what a bounded approximation may need."""
+        return self.train_lengths[1]
+
+    @property
+    def training(self) -> tuple[int, ...]:
+        lo, hi = self.train_lengths
+        return tuple(length for length in range(lo, hi + 1) if self.task.length_problem(length) is None)
+
+
+def task_with_sampler(code: str, sampler: str) -> Task:
+    """The task drawn by a named sampler: "paper" (its default) or "spread" (crasp.tasks.retrieval)."""
+    if sampler not in SAMPLERS:
+        raise DiscriminationError(f"unknown sampler {sampler!r}; accepted: {', '.join(SAMPLERS)}")
+    task = get_task(code)
+    if sampler != "paper" and not isinstance(task, NonUniqueRetrieval):
+        raise DiscriminationError(f"sampler {sampler!r} exists for NLFirst, NRFirst, NLLast and NRLast, not for "
+                                  f"{task.code}")
+    return get_task(code, **SAMPLERS[sampler])
+
+
+def discriminate(request: Request, progress: Callable[[str], None] = lambda line: None) -> list[Row]:
+    """One row per bounded approximation of the task (hand-built ones, then the search's)."""
+    rows = []
+    for name, factory in BOUNDED_APPROXIMATIONS.get(request.task.code, ()):
+        progress(f"{name}: verifying on the training lengths")
+        rows.append(_row(request, f"{name} (L={request.bound})", factory(request.bound)))
+    if request.search_seconds > 0:
+        progress(f"search: at most {request.search_seconds:g} s")
+        rows.append(_searched(request))
+    return rows
+
+
+def bins_discriminating(rows: Sequence[Row], request: Request) -> tuple[bool, ...]:
+    """Per bin: no approximation exact on the training lengths passes it."""
+    scored = [row.discriminates() for row in rows if row.scores]  # a search that found nothing scores nothing
+    return tuple(all(verdicts[k] for verdicts in scored) for k in range(len(request.bins)))
+
+
+def _row(request: Request, name: str, make: Maker) -> Row:
+    task = request.task
+    exhaustive = min(EXHAUSTIVE_MAX_LENGTH, request.bound)
+    report = check_witness(task, make, samples_per_length=request.training_samples,
+                           exhaustive_max_length=exhaustive, lengths=request.training, seed=request.seed)
+    program = make(task.symbols)
+    verification = f"{report.agreement:.2%} of {report.strings}: {report.method}"
+    if report.failure is not None:
+        verification += f"; counterexample: {' '.join(report.failure.string)}"
+    scores = tuple(score_bin(request, program, bin_) for bin_ in request.bins)
+    return Row(name, print_program(program), fragment_of(program).name, report.verified, verification, scores,
+               request.threshold)
+
+
+def _searched(request: Request) -> Row:
+    from crasp.search.driver import search
+    from crasp.search.grammar import Grammar
+    from crasp.search.options import SampleOptions, SearchOptions
+    from crasp.search.report import claim
+
+    # The search's own sample may hold only training lengths too: a longer string would rule out
+    # programs that are exact on every training length.
+    default = SampleOptions()
+    random_lengths = tuple(length for length in default.random_lengths if length <= request.bound)
+    sample = SampleOptions(exhaustive_length=min(default.exhaustive_length, request.bound),
+                           random_lengths=random_lengths or default.random_lengths,
+                           random_strings=default.random_strings if random_lengths else 0, seed=request.seed)
+    outcome = search(request.task, Grammar("all"), SearchOptions(time_limit=request.search_seconds, sample=sample),
+                     lengths=request.training)
+    name = f"search (C-RASP[periodic, local], {request.search_seconds:g} s)"
+    if outcome.discovery is None:
+        return Row(name, None, None, False, claim(outcome), (), request.threshold)
+    row = _row(request, name, outcome.discovery.make)
+    return Row(row.approximation, outcome.discovery.generic_text, row.fragment, row.exact_on_training,
+               row.verification, row.scores, row.threshold)
+
+
+def score_bin(request: Request, program, bin_: tuple[int, int]) -> BinScore:
+    """The program on `request.strings` strings of the bin, spread evenly over its lengths (only
+    strings in the far cell with far_only), each length drawn from its own seeded generator."""
+    lo, hi = bin_
+    lengths = [length for length in range(lo, hi + 1) if request.task.length_problem(length) is None]
+    per_length = -(-request.strings // len(lengths))
+    correct = total = 0
+    for length in lengths:
+        rng = np.random.default_rng((request.seed, lo, hi, length))
+        wanted, drawn = per_length, 0
+        while wanted > 0:
+            if drawn > MAX_DRAWS_PER_STRING * per_length:
+                raise DiscriminationError(f"at length {length}, {per_length - wanted} of {drawn} strings of the sampler "
+                                          f"({request.task.parameter_summary()}) have D >= {request.bound} and "
+                                          f"k > {request.bound}; the spread sampler draws them from length "
+                                          f"{2 * request.bound + 2} (k <= length / 2)")
+            examples = request.task.sample(rng, max(wanted, 64), length)
+            drawn += len(examples)
+            right = correct_answers(request.task, program, examples)
+            if request.far_only:
+                distances, counts = request.task.occurrence_cells(examples)
+                right = right[(distances >= request.bound) & (counts > request.bound)]
+            right = right[:wanted]
+            correct, total, wanted = correct + int(right.sum()), total + len(right), wanted - len(right)
+    return BinScore(bin_, correct, total)
+
+
+def format_table(rows: Sequence[Row], request: Request) -> str:
+    """The table the command prints: one line per approximation, then the verdict per bin."""
+    task = request.task
+    header = ["approximation", "fragment", "exact on training"] + [f"{lo}-{hi}" for lo, hi in request.bins]
+    body = []
+    for row in rows:
+        cells = [f"{s.accuracy:.3f} [{s.interval[0]:.3f}, {s.interval[1]:.3f}]"
+                 + (" passes" if row.exact_on_training and s.passes(request.threshold) else "")
+                 for s in row.scores] or ["-"] * len(request.bins)
+        body.append([row.approximation, row.fragment or "-", "yes" if row.exact_on_training else "no"] + cells)
+    verdicts = ["yes" if ok else "no" for ok in bins_discriminating(rows, request)]
+    body.append(["bin discriminates", "", ""] + verdicts)
+    widths = [max(len(line[k]) for line in [header] + body) for k in range(len(header))]
+    lines = [" | ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header] + body]
+    lines.insert(1, "-" * max(len(line) for line in lines))
+    lines.insert(-1, lines[1])
+    sampler = task.parameter_summary()
+    cell = f"; only strings with D >= {request.bound} and k > {request.bound}" if request.far_only else ""
+    intro = [f"{task.code}: {task.description}",
+             f"sampler: {sampler}; trained at {request.train_lengths[0]}-{request.train_lengths[1]}; "
+             f"{request.strings} strings per bin{cell}; accuracy [95% Wilson interval]; an approximation exact on "
+             f"training passes a bin when its interval reaches {request.threshold:g}"]
+    notes = [f"{row.approximation}: {row.verification}" for row in rows]
+    return "\n".join(intro + [""] + lines + [""] + notes)
