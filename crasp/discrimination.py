@@ -36,7 +36,7 @@ DEFAULT_TRAINING_SAMPLES = 200  # random strings per training length, after the 
 MAX_DRAWS_PER_STRING = 200  # far cells: strings drawn per string kept before the sampler is called too sparse
 Z95 = 1.959963984540054
 # A sampler the command line names -> task parameters; "paper" is each task's own default.
-SAMPLERS = {"paper": {}, "spread": {"occurrences": "spread"}}
+SAMPLERS = {"paper": {}, "official": {"occurrences": "official"}, "spread": {"occurrences": "spread"}}
 
 
 class DiscriminationError(CraspError, ValueError):
@@ -146,7 +146,8 @@ class Request:
 
 
 def task_with_sampler(code: str, sampler: str) -> Task:
-    """The task drawn by a named sampler: "paper" (its default) or "spread" (crasp.tasks.retrieval)."""
+    """The task drawn by a named sampler: "paper" (its default), "official" or "spread" (the
+    non-unique retrieval tasks' occurrences parameter, crasp.tasks.retrieval)."""
     if sampler not in SAMPLERS:
         raise DiscriminationError(f"unknown sampler {sampler!r}; accepted: {', '.join(SAMPLERS)}")
     task = get_task(code)

@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bins", type=length_bin, nargs="+", required=True, metavar="A-B",
                         help="test bins, like 31-40 61-80 (both ends included, longer than the training lengths)")
     parser.add_argument("--sampler", choices=SAMPLERS, default="paper",
-                        help="paper: the task's own sampler; spread (NLFirst, NRFirst, NLLast, NRLast): k uniform in "
+                        help="paper: the task's own sampler; for NLFirst, NRFirst, NLLast, NRLast also official: the "
+                             "official code's (NLLast's last occurrence never the final slot), spread: k uniform in "
                              "2..n/2 occurrences, the retrieved one at a uniform distance D from its end "
                              "(default paper)")
     parser.add_argument("--far-cells", action="store_true",

@@ -107,6 +107,19 @@ def test_the_paper_samplers_draw_what_they_drew_before_the_spread_sampler():
     assert digest.hexdigest() == "545793b5994e69bddee8ba933a8e916e8cfa8988032187787f430b5024627a43"
 
 
+@settings(max_examples=20, deadline=None)
+@given(code=st.sampled_from(CODES), length=st.integers(3, 40), seed=st.integers(0, 2**32 - 1))
+def test_the_official_sampler_keeps_both_last_occurrences_off_the_final_slot(code, length, seed):
+    """As the official code draws them; for the "first" tasks it is the paper's i.i.d. sampler."""
+    official = get_task(code, occurrences="official")
+    examples = official.sample(np.random.default_rng(seed), 30, length)
+    distances, counts = official.occurrence_cells(examples)
+    assert (counts >= 2).all() and (distances >= LOWEST_DISTANCE[code] + (code == "NLLast")).all()
+    if code.endswith("First") or code == "NRLast":
+        same = get_task(code).sample(np.random.default_rng(seed), 30, length)
+        assert (same.tokens == examples.tokens).all()
+
+
 def test_the_spread_sampler_is_named_in_json_as_the_training_side_stores_it():
     task = get_task("NLLast", occurrences="spread")
     again = get_task("NLLast", **json.loads(json.dumps(task.params)))
@@ -116,7 +129,7 @@ def test_the_spread_sampler_is_named_in_json_as_the_training_side_stores_it():
 def test_what_the_spread_sampler_refuses():
     with pytest.raises(ParameterError, match="accepted with it: non_adjacent=False"):
         get_task("NRLast", occurrences="spread", non_adjacent=True)
-    with pytest.raises(ParameterError, match='accepted: "iid", "spread", or a pair'):
+    with pytest.raises(ParameterError, match='accepted: "iid", "official", "spread", or a pair'):
         get_task("NRLast", occurrences="far")
     with pytest.raises(SamplerError, match="the context has at least 4 tokens.*accepted lengths .*: 4 to 16384"):
         get_task("NLFirst", occurrences="spread").sample(np.random.default_rng(0), 1, 3)
