@@ -138,5 +138,5 @@ def test_the_command_prints_the_table(capsys):
 
 
 def test_an_unknown_sampler_is_a_clear_error():
-    with pytest.raises(DiscriminationError, match="unknown sampler 'far'; accepted: paper, spread"):
+    with pytest.raises(DiscriminationError, match="unknown sampler 'far'; accepted: paper, official, spread"):
         task_with_sampler("NLLast", "far")
