@@ -268,3 +268,36 @@ def test_workers_take_the_idlest_cores_first():
     assert idlest_first([0, 1, 2, 3], before, after) == [1, 2, 3, 0]
     assert idlest_first([0, 1], before, after) == [1, 0]
     assert idlest_first([0, 5], before, after) == [5, 0]  # a core the readings do not list counts as idle
+
+
+class KilledBeforeResult(Exception):
+    """Stands for kill -9 between a job's final checkpoint and its result.json."""
+
+
+@pytest.mark.parametrize("stops_early", [False, True])
+def test_a_kill_between_the_final_checkpoint_and_result_json_is_finished_on_rerun(tmp_path, monkeypatch, stops_early):
+    import crasplab.train.loop as loop
+
+    config = tiny_config(stop_after_perfect_evals=int(stops_early))
+    if stops_early:  # every string right: the stopping rule is met at the first evaluation (step 8 of 24)
+        monkeypatch.setattr(loop, "teacher_forced_exact",
+                            lambda step, params_S, sets, *_: np.ones((len(sets), sets[0].batch.lengths_B.shape[0])))
+
+    def job(name):
+        return Job(task_code="UR", seed=5, model=TINY_MODEL, train=config, task_overrides=dict(alphabet_size=8),
+                   out_dir=str(tmp_path / name))
+
+    loop.run_job(job("whole"))
+    write_json = loop.write_json
+
+    def killed_at_result(path, value):
+        if Path(path).name == "result.json":
+            raise KilledBeforeResult
+        write_json(path, value)
+
+    monkeypatch.setattr(loop, "write_json", killed_at_result)
+    with pytest.raises(KilledBeforeResult):
+        loop.run_job(job("killed"))
+    monkeypatch.setattr(loop, "write_json", write_json)
+    assert loop.run_job(job("killed"))["steps"] == (8 if stops_early else 24)
+    assert comparable(tmp_path / "killed") == comparable(tmp_path / "whole")

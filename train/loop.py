@@ -157,6 +157,10 @@ class _StackRun:
                 self.last_eval[i] = meta["last_eval"]
                 # Records written after the checkpoint are replayed by the resumed run.
                 write_jsonl(job.folder / "metrics.jsonl", read_jsonl(job.folder / "metrics.jsonl")[:meta["records"]])
+                # A kill after a job's final checkpoint and before its result.json: the stopping
+                # rule is already met, so the job is finished from the checkpoint, not trained on.
+                if self._stop_reached(i):
+                    self._write_result(i)
             return
         for job in self.jobs:
             job.folder.mkdir(parents=True, exist_ok=True)
@@ -174,12 +178,26 @@ class _StackRun:
         for i in self._active():
             self._checkpoint_one(i)
 
-    def _finish(self, index: int, stopped_early: bool) -> None:
-        job = self.jobs[index]
+    def _stop_reached(self, index: int) -> bool:
+        """The job has trained enough: its training bin perfect in enough consecutive evaluations,
+        or its step budget spent."""
+        config = self.config
+        return self.last_eval[index] is not None and (
+            0 < config.stop_after_perfect_evals <= self.perfect_streak[index] or self.step >= config.max_steps)
+
+    def _finish(self, index: int) -> None:
+        """Checkpoint, then result.json. Both are written atomically and result.json only from what
+        the checkpoint holds, so a job killed between the two is finished on resume by
+        `_write_result` alone, with the same result."""
         self._checkpoint_one(index)
+        self._write_result(index)
+
+    def _write_result(self, index: int) -> None:
+        job = self.jobs[index]
         write_json(job.folder / "result.json", dict(
-            task=job.task_code, seed=job.seed, pe=job.model.pe, steps=self.step, stopped_early=stopped_early,
-            elapsed_s=round(self.elapsed_s[index], 1), bins=self.last_eval[index]["bins"]))
+            task=job.task_code, seed=job.seed, pe=job.model.pe, steps=self.step,
+            stopped_early=self.step < self.config.max_steps, elapsed_s=round(self.elapsed_s[index], 1),
+            bins=self.last_eval[index]["bins"]))
         self.finished[index] = True
 
     def _checkpoint_one(self, index: int) -> None:
@@ -259,6 +277,5 @@ class _StackRun:
             self._append(i, record)
             perfect = bin_records[i][0]["accuracy"] == 1.0
             self.perfect_streak[i] = self.perfect_streak[i] + 1 if perfect else 0
-            stop = 0 < config.stop_after_perfect_evals <= self.perfect_streak[i]
-            if stop or self.step >= config.max_steps:
-                self._finish(i, stopped_early=stop and self.step < config.max_steps)
+            if self._stop_reached(i):
+                self._finish(i)
