@@ -248,7 +248,8 @@ def format_table(rows: Sequence[Row], request: Request) -> str:
         cells = [f"{s.accuracy:.3f} [{s.interval[0]:.3f}, {s.interval[1]:.3f}]"
                  + (" passes" if row.exact_on_training and s.passes(request.threshold) else "")
                  for s in row.scores] or ["-"] * len(request.bins)
-        body.append([row.approximation, row.fragment or "-", "yes" if row.exact_on_training else "no"] + cells)
+        exact = "none found" if row.program is None else "yes" if row.exact_on_training else "no"
+        body.append([row.approximation, row.fragment or "-", exact] + cells)
     verdicts = ["yes" if ok else "no" for ok in bins_discriminating(rows, request)]
     body.append(["bin discriminates", "", ""] + verdicts)
     widths = [max(len(line[k]) for line in [header] + body) for k in range(len(header))]
