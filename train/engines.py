@@ -162,6 +162,8 @@ def connect(settings: EngineSettings) -> bool:
     if ray.is_initialized():
         return False
     options = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    if settings.ray_address is not None:
+        _check_reachable(settings.ray_address)
     try:
         if settings.ray_address is None:
             # "local" starts a new cluster even when another one runs on this machine (a bare
@@ -174,6 +176,19 @@ def connect(settings: EngineSettings) -> bool:
         raise EngineError(f"cannot reach the Ray cluster at {settings.ray_address!r}: {error}. Start it with "
                           "`ray start --head` (export RAY_AUTH_MODE=token on every node and here if the cluster "
                           "uses token authentication), or leave out --ray-address for a private local cluster") from None
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a host:port that accepts no connection at once: ray.init would retry it for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise EngineError(f"cannot reach the Ray cluster at {address!r} ({error.strerror or error}). Start it with "
+                          "`ray start --head` and give the address it prints, or leave out --ray-address for a "
+                          "private local cluster") from None
 
 
 def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = True) -> None:
