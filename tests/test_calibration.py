@@ -1,5 +1,6 @@
 """The calibration study's analysis scripts read what the task samplers wrote."""
 
+from math import comb, sqrt
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +43,41 @@ def test_strings_by_distance_fill_every_group_with_strings_of_that_distance(code
         assert np.all((distance_N >= lo) & (distance_N <= hi))
 
 
-def test_the_readme_window_table_is_what_last_occurrence_window_prints():
-    """The README's NLLast table (window 20, lengths 20 / 40 / 150, 500 strings) recomputed."""
+WINDOW = 20
+
+
+def exact_window_agreement(sampler: str, length: int) -> float:
+    """The probability that NLLast's window-20 program is right, from the sampler's definition: it
+    is right exactly when the query occurs among the last WINDOW context tokens. Exactly twice:
+    the two occurrences are a uniform 2-subset of the positions. i.i.d. over 5 symbols: fix the
+    query symbol (by symmetry); its count c is Binomial(length, 1/5), weighted by c (the query is
+    the token at a uniform context position) and kept for c >= 2, at a uniform c-subset."""
+    outside = max(length - WINDOW, 0)
+    if sampler == "the query exactly twice, 5 symbols":
+        return 1 - comb(outside, 2) / comb(length, 2)
+    weight_of_count = {c: comb(length, c) * 4 ** (length - c) * c for c in range(2, length + 1)}
+    return (sum(w * (1 - comb(outside, c) / comb(length, c)) for c, w in weight_of_count.items())
+            / sum(weight_of_count.values()))
+
+
+@settings(max_examples=6, deadline=None)
+@given(sampler=st.sampled_from(list(SAMPLERS)), length=st.sampled_from([10, 20, 25, 40, 80, 150]))
+def test_the_exact_window_agreement_is_what_the_sampler_gives(sampler, length):
+    """The closed form agrees with 2000 strings of the task's own sampler (seeded, so no flakes)
+    within four standard errors, and where the whole context fits the window both give exactly 1:
+    a closed form for another sampler (the two are 0.24-0.74 apart at lengths 40-150) fails."""
+    sampled = window_agreement("NLLast", sampler, WINDOW, [length], samples=2000)[0]
+    exact = exact_window_agreement(sampler, length)
+    assert abs(sampled - exact) <= 4 * sqrt(exact * (1 - exact) / 2000) + 1e-12
+
+
+def test_the_readme_window_table_holds_the_exact_agreement():
+    """The README's NLLast table (window 20, lengths 20 / 40 / 150): the exact values, not a sample's."""
     lines = (ROOT / "README.md").read_text().splitlines()
     start = lines.index("| sampler | window | length 20 | 40 | 150 |")
     rows = [line.strip("|").split(" | ") for line in lines[start + 2:start + 2 + len(SAMPLERS)]]
     assert [row[0].strip() for row in rows] == list(SAMPLERS)
     for sampler, window, *cells in rows:
-        agreement = window_agreement("NLLast", sampler.strip(), int(window), [20, 40, 150], samples=500)
-        assert [cell.strip() for cell in cells] == [f"{a:.2f}" for a in agreement]
+        assert int(window) == WINDOW
+        assert [cell.strip() for cell in cells] == [f"{exact_window_agreement(sampler.strip(), n):.3f}"
+                                                     for n in (20, 40, 150)]

@@ -114,7 +114,7 @@ def test_the_training_run_prints_the_tutorial_table(tmp_path):
     # As a terminal shows it: the stderr line first (length_gen.py prints it before the table).
     printed = f"\n{wall_time.replace(arguments[out], run_folder)}\n\n{result.stdout}"
     shown, got = _table_rows(command.output), _table_rows(result.stdout)
-    assert {row[-1] for row in got[1:]} == {"yes", "NO"}, "the run shows one prediction confirmed and one refuted"
+    assert {row[-1] for row in got[1:]} == {"yes", "NO"}, "the run shows one prediction confirmed and one not"
     same = len(shown) == len(got) and all(len(r) == len(s) and all(map(_same_cell, s, r)) for s, r in zip(shown, got))
     agreement = [line for line in result.stdout.splitlines() if line.startswith("agreement")]
     same = same and agreement == [line for line in command.output.splitlines() if line.startswith("agreement")]
