@@ -1,3 +1,3 @@
-"""What the experiment scripts share on their command lines: argument types that refuse bad values
-while the flags are parsed (before a run folder is written that the corrected command would
-refuse), and a help formatter that keeps a script's docstring as written."""
+"""What the experiment scripts share: the shared flags and argument types that refuse bad values
+while the flags are parsed (arguments), and the skeleton that runs an experiment from its settings
+into a locked run folder and reports on it (experiment)."""

@@ -6,4 +6,7 @@
     lorem            seeded lorem-ipsum paragraphs cut at a token length, and their copy prompts
     git_history      synthetic git histories and the revert / cherry-pick prompts
     alignment        an output aligned to its reference: errors, transition tokens, ambiguity
+    settings         the frozen, validated settings of the pretrained, finetune, realistic and mechanism experiments
+    answering        the resumable loop that answers prompts into a run folder, batch by batch
+    memory           lower-bound memory estimates of a batch, checked against the machine before a run starts
 """

@@ -112,17 +112,30 @@ class FinetuneSettings(PromptSettings):
 
 
 @dataclass(frozen=True)
-class LoremRunSettings(PromptSettings):
+class RealisticSettings(PromptSettings):
+    """What the two subcommands of experiments/realistic.py share; `experiment` names the subcommand."""
+
+    experiment: str
+    model: str = "smollm2"
+    seed: int = 0
+    dtype: str = "float32"
+
+    def check(self) -> None:
+        super().check()
+        named = type(self).__dataclass_fields__["experiment"].default
+        self.require(self.experiment == named, "experiment", repr(named))
+        self.among("dtype", DTYPES)
+
+
+@dataclass(frozen=True)
+class LoremRunSettings(RealisticSettings):
     """experiments/realistic.py lorem: lorem-ipsum paragraphs copied forward and backward."""
 
     experiment: str = "lorem"
-    model: str = "smollm2"
     lengths: tuple[int, ...] = (50, 100, 200, 400)
     directions: tuple[str, ...] = tuple(DIRECTIONS)
     n: int = 6
-    seed: int = 0
     batch_size: int = 6
-    dtype: str = "float32"
     demonstrations: int = 2
     demo_length: int = 30
     repeat_word: float = 0.15
@@ -131,8 +144,6 @@ class LoremRunSettings(PromptSettings):
 
     def check(self) -> None:
         super().check()
-        self.require(self.experiment == "lorem", "experiment", "'lorem'")
-        self.among("dtype", DTYPES)
         self.among("directions", DIRECTIONS)
         self.at_least(1, "lengths", "n", "demo_length")
         self.at_least(0, "demonstrations")
@@ -142,24 +153,19 @@ class LoremRunSettings(PromptSettings):
 
 
 @dataclass(frozen=True)
-class GitRunSettings(PromptSettings):
+class GitRunSettings(RealisticSettings):
     """experiments/realistic.py git: the hashes of a synthetic history in revert or cherry-pick order."""
 
     experiment: str = "git"
-    model: str = "smollm2"
     commits: tuple[int, ...] = (2, 4, 8, 16)
     commands: tuple[str, ...] = tuple(COMMANDS)
     n: int = 10
-    seed: int = 0
     batch_size: int = 10
-    dtype: str = "float32"
     examples: int = 3
     example_commits: int = 4
 
     def check(self) -> None:
         super().check()
-        self.require(self.experiment == "git", "experiment", "'git'")
-        self.among("dtype", DTYPES)
         self.among("commands", COMMANDS)
         self.at_least(1, "commits", "n", "example_commits")
         self.at_least(0, "examples")

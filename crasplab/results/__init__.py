@@ -2,7 +2,9 @@
 and the report of each experiment.
 
     files        atomic JSON / JSON-lines / text writes, tolerant JSON-lines reading
-    run_folder   config.json: written once, a changed command refused, read back with a clear error
+    run_folder   config.json: written once, a changed command refused, read back with a clear error; the
+                 folder's lock (one process per run folder)
+    settings     the base of the experiments' settings types: every field checked against its type on construction
     figures      matplotlib figures saved atomically
     intervals    95% intervals of accuracies and of their differences
     length_gen   the from-scratch length-generalization report (experiments/length_gen.py)
