@@ -34,8 +34,9 @@ from crasplab.cli.arguments import (DistinctValues, HelpFormatter, add_length_fl
 from crasplab.cli.experiment import Experiment, Report, run_experiment
 from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET
 from crasplab.incontext.greedy import answer_budget, check_answers_fit
-from crasplab.incontext.memory import check_batch_memory, decoding_bytes, training_bytes
+from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes, training_bytes
 from crasplab.incontext.settings import FinetuneSettings
+from crasplab.results.settings import SettingsError
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
 from crasplab.results.finetune import report_markdown, write_report
@@ -90,11 +91,15 @@ def default_out(settings: FinetuneSettings) -> Path:
     return Path("runs/finetune") / f"{Path(settings.model).stem}-{settings.preset}"
 
 
-def check_prompts(pretrained, settings: FinetuneSettings) -> None:
+def check_against_model(pretrained, settings: FinetuneSettings) -> None:
     """Refuse (ContextError) test prompts whose answers would run past the model's context: those
-    at the longest test length, which is also longer than every training string; and (BatchMemoryError)
-    training or test batches beyond the machine's memory."""
+    at the longest test length, which is also longer than every training string; (BatchMemoryError)
+    training or test batches beyond the machine's memory; and LoRA adapters wider than the model."""
     config = settings.finetune
+    if config.method == "lora" and config.lora_rank > pretrained.config.d_model:
+        raise SettingsError(f"--lora-rank {config.lora_rank} is wider than the model ({pretrained.config.d_model}): an "
+                            f"adapter of rank r adds r x (in + out) values per layer; give a rank up to "
+                            f"{pretrained.config.d_model}")
     longest = max(hi for _, hi in config.test_bins)
     for code in settings.tasks:
         for length, rows, flag, estimate in ((config.train_lengths[1], config.batch_size, "--batch-size", training_bytes),
@@ -112,9 +117,12 @@ def check_prompts(pretrained, settings: FinetuneSettings) -> None:
 
 def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> None:
     """Fine-tune and answer everything the run folder lacks."""
+    config = settings.finetune
+    test_lengths = sum(hi - lo + 1 for lo, hi in config.test_bins)
+    check_prompt_count(len(settings.tasks) * test_lengths * config.examples_per_length, "--examples-per-length")
     started = time.monotonic()
-    pretrained = load_with_tokenizer(settings.model, dtype=settings.finetune.dtype)
-    check_prompts(pretrained, settings)
+    pretrained = load_with_tokenizer(settings.model, dtype=config.dtype)
+    check_against_model(pretrained, settings)
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.monotonic() - started:.1f} s")
     open_run_folder(out, dict(settings.to_config(), model_path=str(pretrained.path), architecture=pretrained.architecture,
                               retrieval_alphabet=RETRIEVAL_ALPHABET, copying_alphabet=COPYING_ALPHABET),

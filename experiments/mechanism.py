@@ -58,6 +58,7 @@ from crasplab.cli.arguments import DistinctValues, HelpFormatter, add_model_flag
 from crasplab.cli.experiment import Experiment, Report, run_experiment
 from crasplab.incontext.formal_prompts import Demonstrations, cell_items
 from crasplab.incontext.greedy import answer_lines
+from crasplab.incontext.memory import check_prompt_count
 from crasplab.incontext.settings import ABLATIONS, MechanismSettings
 from crasplab.models.analysis import (SCORES, AnswerBatch, ablation, ablation_plan, answer_exact, head_scores, reference_means)
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
@@ -251,6 +252,9 @@ def default_out(settings: MechanismSettings) -> Path:
 
 def run(settings: MechanismSettings, out: Path) -> None:
     """Score every head, then run every ablation the run folder lacks, saving after each."""
+    check_prompt_count(settings.sequences * len(settings.periods), "--sequences")
+    if settings.run is None:
+        check_prompt_count(len(settings.tasks) * len(settings.lengths) * settings.n, "--n")
     started = time.perf_counter()
     subject, settings = subject_of(settings)
     check_against_model(settings, subject)

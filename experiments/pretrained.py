@@ -32,7 +32,7 @@ from crasplab.cli.experiment import Experiment, Report, run_experiment
 from crasplab.incontext.answering import answer_pending, in_batches
 from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, cell_items
 from crasplab.incontext.greedy import answer_lines, answer_budget, check_answers_fit
-from crasplab.incontext.memory import check_batch_memory, decoding_bytes
+from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
@@ -75,6 +75,7 @@ def check_batches(pretrained, batches: list[list[dict]], batch_size: int) -> Non
 
 def run(settings: PretrainedSettings, out: Path) -> None:
     """Evaluate every prompt the run folder lacks, saving after each batch."""
+    check_prompt_count(len(settings.tasks) * len(settings.lengths) * settings.n, "--n")
     started = time.perf_counter()
     pretrained = load_with_tokenizer(settings.model, dtype=settings.dtype)
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.perf_counter() - started:.1f} s")

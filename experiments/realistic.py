@@ -43,7 +43,7 @@ from crasplab.incontext.directions import DIRECTIONS
 from crasplab.incontext.git_history import COMMANDS, git_items
 from crasplab.incontext.greedy import ContextError, answer_lines, check_answers_fit, check_context, continuation_lines
 from crasplab.incontext.lorem import LoremSettings as LoremText
-from crasplab.incontext.memory import check_batch_memory, decoding_bytes
+from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
@@ -86,6 +86,7 @@ def model_facts(pretrained) -> dict:
 def run_lorem(settings: LoremRunSettings, out: Path) -> None:
     """Copy every paragraph the run folder lacks; a record keeps the reference's and the output's
     tokens (and the reference's token texts) for the alignment the report makes."""
+    check_prompt_count(len(settings.lengths) * len(settings.directions) * settings.n, "--n")
     started = time.perf_counter()
     pretrained = load_with_tokenizer(settings.model, dtype=settings.dtype)
     tokenizer = pretrained.tokenizer
@@ -128,6 +129,7 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
 
 def run_git(settings: GitRunSettings, out: Path) -> None:
     """Ask for every hash list the run folder lacks."""
+    check_prompt_count(len(settings.commits) * len(settings.commands) * settings.n, "--n")
     started = time.perf_counter()
     pretrained = load_with_tokenizer(settings.model, dtype=settings.dtype)
     tokenizer = pretrained.tokenizer

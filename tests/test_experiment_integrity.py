@@ -72,6 +72,26 @@ def test_a_batch_beyond_the_machines_memory_is_refused_before_config_json(tiny, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("main, flags", [
+    (pretrained.main, ["--tasks", "UR", "--lengths", "6", "--n", "1000000000"]),
+    (finetune.main, ["--tasks", "UF", "--examples-per-length", "1000000000"]),
+    (realistic.main, ["git", "--commits", "2", "--n", "1000000000"]),
+    (mechanism.main, ["--sequences", "1000000000"]),
+], ids=["pretrained-n", "finetune-examples", "git-n", "mechanism-sequences"])
+def test_more_prompts_than_the_memory_holds_are_refused_before_the_model_is_loaded(tmp_path, main, flags):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit, match="^error: building [0-9]+ prompts needs at least .* GiB, and this machine has"):
+        main([*flags, "--model", str(tmp_path / "absent"), "--out", str(out)])
+    assert not out.exists()
+
+
+def test_a_lora_rank_wider_than_the_model_is_refused_before_config_json(tiny, tmp_path):
+    with pytest.raises(SystemExit, match="^error: --lora-rank 1000000 is wider than the model \\(32\\)"):
+        finetune.main(["--model", str(tiny), "--tasks", "UF", "--method", "lora", "--lora-rank", "1000000",
+                       "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_folder_that_cannot_be_written_is_an_error_line(tiny, tmp_path, monkeypatch):
     out = tmp_path / "run"
     pretrained.main(["--model", str(tiny), *PRETRAINED_FLAGS, "--out", str(out)])

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 
 FLOAT_BYTES = 4
+# A prompt's entry (a dict of its task, length, prompt text and expected answer) takes more than
+# this in Python, and every entry of a run is built before the first batch is answered.
+PROMPT_ENTRY_BYTES = 200
 
 
 class BatchMemoryError(ValueError):
@@ -43,3 +46,8 @@ def check_batch_memory(needed: int, what: str, flag: str) -> None:
     if needed > available:
         raise BatchMemoryError(f"{what} needs at least {needed / 2**30:.1f} GiB, and this machine has "
                                f"{available / 2**30:.1f} GiB of memory; lower {flag}")
+
+
+def check_prompt_count(count: int, flag: str) -> None:
+    """Refuse a run of `count` prompts (or sequences) whose entries alone exceed the machine's memory."""
+    check_batch_memory(count * PROMPT_ENTRY_BYTES, f"building {count} prompts", flag)
