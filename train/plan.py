@@ -1,0 +1,87 @@
+"""A grid's plan before it runs: which job goes to which slot of the engine, and how long the whole
+takes, estimated from a measured training step.
+
+The estimate is an upper bound per job: every step at the job's step cap, each as long as a step
+on the job's longest training bucket (the measured one). Jobs that stop early (retrieval stops
+at its first perfect evaluation) and steps on shorter buckets take less; evaluation and compile
+time are not counted. Slots are filled longest job first, as both engines start them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from crasplab.train.data import batch_rng, sample_batch
+from crasplab.train.loop import Job, TaskSetup
+from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
+
+TIMED_STEPS = 3
+
+
+def step_shape(job: Job) -> tuple:
+    """Jobs with equal shapes take equally long per step: one measurement serves them all."""
+    setup = TaskSetup.for_job(job)
+    m = job.model
+    model = f"{m.pe} {m.n_layers}x{m.n_heads}x{m.d_model} (d_ff {m.d_ff or 4 * m.d_model}, {m.dtype})"
+    return (model, job.train.batch_size, setup.buckets.padded_lengths[-1], setup.max_positions, len(setup.task.vocab))
+
+
+def measure_step_seconds(job: Job) -> float:
+    """Seconds of one training step of `job`'s model on its longest training bucket, on this
+    process's default device (the median of a few steps after the compile)."""
+    setup = TaskSetup.for_job(job)
+    optimizer = make_optimizer(job.train)
+    model = job.model.build(len(setup.task.vocab), setup.max_positions, job.seed)
+    graphdef, rest, params, opt_state = init_stack([model], optimizer)
+    step = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
+    batch = sample_batch(setup.task, batch_rng(job.seed, 0, 0), job.train.batch_size, setup.buckets.ranges[-1],
+                         setup.buckets.padded_lengths[-1], setup.max_positions, random_offset=False)
+    stacked = {name: array[None] for name, array in batch.as_dict().items()}
+    seconds = []
+    for _ in range(TIMED_STEPS + 1):  # the first call compiles
+        start = time.perf_counter()
+        params, opt_state, loss, _ = step(params, opt_state, stacked)
+        jax.block_until_ready(loss)
+        seconds.append(time.perf_counter() - start)
+    return float(np.median(seconds[1:]))
+
+
+@dataclass(frozen=True)
+class Placement:
+    job: Job
+    slot: int
+    start_s: float
+    end_s: float
+
+
+def place(jobs: list[Job], slots: int, step_seconds: dict[tuple, float]) -> list[Placement]:
+    """Longest job first onto the slot that frees first (each job at its step cap)."""
+    cost = {id(job): job.train.max_steps * step_seconds[step_shape(job)] for job in jobs}
+    free_at = [0.0] * slots
+    placements = []
+    for job in sorted(jobs, key=lambda job: cost[id(job)], reverse=True):
+        slot = int(np.argmin(free_at))
+        placements.append(Placement(job, slot, free_at[slot], free_at[slot] + cost[id(job)]))
+        free_at[slot] += cost[id(job)]
+    return placements
+
+
+def plan_text(placements: list[Placement], slots: int, where: str, step_seconds: dict[tuple, float]) -> str:
+    """The dry run's printout: one line per job, then the totals."""
+    lines = [f"{len(placements)} jobs on {slots} slot(s) ({where}); step times measured on "
+             f"{jax.devices()[0].device_kind} ({jax.default_backend()}):"]
+    for shape, seconds in step_seconds.items():
+        lines.append(f"  {shape[0]}, batch {shape[1]}, {shape[2]} tokens: {seconds * 1000:.1f} ms/step")
+    lines.append(f"{'job':<48} {'slot':>4} {'steps':>6} {'start':>8} {'end':>8}")
+    for p in sorted(placements, key=lambda p: (p.slot, p.start_s)):
+        lines.append(f"{p.job.out_dir:<48} {p.slot:>4} {p.job.train.max_steps:>6} {p.start_s / 3600:>7.2f}h "
+                     f"{p.end_s / 3600:>7.2f}h")
+    total = max((p.end_s for p in placements), default=0.0)
+    busy = sum(p.end_s - p.start_s for p in placements)
+    lines.append(f"estimated wall time at most {total / 3600:.2f} h ({busy / 3600:.2f} job-hours; every job at its "
+                 "step cap, evaluation and compiles not counted)")
+    return "\n".join(lines)
