@@ -25,12 +25,13 @@ from crasplab.cli.arguments import add_length_flags, add_setting_flags, at_least
 from crasp.tasks import TASK_CODES
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
-from crasplab.results.files import ResultFileError
-from crasplab.results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, job_folder, markdown_table,
-                                run_jobs, write_report)
+from crasplab.results.files import ResultFileError, read_jsonl
+from crasplab.results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, final_evaluations,
+                                         job_folder, markdown_table, run_jobs, write_report)
 from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
-from crasplab.train.config import (PRESETS, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
-                          command_line_settings)
+from crasplab.results.protocol import next_seeds, protocol_for, write_predictions, write_protocol
+from crasplab.train.config import (PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
+                                   command_line_settings)
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.engines import EngineError, add_engine_flags, engine_settings, run_jobs_on
 
@@ -62,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                              f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)")
     parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
                         help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
+    parser.add_argument("--protocol", action="store_true",
+                        help="the verdict protocol (preset 'protocol'): its fixed recipe, fresh seeds from 1000 until "
+                             "5 seeds per task fit (APE; 3 for other encodings), per-seed verdicts with intervals and "
+                             "the discrimination check of each test bin, all in the report")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
     model = parser.add_argument_group("model overrides (default: the preset's; a flag given here applies to every "
@@ -77,7 +82,11 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
     """config.json of the run: the preset with the command line's overrides applied (training
     settings per task: the preset's per-task changes first, the command line's over them)."""
     on_accelerator = jax.default_backend() != "cpu"
-    preset = PRESETS[args.preset or ("paper" if on_accelerator else "quick")]
+    if args.protocol and args.preset not in (None, "protocol"):
+        raise ConfigError(f"--protocol runs the preset 'protocol'; --preset {args.preset} asks for another")
+    if args.protocol and args.seeds:
+        raise ConfigError("--protocol chooses its own seeds (fresh ones, until enough fit); leave out --seeds")
+    preset = PRESETS["protocol" if args.protocol else args.preset or ("paper" if on_accelerator else "quick")]
     changes = {name: getattr(args, name) for name in TRAIN_FLAGS if getattr(args, name) is not None}
     changes["test_bins"] = args.test_bins or preset.train.test_bins
     if args.train_lengths is not None:
@@ -94,17 +103,28 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
                                         if (changed := preset.model_changes_for(task, **model_changes))})
 
 
-def make_jobs(settings: RunSettings, run_dir: Path) -> list[Job]:
+def make_jobs(settings: RunSettings, run_dir: Path, seeds_by_task: dict[str, list[int]] | None = None) -> list[Job]:
+    """The run's jobs: every task with every seed, or the seeds `seeds_by_task` names."""
+    pairs = (run_jobs(settings.tasks, settings.seeds) if seeds_by_task is None
+             else [(task, seed) for task, seeds in seeds_by_task.items() for seed in seeds])
     return [Job(task_code=task, seed=seed, model=settings.model_for(task), train=settings.train[task],
                 task_overrides=settings.task_overrides[task], out_dir=str(job_folder(run_dir, task, seed)))
-            for task, seed in run_jobs(settings.tasks, settings.seeds)]
+            for task, seed in pairs]
 
 
-def check_jobs(jobs: list[Job], run_dir: Path) -> None:
+def check_jobs(jobs: list[Job], run_dir: Path, protocol=None) -> None:
     """Everything that could fail once training has started, checked before a file is written."""
     check_output_folder(run_dir)
     for job in jobs:
-        TaskSetup.for_job(job)  # task parameters, lengths the sampler can produce, the position table
+        setup = TaskSetup.for_job(job)  # task parameters, lengths the sampler can produce, the position table
+        if protocol is not None:
+            per_length = job.train.eval_examples_per_length
+            sizes = [per_length * (hi - lo + 1) for lo, hi in setup.bins]
+            if sizes[0] < protocol.min_train_strings or min(sizes[1:], default=protocol.min_bin_strings) < \
+                    protocol.min_bin_strings:
+                raise ConfigError(f"{job.task_code}: the protocol needs {protocol.min_train_strings} training-length "
+                                  f"strings and {protocol.min_bin_strings} per test bin; --eval-examples-per-length "
+                                  f"{per_length} gives {sizes}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -132,13 +152,22 @@ def train_and_report(args: argparse.Namespace) -> None:
         run_dir = args.out or Path("runs") / "length_gen" / f"{settings.model.pe}-{settings.preset}"
         jobs = make_jobs(settings, run_dir)
         engine = engine_settings(args)
-        check_jobs(jobs, run_dir)
+        protocol = protocol_for(settings.model.pe, settings.threshold) if args.protocol else None
+        check_jobs(jobs, run_dir, protocol)
         open_run_folder(run_dir, settings.to_dict(), may_change=("threshold",))
+        if protocol is not None:
+            write_protocol(run_dir, protocol)
     except ValueError as error:  # ConfigError, TaskError, RunFolderError: each says what to change
         raise SystemExit(f"error: {error}")
     start = time.monotonic()
+    write_predictions(run_dir, settings.model.pe, settings.tasks, {t: c.train_lengths for t, c in settings.train.items()},
+                      {t: c.test_bins for t, c in settings.train.items()}, settings.task_overrides, settings.threshold,
+                      with_discrimination=protocol is not None)
     try:
-        run_jobs_on(engine, jobs, show_progress=not args.no_progress)
+        if protocol is None:
+            run_jobs_on(engine, jobs, show_progress=not args.no_progress)
+        else:
+            jobs = run_protocol_rounds(settings, run_dir, protocol, engine, show_progress=not args.no_progress)
     except EngineError as error:
         raise SystemExit(f"error: {error}")
     finally:
@@ -147,7 +176,36 @@ def train_and_report(args: argparse.Namespace) -> None:
     summary = write_report(run_dir, args.threshold)
     print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
     print(markdown_table(summary))
-    print(f"agreement: {summary['agreements']} of {summary['judged']}")
+    if protocol is None:
+        print(f"agreement: {summary['agreements']} of {summary['judged']}, from {len(settings.seeds)} seed(s) per task. "
+              "One seed is one draw of the training (and of this machine's arithmetic); --protocol gives per-seed "
+              "verdicts over fresh seeds.")
+    else:
+        last = [row["bins"][-1] for row in summary["protocol"]["rows"] if row["bins"]]
+        counted = [b for b in last if b["agrees"] is not None]
+        print(f"protocol verdicts at the last bin: {sum(b['agrees'] for b in counted)} of {len(counted)} counted agree "
+              f"(report.md has every seed's interval)")
+
+
+def run_protocol_rounds(settings: RunSettings, run_dir: Path, protocol, engine, show_progress: bool) -> list[Job]:
+    """Seeds in rounds: the first ones for every task, then fresh ones only for tasks with fewer
+    fitted seeds than the protocol needs (decided on the training bin alone), until each task has
+    enough or its candidate seeds run out. Returns every job run."""
+    done: list[Job] = []
+    previous = None
+    while True:
+        collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
+        finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
+        plan = next_seeds(protocol, settings.seeds, finals, settings.tasks)
+        if not plan:
+            return done
+        if plan == previous:
+            raise EngineError(f"jobs {plan} did not finish in the round that ran them; see their worker.log")
+        previous = plan
+        jobs = make_jobs(settings, run_dir, plan)
+        print(f"protocol round: {', '.join(f'{task} seeds {seeds}' for task, seeds in plan.items())}", file=sys.stderr)
+        run_jobs_on(engine, jobs, show_progress=show_progress)
+        done += jobs
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import numpy as np
 from crasp.prediction import predict
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report, write_jsonl
+from crasplab.results.verdicts import Protocol
+from crasplab.results.protocol import protocol_markdown, protocol_rows, read_predictions, read_protocol
 from crasplab.results.run_folder import read_run_config
 
 FIGURE_FILE = "accuracy_by_length.png"
@@ -117,6 +119,9 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     config = read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py")
     threshold = config.get("threshold", DEFAULT_THRESHOLD) if threshold is None else threshold
     finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
+    # What the interpreter predicted when the run started; computed now only for runs made before
+    # predictions.json existed.
+    written = read_predictions(run_dir)
     rows = []
     for task in config["tasks"]:
         if task not in finals:
@@ -125,7 +130,8 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         seeds = sorted(by_seed)
         accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
         bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
-        prediction = dataclasses.asdict(predict(task, config["model"]["pe"]))
+        prediction = (written[task]["prediction"] if written and task in written
+                      else dataclasses.asdict(predict(task, config["model"]["pe"])))
         # Seeds that did not fit their training lengths say nothing about longer ones: the verdict
         # is made from the seeds that fit (none: the task did not fit).
         fit_S = accuracy_SxK[:, 0] >= FIT_THRESHOLD
@@ -149,7 +155,13 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
             train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1)))
     judged = [row for row in rows if row["agrees"] is not None]
     first_task_train = config["train"][config["tasks"][0]]
-    return dict(pe=config["model"]["pe"], preset=config["preset"], model=model_description(config),
+    protocol = read_protocol(run_dir)
+    under_protocol = None if protocol is None else dict(
+        rules=protocol.to_dict(), text=protocol.text(),
+        rows=protocol_rows(protocol, read_jsonl(run_dir / "metrics.jsonl"), finals,
+                           [task for task in config["tasks"] if task in finals], read_predictions(run_dir),
+                           {task: train["max_steps"] for task, train in config["train"].items()}))
+    return dict(protocol=under_protocol, pe=config["model"]["pe"], preset=config["preset"], model=model_description(config),
                 threshold=threshold, fit_threshold=FIT_THRESHOLD,
                 rows=rows, bins=[list(b) for b in first_task_train["test_bins"]],
                 agreements=sum(row["agrees"] for row in judged), judged=len(judged),
@@ -210,6 +222,8 @@ def report_markdown(summary: dict) -> str:
         parts.append(f"\nStill running (last evaluation shown): {', '.join(unfinished)}.\n")
     if summary["missing_tasks"]:
         parts.append(f"\nNo evaluation yet: {', '.join(summary['missing_tasks'])}.\n")
+    if summary.get("protocol"):
+        parts.append("\n" + protocol_markdown(Protocol(**summary["protocol"]["rules"]), summary["protocol"]["rows"]))
     parts.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
     return "".join(parts)
 

@@ -1,0 +1,181 @@
+"""A length_gen run under the verdict protocol: what it writes before training, which seeds it
+runs, and the per-seed verdict table computed from its files.
+
+Before the first job, the run folder gets `protocol.json` (the rules, crasplab.results.verdicts)
+and `predictions.json` (each task's prediction and, for a task predicted not to generalize,
+whether each test bin can tell it from a bounded program exact on the training lengths:
+crasp.discrimination). The report reads both files; nothing it shows is computed afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from crasp.discrimination import DiscriminationError, Request, bins_discriminating, discriminate
+from crasp.prediction import predict
+from crasp.tasks import get_task
+from crasplab.results.files import write_json
+from crasplab.results.verdicts import (FAILS, GENERALIZES, Protocol, agrees, judge_seed, seed_fits, task_verdict)
+
+PROTOCOL_FILE, PREDICTIONS_FILE = "protocol.json", "predictions.json"
+# Fitted seeds a verdict needs: five for APE, whose theorem the lab tests first; three elsewhere.
+REQUIRED_FITTED_SEEDS = {"ape": 5}
+DEFAULT_REQUIRED_FITTED_SEEDS = 3
+
+
+def protocol_for(pe: str, threshold: float) -> Protocol:
+    return Protocol(threshold=threshold, min_fitted_seeds=REQUIRED_FITTED_SEEDS.get(pe, DEFAULT_REQUIRED_FITTED_SEEDS))
+
+
+def read_protocol(run_dir: Path) -> Protocol | None:
+    path = Path(run_dir) / PROTOCOL_FILE
+    if not path.exists():
+        return None
+    return Protocol(**json.loads(path.read_text())["rules"])
+
+
+def write_protocol(run_dir: Path, protocol: Protocol) -> None:
+    """protocol.json, once: a rerun keeps the rules the run started with (a changed rule is refused)."""
+    path = Path(run_dir) / PROTOCOL_FILE
+    if path.exists():
+        if read_protocol(run_dir) != protocol:
+            raise ValueError(f"{path} holds other rules than this command's; a protocol run keeps the rules it "
+                             "started with: use another --out")
+        return
+    write_json(path, dict(rules=protocol.to_dict(), text=protocol.text()))
+
+
+def write_predictions(run_dir: Path, pe: str, tasks, train_lengths: dict, test_bins: dict, task_overrides: dict,
+                      threshold: float, with_discrimination: bool) -> None:
+    """predictions.json: for each task its prediction and, with `with_discrimination` (a protocol
+    run: it takes a minute or so per task), for a task predicted not to generalize, per test bin,
+    whether the bin discriminates (no bounded approximation exact on the training lengths passes
+    it), with each approximation's score. Written once, when the run starts."""
+    path = Path(run_dir) / PREDICTIONS_FILE
+    if path.exists():
+        return
+    entries = {}
+    for task in tasks:
+        prediction = predict(task, pe)
+        entry = dict(prediction=dataclasses.asdict(prediction), discrimination=None)
+        if with_discrimination and prediction.generalizes is False:
+            entry["discrimination"] = _discrimination(task, train_lengths[task], test_bins[task][1:],
+                                                      task_overrides[task], threshold)
+        entries[task] = entry
+    write_json(path, dict(pe=pe, tasks=entries))
+
+
+def _discrimination(task: str, train_lengths, bins, overrides: dict, threshold: float) -> dict:
+    try:
+        request = Request(get_task(task, **overrides), tuple(train_lengths), tuple(map(tuple, bins)),
+                          threshold=threshold)
+    except DiscriminationError as error:
+        return dict(checked=False, why=str(error))
+    rows = discriminate(request)
+    return dict(checked=True, bins=[list(b) for b in request.bins],
+                discriminates=list(bins_discriminating(rows, request)),
+                approximations=[dict(name=row.approximation, program=row.program, exact_on_training=row.exact_on_training,
+                                     accuracy=[round(score.accuracy, 4) for score in row.scores]) for row in rows])
+
+
+def read_predictions(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / PREDICTIONS_FILE
+    return json.loads(path.read_text())["tasks"] if path.exists() else None
+
+
+def _train_bin(record: dict) -> tuple[int, int]:
+    first = record["bins"][0]
+    return round(first["accuracy"] * first["n"]), first["n"]
+
+
+def fitted_seeds(protocol: Protocol, finals: dict[int, dict]) -> list[int]:
+    """The seeds (of one task's finished final evaluations) that fit their training lengths."""
+    return [seed for seed, record in sorted(finals.items())
+            if record["finished"] and seed_fits(protocol, *_train_bin(record))]
+
+
+def next_seeds(protocol: Protocol, candidates, finals_by_task: dict[str, dict[int, dict]], tasks) -> dict[str, list[int]]:
+    """task -> the seeds to run next: its started seeds that have not finished (to resume them);
+    else as many unused candidates as its fitted seeds fall short of `min_fitted_seeds` (all of
+    them for a task not started). Only the training bin decides this."""
+    plan = {}
+    for task in tasks:
+        finals = finals_by_task.get(task, {})
+        unfinished = [seed for seed, record in sorted(finals.items()) if not record["finished"]]
+        if unfinished:
+            plan[task] = unfinished
+            continue
+        missing = protocol.min_fitted_seeds - len(fitted_seeds(protocol, finals))
+        unused = [seed for seed in candidates if seed not in finals]
+        if missing > 0 and unused:
+            plan[task] = unused[:missing]
+    return plan
+
+
+def _still_improving(evals: list[dict], record: dict, max_steps: int) -> bool:
+    if record["step"] < max_steps or len(evals) < 2:
+        return False
+    return evals[-1]["bins"][0]["accuracy"] > evals[-2]["bins"][0]["accuracy"]
+
+
+def protocol_rows(protocol: Protocol, records: list[dict], finals: dict[str, dict[int, dict]], tasks,
+                  predictions: dict, max_steps: dict) -> list[dict]:
+    """One row per task: fit counts, and per test bin each fitted seed's outcome and the verdict."""
+    evals = defaultdict(list)
+    for record in records:
+        if record["kind"] == "eval":
+            evals[(record["task"], record["seed"])].append(record)
+    rows = []
+    for task in tasks:
+        by_seed = {seed: record for seed, record in finals.get(task, {}).items() if record["finished"]}
+        fitted = fitted_seeds(protocol, by_seed)
+        unfit = [seed for seed in by_seed if seed not in fitted]
+        prediction = predictions[task]["prediction"]
+        discrimination = predictions[task]["discrimination"]
+        bins = []
+        for k, first in enumerate(by_seed[fitted[0]]["bins"][1:] if fitted else [], start=1):
+            seeds = [judge_seed(protocol, seed, round(by_seed[seed]["bins"][k]["accuracy"] * by_seed[seed]["bins"][k]["n"]),
+                                by_seed[seed]["bins"][k]["n"]) for seed in fitted]
+            verdict = task_verdict(protocol, seeds)
+            discriminates = None if not (discrimination and discrimination["checked"]) else \
+                discrimination["discriminates"][k - 1]
+            # A bin that a bounded program passes cannot show a failure the theory predicts.
+            counted = prediction["generalizes"] is not False or discriminates is True
+            bins.append(dict(lo=first["lo"], hi=first["hi"], verdict=verdict, discriminates=discriminates,
+                             agrees=agrees(prediction["generalizes"], verdict) if counted else None,
+                             seeds=[dataclasses.asdict(s) for s in seeds]))
+        rows.append(dict(task=task, predicted=prediction["label"], generalizes=prediction["generalizes"],
+                         seeds_run=sorted(by_seed), fitted=fitted, unfit=unfit,
+                         still_improving=[s for s in unfit if _still_improving(evals[(task, s)], by_seed[s],
+                                                                               max_steps[task])],
+                         steps_to_stop={s: by_seed[s]["step"] for s in sorted(by_seed)}, bins=bins))
+    return rows
+
+
+def protocol_markdown(protocol: Protocol, rows: list[dict]) -> str:
+    lines = ["## Verdicts under the protocol\n", protocol.text() + "\n",
+             "| task | predicted | seeds run | fitted | bin | seeds passing (accuracy [95% interval]) | verdict | "
+             "bin discriminates | agrees |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        fit = f"{len(row['fitted'])}" + (f" (still improving at cap: {row['still_improving']})"
+                                         if row["still_improving"] else "")
+        if not row["bins"]:
+            lines.append(f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | - | - | "
+                         "too few fitted seeds | - | - |")
+        for b in row["bins"]:
+            passing = sum(s["outcome"] == "pass" for s in b["seeds"])
+            cells = ", ".join(f"{s['correct'] / s['total']:.3f} [{s['low']:.3f}, {s['high']:.3f}]" for s in b["seeds"])
+            discriminates = {None: "-", True: "yes", False: "no (a bounded program passes)"}[b["discriminates"]]
+            agreement = {None: "-", True: "yes", False: "NO"}[b["agrees"]]
+            lines.append(f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | {b['lo']}-{b['hi']} "
+                         f"| {passing} of {len(b['seeds'])}: {cells} | {b['verdict']} | {discriminates} | {agreement} |")
+    last = [row["bins"][-1] for row in rows if row["bins"]]
+    counted = [b for b in last if b["agrees"] is not None]
+    lines.append(f"\nAt the last bin: {sum(b['agrees'] for b in counted)} of {len(counted)} counted verdicts agree "
+                 f"with the prediction ({sum(b['verdict'] in (GENERALIZES, FAILS) for b in last)} tasks with a "
+                 "generalizes/fails verdict; a task predicted not to generalize is counted only where its bin "
+                 "discriminates).\n")
+    return "\n".join(lines) + "\n"
