@@ -192,14 +192,20 @@ def run_stacked_in_process(jobs: list[Job], show_progress: bool = True) -> None:
         bars.close()
 
 
+def worker_command(folder: Path | str, core: int, *extra: str) -> list[str]:
+    """The command that runs one job folder pinned to `core`. `-P` keeps the current folder off
+    sys.path, so a `train.py` or a `crasplab/` folder where the run was started cannot shadow the
+    lab's modules. The child pins itself (--core): a preexec_fn would make Python fork a
+    multithreaded parent."""
+    return [sys.executable, "-P", "-m", "crasplab.train.workers", str(folder), "--core", str(core), *extra]
+
+
 def _launch(job: Job, core: int) -> subprocess.Popen:
     job.folder.mkdir(parents=True, exist_ok=True)
     write_json(job.folder / "job.json", job.to_dict())
-    env = worker_env()
     with open(job.folder / LOG_FILE, "ab") as log:
-        # The child pins itself (--core): a preexec_fn would make Python fork this multithreaded process.
-        return subprocess.Popen([sys.executable, "-m", "crasplab.train.workers", str(job.folder), "--core", str(core),
-                                 "--die-with-parent"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(worker_command(job.folder, core, "--die-with-parent"), env=worker_env(), stdout=log,
+                                stderr=subprocess.STDOUT)
 
 
 def _read_progress(job: Job) -> dict | None:
