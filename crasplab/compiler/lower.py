@@ -30,7 +30,6 @@ import numpy as np
 
 from crasp import expr as E
 from crasp.program import Program
-from crasp.reference import reference_value
 from crasplab.compiler.plan import ONE, START, Affine, Feature, HeadGroup, Step
 
 BOS = "<bos>"
@@ -99,16 +98,47 @@ def onehot_in(node: E.Expr, name: str) -> bool:
     if isinstance(node, E.Named):
         uses = [p for p, a in zip(node.params, node.args) if a == E.Var(name)]
         return len(uses) == 1 and onehot_in(node.body, uses[0])
-    if isinstance(node, E.Compare) and isinstance(node.right, E.Number) and isinstance(node.left, E.CountOf):
-        inner, wanted = node.left.body, (node.op, node.right.value)
-        if node.left.offset is not None:  # the body, c positions ago
-            return wanted in ((">=", 1), (">", 0), ("=", 1)) and onehot_in(inner, name)
-        # #[j <= i] (#[k <= j] K >= 1) = c: the first K[t] was c - 1 positions ago, one t per position
-        return (node.op == "=" and node.right.value >= 1 and isinstance(inner, E.Compare)
-                and isinstance(inner.left, E.CountOf) and inner.left.offset is None
-                and isinstance(inner.right, E.Number) and (inner.op, inner.right.value) in ((">=", 1), (">", 0))
-                and onehot_in(inner.left.body, name))
-    return False
+    if not (isinstance(node, E.Compare) and isinstance(node.right, E.Number)):
+        return False
+    counted, name = _count_through_definitions(node.left, name)
+    if counted is None:
+        return False
+    inner, wanted = counted.body, (node.op, node.right.value)
+    if counted.offset is not None:  # the body, c positions ago
+        return wanted in ((">=", 1), (">", 0), ("=", 1)) and onehot_in(inner, name)
+    if not (node.op == "=" and node.right.value >= 1 and isinstance(inner, E.Compare)
+            and isinstance(inner.right, E.Number) and (inner.op, inner.right.value) in ((">=", 1), (">", 0))):
+        return False
+    # #[j <= i] (#[k <= j] K >= 1) = c: the first K[t] was c - 1 positions ago, one t per position
+    first, name = _count_through_definitions(inner.left, name)
+    return first is not None and first.offset is None and onehot_in(first.body, name)
+
+
+def false_at_first_position(node: E.Expr) -> bool:
+    """Is node false at position 1 whatever the symbols? (A local count there is 0, any other count at most 1.)"""
+    if isinstance(node, E.And):
+        return false_at_first_position(node.left) or false_at_first_position(node.right)
+    if isinstance(node, E.Named):
+        return false_at_first_position(node.body)
+    if not (isinstance(node, E.Compare) and isinstance(node.right, E.Number)):
+        return False
+    counted = node.left
+    while isinstance(counted, E.Named):
+        counted = counted.body
+    if not isinstance(counted, E.CountOf):
+        return False
+    most = 0 if counted.offset not in (None, 0) else 1
+    return not any(E.COMPARISONS[node.op](value, node.right.value) for value in range(most + 1))
+
+
+def _count_through_definitions(node: E.Expr, name: str) -> tuple[E.CountOf | None, str]:
+    """The count a (possibly named) count expression is, and what index `name` is called inside it."""
+    while isinstance(node, E.Named):
+        uses = [p for p, a in zip(node.params, node.args) if a == E.Var(name)]
+        if len(uses) != 1:
+            return None, name
+        node, name = node.body, uses[0]
+    return (node, name) if isinstance(node, E.CountOf) else (None, name)
 
 
 class Lowering:
@@ -415,7 +445,7 @@ class Lowering:
         rest_node = rest[0] if rest else E.TRUE
         for r in rest[1:]:
             rest_node = E.And(rest_node, r)
-        if self.may_hold_at_first_position(E.And(key_node, rest_node), {k: v for k, v in env.items()}, name):
+        if not false_at_first_position(E.And(key_node, rest_node)):
             return None
         keys = [self.boolean(key_node, {**env, name: a}) for a in self.alphabet]
         queries = [{self.token[a]: MATCH_SCORE} for a in self.alphabet]
@@ -431,13 +461,6 @@ class Lowering:
                          self.describe(node)): 1.0}
         others = [self.boolean(p, env) for p in parts if name not in p.free]
         return self.junction(node, [hit] + others, every=True) if others else hit
-
-    def may_hold_at_first_position(self, node: E.Expr, env: dict[str, str], name: str) -> bool:
-        for first in self.alphabet:
-            for a in self.alphabet:
-                if reference_value(self.program, [first], node, 1, {**env, name: a}):
-                    return True
-        return False
 
     # ------------------------------------------------------------ definitions
     def _NamedBool(self, node, env) -> Affine:

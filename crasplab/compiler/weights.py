@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crasplab.compiler.lower import BOS, ROPE_BASE, ROPE_DIM, STEP_OFFSET, Lowering
+from crasplab.compiler.lower import BOS, ROPE_BASE, ROPE_DIM, STEP_OFFSET, CompileError, Lowering
 from crasplab.compiler.plan import ONE, START, Affine, HeadGroup
 from crasplab.models.config import ModelConfig
 
 NORM_EPS, NORM_SCALE = 2.0 ** 100, 2.0 ** 50
 LOGIT = 8.0
 MIN_HEAD_DIM = 16
+MAX_PARAMETERS = 200_000_000
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,11 @@ def build_weights(lowering: Lowering, columns: list[Affine], dtype: str) -> tupl
     H = max([h.index + 1 for h in heads] + [1])
     units_per_layer = [2 * sum(s.layer == layer for s in lowering.steps) for layer in range(layers)]
     F = max(units_per_layer + [1])
+    size = layers * (4 * D * H * K + 3 * D * F) + 2 * D * V
+    if size > MAX_PARAMETERS:
+        raise CompileError(f"the compiled model would have about {size:,} parameters (d_model {D}, {layers} layers, "
+                           f"d_ff {F}): families over {V} symbols unrolled without the keyed-head rewrite; "
+                           "write the count as `any t: Q(t) and #[j <= i] (K[t] and R) >= 1` with K one-hot in t")
     config = ModelConfig(vocab_size=V, d_model=D, n_layers=layers, n_heads=H, d_head=K, d_ff=F, block="llama",
                          position=pe, max_positions=lowering.max_length, rope_base=ROPE_BASE,
                          rope_dim=ROPE_DIM if pe == "rope" else None, qkv_bias=False, tie_embeddings=False,

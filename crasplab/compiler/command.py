@@ -1,0 +1,92 @@
+"""`python -m crasp compile PROGRAM --pe ape|rope|nope --out DIR [--task TASK --lengths N ...]`.
+
+Registered with crasp's command line through the entry point group "crasp.commands"
+(pyproject.toml), so crasp never imports the lab by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from crasp.check import lookup, program_for, to_program_ids
+from crasp.languages import Language
+from crasp.library import load_source
+from crasp.nexttoken import check_teacher_forced
+from crasp.tasks import Task
+from crasplab.compiler import DEFAULT_MAX_LENGTH, compile_program, definition_places
+from crasplab.compiler.folder import save_compiled
+from crasplab.compiler.lower import CompileError
+from crasplab.compiler.run import answers_right, output_table, require_dtype_available
+
+DEFAULT_LENGTHS = (10, 100, 1000)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("program", help="a .crasp file, or the name of a shipped example")
+    parser.add_argument("--pe", required=True, choices=("ape", "rope", "nope"),
+                        help="position encoding of the compiled transformer (nope: C-RASP[] programs only)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="folder for compiled.json, checkpoint.npz and listing.txt")
+    parser.add_argument("--task", metavar="NAME", help="compile over this task's symbols (a generic program reads "
+                                                       "them) and score the compiled model on its strings")
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS), metavar="N",
+                        help="with --task: input lengths to score (default 10 100 1000; lengths the task's sampler "
+                             "cannot produce are skipped and named)")
+    parser.add_argument("--samples", type=int, default=20, help="with --task: strings per length (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="with --task: seed of the strings (default 0)")
+    parser.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,
+                        help=f"longest string, in tokens, the model is built for (default {DEFAULT_MAX_LENGTH}; "
+                             "the APE table has this many rows)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                        help="compute dtype (float64 needs JAX_ENABLE_X64=1)")
+
+
+def register(commands) -> None:
+    """Add `compile` to crasp's subcommands (the entry point crasp's command line calls)."""
+    parser = commands.add_parser("compile", help="compile a program into the weights of the lab's transformer, "
+                                                 "list what each head and MLP computes, and optionally score it on "
+                                                 "a task beside the interpreter")
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    require_dtype_available(args.dtype)
+    source = load_source(args.program)
+    target = lookup(args.task) if args.task else None
+    if isinstance(target, Language):
+        raise CompileError(f"{target.name} is a language; --task scores next-token tasks (python -m crasp tasks)")
+    program = program_for(source, target) if target else source.program()
+    compiled = compile_program(program, args.pe, args.max_length, args.dtype,
+                               places=definition_places(source.text, source.name))
+    save_compiled(compiled, args.out, source.name)
+    print(compiled.listing())
+    print(f"written: {args.out}")
+    if target is not None:
+        score(compiled, target, args)
+    return 0
+
+
+def score(compiled, task: Task, args) -> None:
+    """Per length: strings the compiled model answers exactly, beside the interpreter's count."""
+    model = compiled.model()
+    lengths = [n for n in args.lengths if task.length_problem(n) is None]
+    skipped = [n for n in args.lengths if n not in lengths]
+    if skipped:
+        print(f"skipped lengths {' '.join(map(str, skipped))}: {task.length_problem(skipped[0])}")
+    print(f"{'length':>6} | {'strings':>7} | compiled right | interpreter right | seconds")
+    for length in lengths:
+        started = time.perf_counter()
+        examples = task.sample(np.random.default_rng((args.seed, length)), args.samples, length)
+        if examples.tokens.shape[1] > compiled.max_length:
+            raise CompileError(f"length {length} gives strings of {examples.tokens.shape[1]} tokens, beyond the "
+                               f"{compiled.max_length} the model was built for; raise --max-length")
+        ids = to_program_ids(examples.tokens, task.vocab, compiled.program)
+        table = output_table(model, ids)
+        right = answers_right(table, ids, examples.prompt_lengths, examples.lengths)
+        interpreter = check_teacher_forced(compiled.program, ids, examples.prompt_lengths, examples.lengths).correct
+        print(f"{length:>6} | {args.samples:>7} | {int(right.sum()):>14} | {int(interpreter.sum()):>17} | "
+              f"{time.perf_counter() - started:7.1f}", flush=True)
