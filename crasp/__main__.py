@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import entry_points
 
 from crasp.expr import CraspError
 from crasp.search.options import SearchError
@@ -261,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
 
     add_discrimination_arguments(discriminates)
     discriminates.set_defaults(handler=_discriminates)
+    # Commands that other installed packages register (the lab's `compile`): crasp imports none by name.
+    for entry in entry_points(group="crasp.commands"):
+        entry.load()(commands)
     args = parser.parse_args(argv)
     try:
         status = args.handler(args)
