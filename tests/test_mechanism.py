@@ -3,6 +3,7 @@ previous token, ablation removes exactly a head's output, random controls avoid 
 a resumed run equals an uninterrupted one, and bad input is refused before anything is written."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from experiments import mechanism
 from crasplab.models import ModelConfig, Transformer, set_params
 from crasplab.models.analysis import SCORES, ablation, ablation_plan, head_scores, score_edges, top_heads
+from crasplab.train.config import PRESETS, RunSettings
+from crasplab.train.loop import Job
 from tests.test_model_architecture import STYLES, random_tokens, tiny_model
 from tests.test_pretrained_experiment import write_tiny_llama
 
@@ -238,3 +241,35 @@ def test_a_from_scratch_model_is_scored_and_ablated_on_its_own_test_strings(tmp_
     with pytest.raises(SystemExit, match="--periods 7 makes 16-token sequences; the model's position table has"):
         mechanism.main(["--run", str(run), "--task", "UF", "--periods", "7", "--out", str(tmp_path / "other")])
     assert not (tmp_path / "other").exists()
+
+
+def _from_scratch_run(run: Path, n_layers: int, checkpoint: bytes | None = None) -> Path:
+    """A length_gen.py run folder of one UF job whose job.json claims `n_layers` and whose
+    checkpoint.npz holds ten small arrays (or the given bytes)."""
+    preset = PRESETS["quick"]
+    settings = RunSettings(preset="quick", tasks=("UF",), seeds=(0,), threshold=0.9, model=preset.model,
+                           train={"UF": preset.train_for("UF")}, task_overrides={"UF": preset.overrides_for("UF")})
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(settings.to_dict()))
+    folder = run / "UF" / "seed0"
+    folder.mkdir(parents=True)
+    job = Job(task_code="UF", seed=0, model=preset.model.replace(n_layers=n_layers), train=settings.train["UF"],
+              task_overrides=settings.task_overrides["UF"], out_dir=str(folder))
+    (folder / "job.json").write_text(json.dumps(job.to_dict()))
+    if checkpoint is None:
+        np.savez(folder / "checkpoint.npz", **{f"leaf_{i:05d}": np.zeros(2) for i in range(10)})
+    else:
+        (folder / "checkpoint.npz").write_bytes(checkpoint)
+    return run
+
+
+@pytest.mark.parametrize("n_layers, checkpoint, message", [
+    (10**8, None, "job.json says the model has 100000000 layers, but checkpoint.npz holds 10 arrays in all"),
+    (2, None, "checkpoint.npz: not a readable checkpoint \\(KeyError: 'structure is not a file in the archive'\\)"),
+    (2, b"not a zip file", "seed0: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it"),
+], ids=["layers-beyond-the-checkpoint", "another-models-checkpoint", "damaged-checkpoint"])
+def test_a_job_folder_that_does_not_hold_its_model_is_an_error_line(tmp_path, n_layers, checkpoint, message):
+    run = _from_scratch_run(tmp_path / "run", n_layers, checkpoint)
+    with pytest.raises(SystemExit, match=f"^error: .*{message}"):
+        mechanism.main(["--run", str(run), "--task", "UF", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
