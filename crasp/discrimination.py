@@ -169,9 +169,12 @@ def discriminate(request: Request, progress: Callable[[str], None] = lambda line
     return rows
 
 
-def bins_discriminating(rows: Sequence[Row], request: Request) -> tuple[bool, ...]:
-    """Per bin: no approximation exact on the training lengths passes it."""
-    scored = [row.discriminates() for row in rows if row.scores]  # a search that found nothing scores nothing
+def bins_discriminating(rows: Sequence[Row], request: Request) -> tuple[bool | None, ...]:
+    """Per bin: no approximation exact on the training lengths passes it; None where no
+    approximation was scored (a search that found nothing scores nothing), which shows nothing."""
+    scored = [row.discriminates() for row in rows if row.scores]
+    if not scored:
+        return (None,) * len(request.bins)
     return tuple(all(verdicts[k] for verdicts in scored) for k in range(len(request.bins)))
 
 
@@ -250,7 +253,8 @@ def format_table(rows: Sequence[Row], request: Request) -> str:
                  for s in row.scores] or ["-"] * len(request.bins)
         exact = "none found" if row.program is None else "yes" if row.exact_on_training else "no"
         body.append([row.approximation, row.fragment or "-", exact] + cells)
-    verdicts = ["yes" if ok else "no" for ok in bins_discriminating(rows, request)]
+    verdicts = [{True: "yes", False: "no", None: "unknown: no approximation"}[ok]
+                for ok in bins_discriminating(rows, request)]
     body.append(["bin discriminates", "", ""] + verdicts)
     widths = [max(len(line[k]) for line in [header] + body) for k in range(len(header))]
     lines = [" | ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header] + body]

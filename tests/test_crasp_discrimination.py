@@ -81,6 +81,12 @@ def test_on_far_cells_every_last_occurrence_approximation_fails():
     assert 0.5 < mixed[1].scores[0].accuracy < 1.0
 
 
+def test_without_an_approximation_no_bin_is_said_to_discriminate():
+    request = Request(get_task("Addition"), (1, 5), ((9, 12),), search_seconds=1)
+    nothing = Row("search", None, None, False, "no program of size <= 3", (), 0.9)
+    assert bins_discriminating([nothing], request) == (None,)
+
+
 def test_an_approximation_not_exact_on_training_decides_nothing():
     score = BinScore((21, 30), 1000, 1000)
     row = Row("broken", "", "C-RASP[]", False, "", (score,), 0.9)
