@@ -78,8 +78,9 @@ def _check_program(args) -> int:
         print(format_trace(report.failure.program, list(report.failure.string)) + "\n")
         print(f"predicts    nothing: the program disagrees with the {kind}")
         return 1
+    width = max(len(name) for name in PE_NAMES.values()) + 1
     for k, pe in enumerate(POSITION_ENCODINGS):
-        print(f"{'predicts' if k == 0 else '':<11} {PE_NAMES[pe] + ':':<5} {report.fragment.program_prediction(pe)}")
+        print(f"{'predicts' if k == 0 else '':<11} {PE_NAMES[pe] + ':':<{width}} {report.fragment.program_prediction(pe)}")
     # Where this program predicts nothing, the lab's other programs for the task (or a proof) may.
     silent = [pe for pe in POSITION_ENCODINGS if not report.fragment.predicts_generalization(pe)]
     if kind == "task" and silent:
