@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
             engine = engine_settings(args)
             jobs = sweep_jobs(config, run_dir)
             check_jobs(jobs, run_dir)
-            open_run_folder(run_dir, config)
+            open_run_folder(run_dir, config, may_change=("verdict_seeds",))  # more verdict seeds reuse the sweep
             run_jobs_on(engine, jobs, show_progress=not args.no_progress)
         selection = write_selection(run_dir, config, sweep_jobs(config, run_dir))
         print(selection_markdown(selection))

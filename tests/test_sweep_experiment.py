@@ -1,0 +1,50 @@
+"""experiments/sweep.py's plumbing, without training: the sweep's jobs and the verdict it builds
+from a selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from crasplab.results.selection import SELECTED, Configuration, NONE_FITS
+from crasplab.train.config import QUICK
+from experiments import sweep
+
+
+def config_for(*flags: str) -> dict:
+    return sweep.sweep_config(sweep.build_parser().parse_args(list(flags)))
+
+
+def test_every_sweep_run_is_evaluated_on_the_training_bin_and_the_validation_bin_only(tmp_path):
+    config = config_for("--tasks", "UL", "NF", "--grid", "small", "--lr", "1e-3", "3e-4", "--sweep-seeds", "0", "1")
+    jobs = sweep.sweep_jobs(config, tmp_path)
+    assert len(jobs) == 2 * 8 * 2 * 2  # tasks x (layers x heads x widths) x learning rates x seeds
+    assert {job.train.test_bins for job in jobs} == {((1, 20), (21, 30))}  # quick: the verdict judges on 31-40
+    assert {job.train.learning_rate for job in jobs} == {1e-3, 3e-4}
+    assert all(job.model.d_ff == 0 and job.model.pe == "ape" for job in jobs)
+    # The preset's per-task budgets are kept: copying trains its whole budget, retrieval stops early.
+    assert {(job.task_code, job.train.max_steps, job.train.stop_after_perfect_evals) for job in jobs} == {
+        ("UL", 16000, 1), ("NF", 10000, 0)}
+    assert len({job.folder for job in jobs}) == len(jobs)
+
+
+def test_the_verdict_trains_each_task_s_chosen_configuration_with_the_preset_s_bins():
+    config = config_for("--tasks", "UL", "NF", "UR", "--seeds", "0", "1", "2")
+    chosen = Configuration(n_layers=1, n_heads=2, d_model=16, learning_rate=1e-4)
+    selection = dict(tasks={"UL": dict(status=SELECTED, selected=vars(chosen)),
+                            "NF": dict(status=NONE_FITS, selected=None),
+                            "UR": dict(status=SELECTED, selected=vars(Configuration(4, 4, 256, 1e-3)))})
+    settings = sweep.verdict_settings(config, selection)
+    assert settings.tasks == ("UL", "UR") and settings.seeds == (0, 1, 2)  # NF: nothing fit, no verdict
+    model = settings.model_for("UL")
+    assert (model.n_layers, model.n_heads, model.d_model, model.d_ff) == (1, 2, 16, 0)
+    assert settings.train["UL"].learning_rate == 1e-4 and settings.train["UR"].learning_rate == 1e-3
+    assert settings.train["UL"].test_bins == QUICK.train.test_bins
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--layers", "1", "--heads", "3", "--d-model", "16"], "no configuration whose d_model the heads divide"),
+    (["--validation-bin", "21-30,31-40"], "takes one LO-HI bin"),
+])
+def test_a_grid_or_bin_that_cannot_run_is_refused(flags, message):
+    with pytest.raises(ValueError, match=message):
+        config_for(*flags)
