@@ -32,6 +32,8 @@ def _outputs(model: Transformer, tokens_BxT: np.ndarray, chunk: int | None) -> n
     if chunk is None or T <= chunk:
         return np.asarray(model(tokens).logits_BxTxV)
     cache, parts = model.init_cache(B, T), []
+    # Under jax's 64-bit mode the literal slot offsets are int64: the cache index must match them.
+    cache = cache.replace(index=cache.index.astype(jnp.asarray(0).dtype))
     for start in range(0, T, chunk):
         out = model(tokens[:, start:start + chunk], cache=cache)
         cache = out.cache

@@ -1,0 +1,131 @@
+"""The compiled witnesses measured: accuracy by length beside the interpreter, and the rounding study.
+
+experiments/compiled.py drives it; every table and the figure are computed from the run folder's
+metrics.jsonl (one record per (witness, encoding, dtype, length)), never typed in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from crasp import witnesses as W
+from crasp.check import to_program_ids
+from crasp.fragment import fragment_of
+from crasp.nexttoken import check_teacher_forced, encode
+from crasp.tasks import get_task
+from crasplab.compiler import compile_program
+from crasplab.compiler.run import answers_right, output_table
+from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.files import read_jsonl
+
+# (task, witness, encodings it is compiled for): the C-RASP[] versions also for NoPE.
+WITNESS_RUNS: tuple[tuple[str, Callable, tuple[str, ...]], ...] = (
+    ("UR", W.unique_right, ("ape", "rope")), ("UR", W.first_right_without_positions, ("nope",)),
+    ("NRFirst", W.first_right, ("ape",)), ("NRFirst", W.first_right_without_positions, ("nope",)),
+    ("UF", W.copy_forward, ("ape",)), ("UF", W.copy_forward_without_positions, ("nope",)),
+    ("UB", W.copy_backward, ("ape",)), ("UB", W.copy_backward_without_positions, ("nope",)),
+    ("Majority", W.majority, ("nope",)),
+)
+ROUNDING_TASK = "Majority at margin 1"
+
+
+def witness_records(lengths: list[int], samples: int, seed: int, alphabet_size: int | None,
+                    tasks: list[str]) -> Iterator[dict]:
+    """One record per (witness, encoding, length): strings the compiled model and the interpreter answer."""
+    for code, make, encodings in (run for run in WITNESS_RUNS if run[0] in tasks):
+        task = get_task(code, alphabet_size=alphabet_size) if alphabet_size and code != "NRFirst" else get_task(code)
+        program = make(task.symbols)
+        usable = [n for n in lengths if task.length_problem(n) is None]
+        for pe in encodings:
+            longest = max(task.sample(np.random.default_rng(0), 1, n).tokens.shape[1] for n in usable)
+            compiled = compile_program(program, pe, max_length=max(64, longest))
+            model = compiled.model()
+            for length in usable:
+                started = time.perf_counter()
+                examples = task.sample(np.random.default_rng((seed, length)), samples, length)
+                ids = to_program_ids(examples.tokens, task.vocab, program)
+                right = answers_right(output_table(model, ids), ids, examples.prompt_lengths, examples.lengths)
+                interpreter = check_teacher_forced(program, ids, examples.prompt_lengths, examples.lengths).correct
+                yield dict(kind="witness", task=code, witness=make.__name__, pe=pe, dtype="float32",
+                           fragment=fragment_of(program).name, layers=compiled.config.n_layers,
+                           heads=compiled.config.n_heads, d_model=compiled.config.d_model,
+                           parameters=compiled.parameters, length=length, strings=samples,
+                           compiled_right=int(right.sum()), interpreter_right=int(interpreter.sum()),
+                           seconds=round(time.perf_counter() - started, 2))
+
+
+def margin_one_strings(rng: np.random.Generator, n: int, length: int) -> list[list[str]]:
+    """<bos> input <sep> a <eos> with `a` exactly once more frequent than `b` (an odd `length`)."""
+    letters = ["a"] * ((length + 1) // 2) + ["b"] * (length // 2)
+    return [["<bos>", *rng.permutation(letters), "<sep>", "a", "<eos>"] for _ in range(n)]
+
+
+def rounding_records(lengths: list[int], samples: int, seed: int, dtypes: list[str]) -> Iterator[dict]:
+    """Majority over {a, b} at margin 1 (the hardest comparison: two large, nearly equal counts)."""
+    program = W.majority(("a", "b"))
+    for dtype in dtypes:
+        compiled = compile_program(program, "nope", max_length=max(lengths) + 5, dtype=dtype)
+        model = compiled.model()
+        for length in (n + 1 - n % 2 for n in lengths):
+            started = time.perf_counter()
+            ids = encode(program, margin_one_strings(np.random.default_rng((seed, length)), samples, length))
+            prompts = np.full(samples, ids.shape[1] - 2)
+            right = answers_right(output_table(model, ids), ids, prompts, np.full(samples, ids.shape[1]))
+            yield dict(kind="rounding", task=ROUNDING_TASK, pe="nope", dtype=dtype, length=length,
+                       strings=samples, compiled_right=int(right.sum()), seconds=round(time.perf_counter() - started, 2))
+
+
+def summarize(run_dir: Path) -> dict:
+    records = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    table, rounding = {}, {}
+    for r in records:
+        if r["kind"] == "witness":
+            row = table.setdefault(f"{r['witness']} {r['pe']}", dict(
+                task=r["task"], witness=r["witness"], pe=r["pe"], fragment=r["fragment"], layers=r["layers"],
+                heads=r["heads"], d_model=r["d_model"], parameters=r["parameters"], exact_up_to=0, by_length={}))
+            row["by_length"][r["length"]] = [r["compiled_right"], r["interpreter_right"], r["strings"]]
+        else:
+            rounding.setdefault(r["dtype"], {})[r["length"]] = [r["compiled_right"], r["strings"]]
+    for row in table.values():
+        exact = [n for n, (c, i, s) in sorted(row["by_length"].items()) if c == s]
+        failed = [n for n, (c, i, s) in row["by_length"].items() if c < s]
+        row["exact_up_to"] = max([n for n in exact if not failed or n < min(failed)], default=0)
+    first_failure = {d: min([n for n, (c, s) in by.items() if c < s], default=None) for d, by in rounding.items()}
+    return dict(witnesses=table, rounding=rounding, first_rounding_failure=first_failure)
+
+
+def report(summary: dict) -> str:
+    lines = ["# Compiled witnesses", "", "| task | witness | fragment | encoding | layers | heads | d_model | "
+             "parameters | exact up to length (float32) | compiled / interpreter right, by length |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in summary["witnesses"].values():
+        cells = ", ".join(f"{n}: {c}/{i} of {s}" for n, (c, i, s) in sorted(row["by_length"].items(), key=lambda x: int(x[0])))
+        lines.append(f"| {row['task']} | {row['witness']} | {row['fragment']} | {row['pe']} | {row['layers']} | "
+                     f"{row['heads']} | {row['d_model']} | {row['parameters']:,} | {row['exact_up_to']} | {cells} |")
+    if summary["rounding"]:
+        lines += ["", f"## Rounding: {ROUNDING_TASK} (NoPE)", "", "| dtype | right, by length | first failure |",
+                  "|---|---|---|"]
+        for dtype, by in summary["rounding"].items():
+            cells = ", ".join(f"{n}: {c}/{s}" for n, (c, s) in sorted(by.items(), key=lambda x: int(x[0])))
+            failure = summary["first_rounding_failure"][dtype]
+            lines.append(f"| {dtype} | {cells} | {failure if failure is not None else 'none up to the longest length'} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(summary: dict, path: Path) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, row in summary["witnesses"].items():
+        lengths = sorted(row["by_length"], key=int)
+        ax.plot([int(n) for n in lengths], [row["by_length"][n][0] / row["by_length"][n][2] for n in lengths],
+                marker="o", label=f"{row['task']} {row['pe']} ({row['witness']})")
+    ax.set_xscale("log")
+    ax.set_xlabel("input length")
+    ax.set_ylabel("exact match (compiled)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=6)
+    save_figure(fig, path)
