@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -110,12 +111,15 @@ def test_a_temporary_left_by_a_writer_killed_mid_write_is_removed_on_the_next_st
     writer.kill()  # kill -9 in the middle of the write
     writer.wait()
     (orphan,) = target.parent.glob(".*.tmp")
-    assert orphan.name.startswith(f".checkpoint.npz.{writer.pid}.") and not target.exists()
-    live = tmp_path / f".results.jsonl.{os.getpid()}.abcd1234.tmp"  # a write in progress in a live process
-    live.write_text("")
+    host = socket.gethostname().replace(".", "-")
+    assert orphan.name.startswith(f".checkpoint.npz.{host}.{writer.pid}.") and not target.exists()
+    live = tmp_path / f".results.jsonl.{host}.{os.getpid()}.abcd1234.tmp"  # a write in progress in a live process
+    remote = tmp_path / f".results.jsonl.other-host.{writer.pid}.abcd1234.tmp"  # its process cannot be looked up
+    for kept in (live, remote):
+        kept.write_text("")
     with holding_run_folders():
         open_run_folder(tmp_path, SETTINGS)
-    assert not orphan.exists() and live.exists()
+    assert not orphan.exists() and live.exists() and remote.exists()
     assert remove_stale_temporaries(tmp_path) == []
 
 

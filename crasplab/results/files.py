@@ -1,8 +1,9 @@
 """Atomic files: every write goes to a temporary file in the same folder and is moved into place
 with os.replace, so a process killed at any moment leaves either the old file or the new one,
-never a torn one. A temporary is named `.<file>.<writer's pid>.<random>.tmp`, so that one left by a
-killed writer (a fine-tuning checkpoint's is over a gigabyte) is recognized and removed the next
-time its folder is opened (remove_stale_temporaries). JSON-lines files are appended to by running
+never a torn one. A temporary is named `.<file>.<writer's host>.<writer's pid>.<random>.tmp`, so
+that one left by a killed writer (a fine-tuning checkpoint's is over a gigabyte) is recognized and
+removed the next time its folder is opened (remove_stale_temporaries). Only a writer on this host
+can be known dead, so on a file system shared by several machines another host's temporaries stay. JSON-lines files are appended to by running
 jobs; reading keeps complete lines only, so a line torn by a killed writer is ignored.
 """
 
@@ -12,6 +13,7 @@ import errno
 import json
 import os
 import re
+import socket
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -24,8 +26,9 @@ class ResultFileError(ValueError):
     """A file of a run folder does not hold what the lab writes there."""
 
 
-# .<file>.<pid>.<mkstemp's random part>.tmp
-_TEMPORARY = re.compile(r"\..+\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp")
+# .<file>.<host>.<pid>.<mkstemp's random part>.tmp (the host name without its dots)
+_HOST = socket.gethostname().replace(".", "-")
+_TEMPORARY = re.compile(r"\..+\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp")
 # What a user can fix about a folder: it is read-only, on a read-only file system, or full.
 _FOLDER_PROBLEMS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 
@@ -42,7 +45,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_HOST}.{os.getpid()}.",
+                                   suffix=".tmp")
     except OSError as error:
         if error.errno in _FOLDER_PROBLEMS:
             raise cannot_write(path, error) from None
@@ -62,12 +66,12 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
 def remove_stale_temporaries(folder: Path) -> list[Path]:
     """Remove the temporaries that writers killed mid-write left anywhere under `folder` (those
-    whose process no longer runs); return them. Call it while holding the folder's lock, so that
+    whose process, on this host, no longer runs); return them. Call it while holding the folder's lock, so that
     no live writer of another run shares the folder."""
     stale = []
     for path in Path(folder).rglob(".*.tmp"):
         match = _TEMPORARY.fullmatch(path.name)
-        if match and path.is_file() and not _is_running(int(match["pid"])):
+        if match and match["host"] == _HOST and path.is_file() and not _is_running(int(match["pid"])):
             path.unlink(missing_ok=True)
             stale.append(path)
     return stale
