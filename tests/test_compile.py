@@ -103,7 +103,8 @@ def test_random_count_comparisons_agree_at_every_position(op, shift, strings):
     ("alphabet: <bos> a\naccept: back\nback := #[j <= i, j = i - 1] Q(\"a\") >= 1\n", "nope",
      ["definition `back` (prog.crasp:3)", "needs positions", "C-RASP[]"]),
     ("alphabet: <bos> a\naccept: odd\nodd := MOD(2, 1)\n", "rope", ["MOD(2, 1)", "only the APE table"]),
-    ("alphabet: a b\naccept: b\nb := Q(\"b\")\n", "nope", ["<bos>", "--pe ape"]),
+    ("alphabet: a b\naccept: seen\nseen := #[j <= i] Q(\"a\") >= 1\n", "nope",
+     ["definition `seen` (prog.crasp:3)", "<bos>", "--pe ape"]),
 ])
 def test_unsupported_programs_are_refused_naming_the_node_and_its_place(text, pe, says):
     with pytest.raises(CompileError) as error:

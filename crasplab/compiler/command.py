@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import time
 
+import jax.numpy as jnp
 import numpy as np
 
 from crasp.check import lookup, program_for, to_program_ids
 from crasp.languages import Language
 from crasp.library import load_source
-from crasp.nexttoken import check_teacher_forced
+from crasp.nexttoken import check_teacher_forced, encode
 from crasp.tasks import Task
 from crasplab.compiler import DEFAULT_MAX_LENGTH, compile_program, definition_places
 from crasplab.compiler.folder import save_compiled
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,
                         help=f"longest string, in tokens, the model is built for (default {DEFAULT_MAX_LENGTH}; "
                              "the APE table has this many rows)")
+    parser.add_argument("--show", metavar="INPUT", help='run the compiled model on this string ("a b a b") and print, '
+                        "for every head that is not a plain average, the key each position attends to most")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                         help="compute dtype (float64 needs JAX_ENABLE_X64=1)")
 
@@ -65,9 +68,27 @@ def run(args) -> int:
     save_compiled(compiled, args.out, source.name)
     print(compiled.listing())
     print(f"written: {args.out}")
+    if args.show:
+        print(attention_table(compiled, args.show.split()))
     if target is not None:
         score(compiled, target, args)
     return 0
+
+
+def attention_table(compiled, symbols: list[str]) -> str:
+    """Per position, the key each non-averaging head attends to most, and with what weight."""
+    ids = encode(compiled.program, [symbols])
+    weights = np.asarray(compiled.model()(jnp.asarray(ids), return_attention=True).attention_LxBxHxTxS)[:, 0]
+    width = max(5, *(len(s) for s in symbols))
+    row = lambda name, cells: f"{name:<12}|" + "".join(f"{c:>{width + 1}}" for c in cells)  # noqa: E731
+    blocks = []
+    for head in (h for h in compiled.heads if h.group.kind != "uniform"):
+        pattern = weights[head.layer, head.index]
+        blocks += [f"layer {head.layer} head {head.index} ({head.group.label}):",
+                   row("position", range(1, len(symbols) + 1)), row("symbol", symbols),
+                   row("attends to", pattern.argmax(axis=-1) + 1),
+                   row("weight", [f"{w:.2f}" for w in pattern.max(axis=-1)])]
+    return "\n".join(blocks) or "every head averages over j <= i"
 
 
 def score(compiled, task: Task, args) -> None:

@@ -7,7 +7,9 @@ from collections import defaultdict
 
 def listing(compiled) -> str:
     c = compiled.config
-    lines = [f"{c.n_layers} layers, {c.n_heads} heads of dimension {c.d_head}, d_model {c.d_model}, d_ff {c.d_ff}, "
+    plural = lambda n, word: f"{n} {word}" + ("s" if n != 1 else "")  # noqa: E731
+    lines = [f"{plural(c.n_layers, 'layer')}, {plural(c.n_heads, 'head')} of dimension {c.d_head}, d_model {c.d_model}, "
+             f"d_ff {c.d_ff}, "
              f"{compiled.parameters:,} parameters ({compiled.pe}, strings up to {compiled.max_length} tokens)"]
     by_layer = defaultdict(list)
     for head in compiled.heads:
@@ -21,7 +23,7 @@ def listing(compiled) -> str:
         outputs = list(dict.fromkeys(compiled.features[s.output].name for s in steps))
         if outputs:
             shown = "; ".join(outputs[:6]) + (f"; ... ({len(outputs)} in all)" if len(outputs) > 6 else "")
-            lines.append(f"  mlp: {len(steps)} threshold steps: {shown}")
+            lines.append(f"  mlp: {plural(len(steps), 'threshold step')}: {shown}")
         else:
             lines.append("  mlp: (nothing)")
     return "\n".join(lines)

@@ -148,6 +148,7 @@ class Lowering:
         self.program, self.pe, self.max_length = program, pe, max_length
         self.alphabet = program.alphabet
         self.places = places or {}
+        self.context: list[str] = []  # the definitions being lowered, innermost last
         start_name = "position 1" if pe == "ape" else f"Q({BOS}) (the first position)"
         self.features = [Feature("1", 0, "token"), Feature(start_name, 0, "position" if pe == "ape" else "token")]
         self.token = {a: self._feature(f"Q({a})", 0, "token") for a in self.alphabet}
@@ -156,14 +157,12 @@ class Lowering:
         self.steps: list[Step] = []
         self.memo: dict[tuple, object] = {}
         self.definitions: dict[str, tuple[str, object]] = {}  # "prev[a]" -> ("Boolean" or "Count", value)
-        self.context: list[str] = []
         self._inverse: int | None = None
-        if pe != "ape" and BOS not in self.alphabet:
-            raise CompileError(f"with --pe {pe} the first position is recognized by its symbol {BOS}, which the "
-                               f"alphabet ({' '.join(self.alphabet)}) lacks; add it, or compile with --pe ape")
 
     # ------------------------------------------------------------ bookkeeping
     def _feature(self, name: str, level: int, source: str) -> int:
+        if self.context and source in ("head", "mlp"):  # named after the definition it computes
+            name = f"{self.context[-1]}: {name}"
         self.features.append(Feature(name, level, source))
         return len(self.features) - 1
 
@@ -181,10 +180,19 @@ class Lowering:
         return CompileError(f"cannot compile `{E.show(node)}` in {self.where()}: {why}")
 
     @property
+    def start(self) -> Affine:
+        """The first-position flag: APE's position table, otherwise the symbol <bos>."""
+        if self.pe != "ape" and BOS not in self.alphabet:
+            raise CompileError(f"{self.where()} needs the first position, which --pe {self.pe} recognizes by its "
+                               f"symbol {BOS}; the alphabet ({' '.join(self.alphabet)}) lacks it: add it, or "
+                               "compile with --pe ape")
+        return {START: 1.0}
+
+    @property
     def inverse(self) -> int:
         """1/i: the average of the first-position flag."""
         if self._inverse is None:
-            self._inverse = self.head("uniform", (), {START: 1.0}, "1/i", "average over j <= i")
+            self._inverse = self.head("uniform", (), self.start, "1/i", "average over j <= i")
         return self._inverse
 
     def position_flag(self, key: tuple, name: str) -> int:
@@ -418,9 +426,9 @@ class Lowering:
         beta = 2 * LOCAL_SCORE_MARGIN / gap
         query = [{ONE: beta * math.cos(offset * th)} for th in frequencies] + \
                 [{ONE: -beta * math.sin(offset * th)} for th in frequencies]
-        key = [{ONE: 1.0, START: -1.0} for _ in frequencies] + [{} for _ in frequencies]
+        key = [_add((1.0, {ONE: 1.0}), (-1.0, self.start)) for _ in frequencies] + [{} for _ in frequencies]
         query.append({ONE: beta * (half - gap / 2)})
-        key.append({START: 1.0})
+        key.append(self.start)
         return self.head("local", (offset,), value, name, f"j = i - {offset}", offset=offset, query=query, key=key,
                          rotary=ROPE_DIM)
 
@@ -450,13 +458,13 @@ class Lowering:
         keys = [self.boolean(key_node, {**env, name: a}) for a in self.alphabet]
         queries = [{self.token[a]: MATCH_SCORE} for a in self.alphabet]
         # The sink (position 1) must add nothing: R there is replaced by 0.
-        rest_form = _add((1.0, self.boolean(rest_node, env)), (-1.0, {START: 1.0}))
+        rest_form = _add((1.0, self.boolean(rest_node, env)), (-1.0, self.start))
         value = {self.step(_add((1.0, rest_form), (-BOOLEAN_MARGIN, {ONE: 1.0})), BOOLEAN_MARGIN,
                            f"{E.show(rest_node)} and i > 1" + self.bound(env)): 1.0}
         pattern = tuple(tuple(sorted(k.items())) for k in keys)
         found = self.head("keyed", pattern, value, f"{self.describe(test.left)} / matches",
                           f"key {E.show(key_node)}, query: the current symbol as {name}",
-                          query=queries + [{ONE: MATCH_SCORE / 2}], key=keys + [{START: 1.0}])
+                          query=queries + [{ONE: MATCH_SCORE / 2}], key=keys + [self.start])
         hit = {self.step({found: 1.0, self.inverse: -BOOLEAN_MARGIN}, BOOLEAN_MARGIN / self.max_length,
                          self.describe(node)): 1.0}
         others = [self.boolean(p, env) for p in parts if name not in p.free]
