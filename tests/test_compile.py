@@ -143,3 +143,26 @@ def test_compile_command_refuses_what_it_cannot_build(tmp_path, capsys):
     program.write_text("alphabet: <bos> a\naccept: back\nback := #[j <= i, j = i - 1] Q(\"a\") >= 1\n")
     assert main(["compile", str(program), "--pe", "nope", "--out", str(tmp_path / "out")]) == 2
     assert f"{program}:3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make", [W.unique_right, W.copy_forward_without_positions, W.copy_backward])
+def test_the_keyed_rewrite_keeps_the_model_linear_in_the_alphabet(make):
+    """Unrolled, `any t: Q(t) and #[j <= i] (K[t] and R[s]) >= 1` is one head channel and one step
+    per pair (s, t); keyed, one per s: doubling the symbols must not quadruple the width."""
+    pe = "nope" if "without" in make.__name__ else "ape"
+    small, large = (compile_program(make(get_task("UF", alphabet_size=n).symbols), pe, max_length=64)
+                    for n in (8, 16))
+    assert large.config.d_model < 2.2 * small.config.d_model
+    assert any(head.group.kind == "keyed" for head in large.heads)
+
+
+@pytest.mark.slow  # strings of 10^4 tokens through the cache: a few minutes on 2 cores
+@pytest.mark.parametrize("code, make, pe", [("Majority", W.majority, "nope"), ("NRFirst", W.first_right, "ape"),
+                                            ("UR", W.first_right_without_positions, "nope")])
+def test_sampled_strings_of_ten_thousand_tokens_agree_with_the_interpreter(code, make, pe):
+    task = get_task(code, alphabet_size=8) if code == "UR" else get_task(code)
+    program = make(task.symbols)
+    examples = task.sample(np.random.default_rng(0), 2, 10_000)
+    ids = to_program_ids(examples.tokens, task.vocab, program)
+    model = compile_program(program, pe, max_length=ids.shape[1] + 1).model()
+    assert (output_table(model, ids) == interpreter_table(program, ids))[ids >= 0].all()
