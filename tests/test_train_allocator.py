@@ -49,6 +49,7 @@ needs_glibc = pytest.mark.skipif(not hasattr(ctypes.CDLL(ctypes.util.find_librar
 
 
 @needs_glibc
+@pytest.mark.machine_dependent
 def test_freed_heap_is_kept_only_with_the_setting():
     kept, default = heap_bytes_after_free("keep"), heap_bytes_after_free("default")
     assert kept >= 64 << 20, f"the heap shrank to {kept} bytes although the setting asks glibc to keep it"
@@ -68,6 +69,7 @@ TRANSPARENT_HUGE_PAGES = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabl
 
 
 @needs_glibc
+@pytest.mark.machine_dependent
 @pytest.mark.skipif(not TRANSPARENT_HUGE_PAGES.exists() or "[never]" in TRANSPARENT_HUGE_PAGES.read_text(),
                     reason="the kernel gives no transparent huge pages")
 def test_a_child_given_the_tunable_maps_large_blocks_on_huge_pages():
@@ -105,6 +107,7 @@ def run_restarting_script(tmp_path, tunables: str) -> list[str]:
 
 
 @needs_glibc
+@pytest.mark.machine_dependent
 @pytest.mark.skipif(not TRANSPARENT_HUGE_PAGES.exists() or "[never]" in TRANSPARENT_HUGE_PAGES.read_text(),
                     reason="the kernel gives no transparent huge pages")
 def test_a_script_restarts_once_with_huge_pages_and_its_arguments(tmp_path):

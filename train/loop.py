@@ -1,7 +1,8 @@
 """Train and evaluate models on one task: resumable, deterministic, one folder per (task, seed).
 
 A job folder holds `job.json` (everything that defines the run), `metrics.jsonl` (training and
-evaluation records), `checkpoint.npz` (parameters, optimizer state, step, stopping state) and,
+evaluation records), `checkpoint.npz` (parameters, optimizer state, step, stopping state),
+`provenance.jsonl` (what decided the bits of each process that trained it: train.provenance) and,
 once the job has finished, `result.json`. Running a job whose folder has a checkpoint resumes
 from it; a job with `result.json` is done and is not run again. Because every batch is drawn
 from a generator seeded by (seed, step) and the checkpoint holds the exact float32 state, a
@@ -28,6 +29,7 @@ from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
 from crasplab.train.compile_cache import use_compile_cache
 from crasplab.train.config import ModelSettings, TrainConfig
+from crasplab.train.provenance import PROVENANCE_FILE, provenance
 from crasplab.train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
                         stack_batches)
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
@@ -138,6 +140,9 @@ class _StackRun:
         self.finished = [False] * len(jobs)
         self.last_eval: list[dict | None] = [None] * len(jobs)
         self._resume_or_start()
+        started = dict(provenance(), from_step=self.step)
+        for job in jobs:
+            append_jsonl(job.folder / PROVENANCE_FILE, started)
 
     # -- files ---------------------------------------------------------------------------------
     def _resume_or_start(self) -> None:

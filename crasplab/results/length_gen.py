@@ -23,6 +23,7 @@ from crasplab.results.files import read_jsonl, rebuild_report, write_jsonl
 from crasplab.results.verdicts import Protocol
 from crasplab.results.protocol import protocol_markdown, protocol_rows, read_predictions, read_protocol
 from crasplab.results.run_folder import read_run_config
+from crasplab.train.provenance import PROVENANCE_FILE, bits_key
 
 FIGURE_FILE = "accuracy_by_length.png"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
@@ -57,6 +58,7 @@ def collect_metrics(run_dir: Path, jobs: list[tuple[str, int]]) -> None:
             records += [r for r in previous if (r.get("task"), r.get("seed")) == (task, seed)]
             continue
         records += [dict(record, **tag) for record in read_jsonl(folder / "metrics.jsonl")]
+        records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder / PROVENANCE_FILE)]
         if (folder / "result.json").exists():
             records.append(dict(json.loads((folder / "result.json").read_text()), kind="result", **tag))
     write_jsonl(run_dir / "metrics.jsonl", records)
@@ -161,13 +163,29 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         rows=protocol_rows(protocol, read_jsonl(run_dir / "metrics.jsonl"), finals,
                            [task for task in config["tasks"] if task in finals], read_predictions(run_dir),
                            {task: train["max_steps"] for task, train in config["train"].items()}))
-    return dict(protocol=under_protocol, pe=config["model"]["pe"], preset=config["preset"], model=model_description(config),
+    return dict(protocol=under_protocol, environments=environments(read_jsonl(run_dir / "metrics.jsonl")), pe=config["model"]["pe"], preset=config["preset"], model=model_description(config),
                 threshold=threshold, fit_threshold=FIT_THRESHOLD,
                 rows=rows, bins=[list(b) for b in first_task_train["test_bins"]],
                 agreements=sum(row["agrees"] for row in judged), judged=len(judged),
                 did_not_fit=[row["task"] for row in rows if row["observed"] == "did not fit"],
                 missing_tasks=[t for t in config["tasks"] if t not in finals],
                 train_seconds=round(sum(row["train_seconds"] for row in rows), 1))
+
+
+def environments(records: list[dict]) -> list[dict]:
+    """The distinct machine-and-version environments the run's jobs trained in (a job resumed
+    elsewhere counts in both), each with its jobs: numbers from two of them are not bit-comparable."""
+    groups: dict[tuple, dict] = {}
+    for record in records:
+        if record["kind"] == "provenance":
+            group = groups.setdefault(bits_key(record), dict(
+                jax=record["packages"].get("jax"), jaxlib=record["packages"].get("jaxlib"),
+                device=f"{record['backend']} {record['device_kind']} x{record['device_count']}",
+                cpu=record["cpu"].get("model"), cpu_flags_sha256=record["cpu"].get("flags_sha256"),
+                xla_flags=record["xla_flags"], lab_commits=[], jobs=[]))
+            group["jobs"] = sorted({*map(tuple, group["jobs"]), (record["task"], record["seed"])})
+            group["lab_commits"] = sorted({*group["lab_commits"], str(record["lab_commit"])})
+    return list(groups.values())
 
 
 def markdown_table(summary: dict) -> str:
@@ -222,10 +240,23 @@ def report_markdown(summary: dict) -> str:
         parts.append(f"\nStill running (last evaluation shown): {', '.join(unfinished)}.\n")
     if summary["missing_tasks"]:
         parts.append(f"\nNo evaluation yet: {', '.join(summary['missing_tasks'])}.\n")
+    parts.append(environments_markdown(summary.get("environments", [])))
     if summary.get("protocol"):
         parts.append("\n" + protocol_markdown(Protocol(**summary["protocol"]["rules"]), summary["protocol"]["rows"]))
     parts.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
     return "".join(parts)
+
+
+def environments_markdown(groups: list[dict]) -> str:
+    if not groups:
+        return "\nThe run predates provenance records: the machine and versions behind its numbers are unknown.\n"
+    lines = [f"\nWhat decided the bits (the same seed gives the same numbers only under the same row): "
+             f"{len(groups)} environment{'s' if len(groups) > 1 else ''}.\n"]
+    for group in groups:
+        lines.append(f"- jax {group['jax']}, jaxlib {group['jaxlib']}, {group['device']}, CPU {group['cpu']} (flags "
+                     f"{group['cpu_flags_sha256']}), XLA_FLAGS '{group['xla_flags']}', lab {', '.join(group['lab_commits'])}: "
+                     f"{len(group['jobs'])} jobs\n")
+    return "".join(lines)
 
 
 def draw_figure(summary: dict, path: Path) -> None:
