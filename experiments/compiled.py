@@ -9,7 +9,8 @@ versions for NoPE) with crasplab.compiler, scores each on the task's sampled str
 length the sampler allows beside the interpreter, and runs the rounding study (Majority at
 margin 1 in float32 and float64: the length where each first fails). The folder holds
 config.json, metrics.jsonl, summary.json, report.md and accuracy_by_length.png, all computed from
-metrics.jsonl. Not yet here: the lab's trained quick models on the same strings.
+metrics.jsonl. With --trained RUN_DIR (a length_gen.py run) the run's trained models and the
+compiled witness of the same encoding answer the same strings, beside each other.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from itertools import chain
 from pathlib import Path
 
 TASKS = ("UR", "NRFirst", "UF", "UB", "Majority")  # crasplab.compiler.study.WITNESS_RUNS, before jax is imported
@@ -37,11 +39,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="input lengths of the rounding study (none: skip it)")
     parser.add_argument("--rounding-dtypes", nargs="+", default=["float32", "float64"], choices=("float32", "float64"))
     parser.add_argument("--seed", type=int, default=0, help="seed of the strings (default 0)")
+    parser.add_argument("--trained", type=Path, nargs="*", default=[], metavar="RUN_DIR",
+                        help="length_gen.py run folders whose trained models are scored beside the compiled witness "
+                             "of the same encoding, on the same strings")
+    parser.add_argument("--trained-lengths", type=int, nargs="+", default=[10, 20, 30, 40, 64],
+                        help="input lengths for the trained comparison (default 10 20 30 40 64)")
     parser.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="rebuild the report of a finished run")
     args = parser.parse_args(argv)
     if "float64" in args.rounding_dtypes and args.rounding_lengths:
         os.environ.setdefault("JAX_ENABLE_X64", "1")  # before jax is imported; float32 models stay float32
-    from crasplab.compiler.study import figure, report, rounding_records, summarize, witness_records
+    from crasplab.compiler.study import figure, report, rounding_records, summarize, trained_records, witness_records
     from crasplab.results.files import append_jsonl, write_json, write_text
 
     def finish(run_dir: Path) -> None:
@@ -60,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out / "config.json", {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()})
     records = witness_records(args.lengths, args.samples, args.seed, args.alphabet_size, args.tasks)
     if args.rounding_lengths:
-        from itertools import chain
         records = chain(records, rounding_records(args.rounding_lengths, args.samples, args.seed, args.rounding_dtypes))
+    for run_dir in args.trained:
+        records = chain(records, trained_records(run_dir, args.trained_lengths, args.samples, args.seed))
     for record in records:
         append_jsonl(args.out / "metrics.jsonl", record)
         print(record, flush=True)

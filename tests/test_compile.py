@@ -7,18 +7,19 @@ crasp.nexttoken's on every valid string up to length 6 over 3 symbols, as `crasp
 
 import numpy as np
 import pytest
+from crasplab.models import generate as model_generate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp import witnesses as W
 from crasp.__main__ import main
 from crasp.check import exhaustive_strings, small_version, to_program_ids
-from crasp.nexttoken import encode, generate, output_table as interpreter_table
+from crasp.nexttoken import encode, generate
+from crasp.nexttoken import output_table as interpreter_table
 from crasp.tasks import get_task
 from crasplab.compiler import CompileError, compile_program, compile_text
 from crasplab.compiler.folder import load_compiled
 from crasplab.compiler.run import interpreter_definitions, output_table, probe_definitions
-from crasplab.models import generate as model_generate
 
 CASES = [("UR", W.unique_right, "ape"), ("UR", W.unique_right, "rope"),
          ("UR", W.first_right_without_positions, "nope"), ("NRFirst", W.first_right, "ape"),

@@ -80,7 +80,7 @@ def attention_table(compiled, symbols: list[str]) -> str:
     ids = encode(compiled.program, [symbols])
     weights = np.asarray(compiled.model()(jnp.asarray(ids), return_attention=True).attention_LxBxHxTxS)[:, 0]
     width = max(5, *(len(s) for s in symbols))
-    row = lambda name, cells: f"{name:<12}|" + "".join(f"{c:>{width + 1}}" for c in cells)  # noqa: E731
+    row = lambda name, cells: f"{name:<12}|" + "".join(f"{c:>{width + 1}}" for c in cells)
     blocks = []
     for head in (h for h in compiled.heads if h.group.kind != "uniform"):
         pattern = weights[head.layer, head.index]

@@ -58,6 +58,38 @@ def witness_records(lengths: list[int], samples: int, seed: int, alphabet_size: 
                            seconds=round(time.perf_counter() - started, 2))
 
 
+def trained_records(run_dir: Path, lengths: list[int], samples: int, seed: int) -> Iterator[dict]:
+    """The trained models of a length_gen.py run and the compiled witness for the same encoding, on the
+    same strings (the trained task's symbols), answered exactly: greedy decoding for the trained
+    model, the compiled table for the witness."""
+    from crasplab.train.evaluate import greedy_exact_match
+    from crasplab.train.trained import TrainedModelError, job_folders, load_trained_model
+
+    for code, make, encodings in WITNESS_RUNS:
+        try:
+            folders = job_folders(run_dir, code)
+        except TrainedModelError:
+            continue
+        for folder in folders:
+            trained = load_trained_model(folder)
+            task, pe = trained.task, trained.job.model.pe
+            if pe not in encodings:
+                continue
+            program = make(task.symbols)
+            usable = [n for n in lengths if task.length_problem(n) is None]
+            compiled = compile_program(program, pe, max_length=trained.setup.max_positions).model()
+            for length in usable:
+                examples = task.sample(np.random.default_rng((seed, length)), samples, length)
+                if examples.tokens.shape[1] > trained.setup.max_positions:
+                    continue
+                ids = to_program_ids(examples.tokens, task.vocab, program)
+                right = answers_right(output_table(compiled, ids), ids, examples.prompt_lengths, examples.lengths)
+                learned = greedy_exact_match(trained.model, examples.tokens, examples.prompt_lengths, examples.lengths)
+                yield dict(kind="trained", task=code, witness=make.__name__, pe=pe, dtype="float32", length=length,
+                           strings=samples, compiled_right=int(right.sum()), trained_right=int(learned.sum()),
+                           train_lengths=list(trained.setup.train_range), job=str(folder))
+
+
 def margin_one_strings(rng: np.random.Generator, n: int, length: int) -> list[list[str]]:
     """<bos> input <sep> a <eos> with `a` exactly once more frequent than `b` (an odd `length`)."""
     letters = ["a"] * ((length + 1) // 2) + ["b"] * (length // 2)
@@ -81,9 +113,13 @@ def rounding_records(lengths: list[int], samples: int, seed: int, dtypes: list[s
 
 def summarize(run_dir: Path) -> dict:
     records = read_jsonl(Path(run_dir) / "metrics.jsonl")
-    table, rounding = {}, {}
+    table, rounding, trained = {}, {}, {}
     for r in records:
-        if r["kind"] == "witness":
+        if r["kind"] == "trained":
+            row = trained.setdefault(f"{r['task']} {r['pe']}", dict(task=r["task"], pe=r["pe"], witness=r["witness"],
+                                                                    train_lengths=r["train_lengths"], by_length={}))
+            row["by_length"][r["length"]] = [r["compiled_right"], r["trained_right"], r["strings"]]
+        elif r["kind"] == "witness":
             row = table.setdefault(f"{r['witness']} {r['pe']}", dict(
                 task=r["task"], witness=r["witness"], pe=r["pe"], fragment=r["fragment"], layers=r["layers"],
                 heads=r["heads"], d_model=r["d_model"], parameters=r["parameters"], exact_up_to=0, by_length={}))
@@ -95,7 +131,7 @@ def summarize(run_dir: Path) -> dict:
         failed = [n for n, (c, i, s) in row["by_length"].items() if c < s]
         row["exact_up_to"] = max([n for n in exact if not failed or n < min(failed)], default=0)
     first_failure = {d: min([n for n, (c, s) in by.items() if c < s], default=None) for d, by in rounding.items()}
-    return dict(witnesses=table, rounding=rounding, first_rounding_failure=first_failure)
+    return dict(witnesses=table, rounding=rounding, first_rounding_failure=first_failure, trained=trained)
 
 
 def report(summary: dict) -> str:
@@ -106,6 +142,14 @@ def report(summary: dict) -> str:
         cells = ", ".join(f"{n}: {c}/{i} of {s}" for n, (c, i, s) in sorted(row["by_length"].items(), key=lambda x: int(x[0])))
         lines.append(f"| {row['task']} | {row['witness']} | {row['fragment']} | {row['pe']} | {row['layers']} | "
                      f"{row['heads']} | {row['d_model']} | {row['parameters']:,} | {row['exact_up_to']} | {cells} |")
+    if summary.get("trained"):
+        lines += ["", "## Compiled beside trained (the same strings)", "",
+                  "| task | encoding | trained on lengths | length | compiled right | trained right | strings |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in summary["trained"].values():
+            lo, hi = row["train_lengths"]
+            for n, (c, t, total) in sorted(row["by_length"].items(), key=lambda x: int(x[0])):
+                lines.append(f"| {row['task']} | {row['pe']} | {lo}-{hi} | {n} | {c} | {t} | {total} |")
     if summary["rounding"]:
         lines += ["", f"## Rounding: {ROUNDING_TASK} (NoPE)", "", "| dtype | right, by length | first failure |",
                   "|---|---|---|"]
@@ -119,13 +163,18 @@ def report(summary: dict) -> str:
 def figure(summary: dict, path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
-    for label, row in summary["witnesses"].items():
+    for row in summary["witnesses"].values():
         lengths = sorted(row["by_length"], key=int)
         ax.plot([int(n) for n in lengths], [row["by_length"][n][0] / row["by_length"][n][2] for n in lengths],
                 marker="o", label=f"{row['task']} {row['pe']} ({row['witness']})")
+    for row in summary.get("trained", {}).values():
+        lengths = sorted(row["by_length"], key=int)
+        ax.plot([int(n) for n in lengths], [row["by_length"][n][1] / row["by_length"][n][2] for n in lengths],
+                marker="x", linestyle="--", label=f"{row['task']} {row['pe']} trained ({row['train_lengths'][0]}-"
+                                                   f"{row['train_lengths'][1]})")
     ax.set_xscale("log")
     ax.set_xlabel("input length")
-    ax.set_ylabel("exact match (compiled)")
+    ax.set_ylabel("exact match (solid: compiled, dashed: trained)")
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=6)
     save_figure(fig, path)
