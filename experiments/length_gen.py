@@ -21,7 +21,8 @@ from pathlib import Path
 
 import jax
 
-from crasplab.cli.arguments import add_length_flags, add_setting_flags, at_least
+from crasplab.cli.arguments import DistinctValues, add_length_flags, add_setting_flags, at_least, fraction
+from crasp.search.results import SearchResultsError
 from crasp.tasks import TASK_CODES
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
@@ -29,7 +30,7 @@ from crasplab.results.files import ResultFileError, read_jsonl
 from crasplab.results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, final_evaluations,
                                          job_folder, markdown_table, run_jobs, write_report)
 from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
-from crasplab.results.protocol import next_seeds, protocol_for, write_predictions, write_protocol
+from crasplab.results.protocol import next_seeds, predictions_for, protocol_for, write_predictions, write_protocol
 from crasplab.train.config import (PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
                                    command_line_settings)
 from crasplab.train.loop import Job, TaskSetup
@@ -48,17 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="experiment scale; default: paper on an accelerator, quick on a CPU. "
                              + " ".join(f"{p.name}: {p.description}" for p in PRESETS.values()))
-    parser.add_argument("--tasks", nargs="+", default=None, metavar="CODE", choices=TASK_CODES,
+    parser.add_argument("--tasks", nargs="+", default=None, metavar="CODE", choices=TASK_CODES, action=DistinctValues,
                         help="task codes (default: the preset's ten retrieval and copying tasks); accepted: "
                              + ", ".join(TASK_CODES))
-    parser.add_argument("--seeds", nargs="+", type=at_least(0), default=None, metavar="SEED",
+    parser.add_argument("--seeds", nargs="+", type=at_least(0), default=None, metavar="SEED", action=DistinctValues,
                         help="training seeds (default: the preset's)")
     parser.add_argument("--out", type=Path, default=None,
                         help="run folder (default: runs/length_gen/<pe>-<preset>)")
     parser.add_argument("--workers", type=at_least(1), default=None,
                         help="CPU only: jobs run at once, each in a single-threaded process pinned to one core "
                              "(default: one per available core)")
-    parser.add_argument("--threshold", type=float, default=None,
+    parser.add_argument("--threshold", type=fraction, default=None,
                         help="a task generalizes when the mean accuracy of the last bin is at least this "
                              f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)")
     parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.report_only is not None:
         try:
             report_only(args.report_only, args.threshold)
-        except (RunFolderError, ResultFileError) as error:
+        except (RunFolderError, ResultFileError, SearchResultsError) as error:
             raise SystemExit(f"error: {error}")
     else:
         train_and_report(args)
@@ -154,15 +155,18 @@ def train_and_report(args: argparse.Namespace) -> None:
         engine = engine_settings(args)
         protocol = protocol_for(settings.model.pe, settings.threshold) if args.protocol else None
         check_jobs(jobs, run_dir, protocol)
+        # What the interpreter predicts now is what the report will show, whenever it is rebuilt.
+        predictions = predictions_for(settings.model.pe, settings.tasks,
+                                      {t: c.train_lengths for t, c in settings.train.items()},
+                                      {t: c.test_bins for t, c in settings.train.items()}, settings.task_overrides,
+                                      settings.threshold, with_discrimination=protocol is not None)
         open_run_folder(run_dir, settings.to_dict(), may_change=("threshold",))
         if protocol is not None:
             write_protocol(run_dir, protocol)
-    except ValueError as error:  # ConfigError, TaskError, RunFolderError: each says what to change
+        write_predictions(run_dir, predictions)
+    except ValueError as error:  # ConfigError, TaskError, RunFolderError, SearchResultsError: each says what to change
         raise SystemExit(f"error: {error}")
     start = time.monotonic()
-    write_predictions(run_dir, settings.model.pe, settings.tasks, {t: c.train_lengths for t, c in settings.train.items()},
-                      {t: c.test_bins for t, c in settings.train.items()}, settings.task_overrides, settings.threshold,
-                      with_discrimination=protocol is not None)
     try:
         if protocol is None:
             run_jobs_on(engine, jobs, show_progress=not args.no_progress)

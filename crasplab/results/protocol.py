@@ -48,15 +48,12 @@ def write_protocol(run_dir: Path, protocol: Protocol) -> None:
     write_json(path, dict(rules=protocol.to_dict(), text=protocol.text()))
 
 
-def write_predictions(run_dir: Path, pe: str, tasks, train_lengths: dict, test_bins: dict, task_overrides: dict,
-                      threshold: float, with_discrimination: bool) -> None:
-    """predictions.json: for each task its prediction and, with `with_discrimination` (a protocol
-    run: it takes a minute or so per task), for a task predicted not to generalize, per test bin,
-    whether the bin discriminates (no bounded approximation exact on the training lengths passes
-    it), with each approximation's score. Written once, when the run starts."""
-    path = Path(run_dir) / PREDICTIONS_FILE
-    if path.exists():
-        return
+def predictions_for(pe: str, tasks, train_lengths: dict, test_bins: dict, task_overrides: dict, threshold: float,
+                    with_discrimination: bool) -> dict:
+    """For each task its prediction and, with `with_discrimination` (a protocol run: it takes a
+    minute or so per task), for a task predicted not to generalize, per test bin, whether the bin
+    discriminates (no bounded approximation exact on the training lengths passes it), with each
+    approximation's score."""
     entries = {}
     for task in tasks:
         prediction = predict(task, pe)
@@ -65,7 +62,14 @@ def write_predictions(run_dir: Path, pe: str, tasks, train_lengths: dict, test_b
             entry["discrimination"] = _discrimination(task, train_lengths[task], test_bins[task][1:],
                                                       task_overrides[task], threshold)
         entries[task] = entry
-    write_json(path, dict(pe=pe, tasks=entries))
+    return dict(pe=pe, tasks=entries)
+
+
+def write_predictions(run_dir: Path, predictions: dict) -> None:
+    """predictions.json, written once when the run starts: a resumed run keeps its first one."""
+    path = Path(run_dir) / PREDICTIONS_FILE
+    if not path.exists():
+        write_json(path, predictions)
 
 
 def _discrimination(task: str, train_lengths, bins, overrides: dict, threshold: float) -> dict:
