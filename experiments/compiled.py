@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/compiled"), help="run folder (default runs/compiled)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[10, 20, 40, 100, 1000],
                         help="input lengths for the witnesses (those a task's sampler cannot produce are skipped)")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="witnesses of these tasks "
+    parser.add_argument("--tasks", nargs="*", default=list(TASKS), choices=TASKS, help="witnesses of these tasks "
                         f"(default: {' '.join(TASKS)})")
     parser.add_argument("--samples", type=int, default=10, help="strings per length (default 10)")
     parser.add_argument("--alphabet-size", type=int, default=16,
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
                              "of the same encoding, on the same strings")
     parser.add_argument("--trained-lengths", type=int, nargs="+", default=[10, 20, 30, 40, 64],
                         help="input lengths for the trained comparison (default 10 20 30 40 64)")
+    parser.add_argument("--append", action="store_true",
+                        help="add this run's records to the folder's metrics.jsonl instead of starting it afresh")
     parser.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="rebuild the report of a finished run")
     args = parser.parse_args(argv)
     if "float64" in args.rounding_dtypes and args.rounding_lengths:
@@ -62,9 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         finish(args.report_only)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    if (args.out / "metrics.jsonl").exists():
+    if (args.out / "metrics.jsonl").exists() and not args.append:
         (args.out / "metrics.jsonl").unlink()  # a fresh run: every record below is recomputed
-    write_json(args.out / "config.json", {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()})
+    settings = {k: ([str(p) for p in v] if k == "trained" else str(v) if isinstance(v, Path) else v)
+                for k, v in vars(args).items()}
+    write_json(args.out / ("config.json" if not args.append else f"config-append-{len(list(args.out.glob('config*')))}.json"),
+               settings)
     records = witness_records(args.lengths, args.samples, args.seed, args.alphabet_size, args.tasks)
     if args.rounding_lengths:
         records = chain(records, rounding_records(args.rounding_lengths, args.samples, args.seed, args.rounding_dtypes))
