@@ -26,7 +26,7 @@ import jax  # noqa: E402
 
 from crasplab.cli.arguments import at_least  # noqa: E402
 from crasplab.train.engines import EngineSettings, add_engine_flags, connect, engine_settings, import_ray  # noqa: E402
-from crasplab.train.plan import measure_step_seconds, place, plan_text, step_shape  # noqa: E402
+from crasplab.train.plan import measure_step_seconds, measured_here, place, plan_text, step_shape  # noqa: E402
 from crasplab.train.workers import available_cores  # noqa: E402
 from experiments import length_gen  # noqa: E402
 
@@ -87,7 +87,8 @@ def dry_run(args: argparse.Namespace) -> None:
     count, where = slots(engine_settings(args))
     if count < 1:
         raise SystemExit(f"error: the engine has no slot for a job ({where}); check --gpu-share and the cluster")
-    print(plan_text(place(jobs, count, step_seconds), count, where, step_seconds))
+    source = "given by --step-seconds" if args.step_seconds else measured_here()
+    print(plan_text(place(jobs, count, step_seconds), count, where, step_seconds, source))
 
 
 def main(argv: list[str] | None = None) -> None:

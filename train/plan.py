@@ -23,11 +23,12 @@ TIMED_STEPS = 3
 
 
 def step_shape(job: Job) -> tuple:
-    """Jobs with equal shapes take equally long per step: one measurement serves them all."""
+    """Jobs with equal shapes take about equally long per step (the vocabulary and the position
+    table change only the embedding rows read): one measurement serves them all."""
     setup = TaskSetup.for_job(job)
     m = job.model
     model = f"{m.pe} {m.n_layers}x{m.n_heads}x{m.d_model} (d_ff {m.d_ff or 4 * m.d_model}, {m.dtype})"
-    return (model, job.train.batch_size, setup.buckets.padded_lengths[-1], setup.max_positions, len(setup.task.vocab))
+    return (model, job.train.batch_size, setup.buckets.padded_lengths[-1])
 
 
 def measure_step_seconds(job: Job) -> float:
@@ -70,10 +71,14 @@ def place(jobs: list[Job], slots: int, step_seconds: dict[tuple, float]) -> list
     return placements
 
 
-def plan_text(placements: list[Placement], slots: int, where: str, step_seconds: dict[tuple, float]) -> str:
+def measured_here() -> str:
+    return f"measured on {jax.devices()[0].device_kind} ({jax.default_backend()})"
+
+
+def plan_text(placements: list[Placement], slots: int, where: str, step_seconds: dict[tuple, float],
+              step_source: str) -> str:
     """The dry run's printout: one line per job, then the totals."""
-    lines = [f"{len(placements)} jobs on {slots} slot(s) ({where}); step times measured on "
-             f"{jax.devices()[0].device_kind} ({jax.default_backend()}):"]
+    lines = [f"{len(placements)} jobs on {slots} slot(s) ({where}); step times {step_source}:"]
     for shape, seconds in step_seconds.items():
         lines.append(f"  {shape[0]}, batch {shape[1]}, {shape[2]} tokens: {seconds * 1000:.1f} ms/step")
     lines.append(f"{'job':<48} {'slot':>4} {'steps':>6} {'start':>8} {'end':>8}")
