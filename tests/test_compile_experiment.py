@@ -21,7 +21,7 @@ def test_compiled_experiment_writes_a_report_computed_from_its_records(tmp_path)
         ("witness", 4, 3), ("witness", 9, 3), ("rounding", 11, 3), ("rounding", 11, 3)]
     assert {r["dtype"] for r in records if r["kind"] == "rounding"} == {"float32", "float64"}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["witnesses"]["majority nope"]["exact_up_to"] == 9
+    assert summary["witnesses"]["Majority majority nope 16"]["exact_up_to"] == 9
     assert (out / "accuracy_by_length.png").stat().st_size > 0
     # The report is rebuilt from metrics.jsonl: a record changed there shows up in it.
     broken = [dict(r, compiled_right=1) if r["length"] == 9 else r for r in records]

@@ -6,6 +6,7 @@ metrics.jsonl (one record per (witness, encoding, dtype, length)), never typed i
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,11 +34,16 @@ WITNESS_RUNS: tuple[tuple[str, Callable, tuple[str, ...]], ...] = (
 ROUNDING_TASK = "Majority at margin 1"
 
 
+def task_for(code: str, alphabet_size: int | None):
+    """The task at `alphabet_size` symbols where it takes that parameter (NRFirst keeps its 5)."""
+    return get_task(code, alphabet_size=alphabet_size) if alphabet_size and code != "NRFirst" else get_task(code)
+
+
 def witness_records(lengths: list[int], samples: int, seed: int, alphabet_size: int | None,
                     tasks: list[str]) -> Iterator[dict]:
     """One record per (witness, encoding, length): strings the compiled model and the interpreter answer."""
     for code, make, encodings in (run for run in WITNESS_RUNS if run[0] in tasks):
-        task = get_task(code, alphabet_size=alphabet_size) if alphabet_size and code != "NRFirst" else get_task(code)
+        task = task_for(code, alphabet_size)
         program = make(task.symbols)
         usable = [n for n in lengths if task.length_problem(n) is None]
         for pe in encodings:
@@ -50,7 +56,7 @@ def witness_records(lengths: list[int], samples: int, seed: int, alphabet_size: 
                 ids = to_program_ids(examples.tokens, task.vocab, program)
                 right = answers_right(output_table(model, ids), ids, examples.prompt_lengths, examples.lengths)
                 interpreter = check_teacher_forced(program, ids, examples.prompt_lengths, examples.lengths).correct
-                yield dict(kind="witness", task=code, witness=make.__name__, pe=pe, dtype="float32",
+                yield dict(kind="witness", task=code, witness=make.__name__, pe=pe, dtype="float32", symbols=len(task.symbols),
                            fragment=fragment_of(program).name, layers=compiled.config.n_layers,
                            heads=compiled.config.n_heads, d_model=compiled.config.d_model,
                            parameters=compiled.parameters, length=length, strings=samples,
@@ -113,6 +119,7 @@ def rounding_records(lengths: list[int], samples: int, seed: int, dtypes: list[s
 
 def summarize(run_dir: Path) -> dict:
     records = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    alphabet_size = json.loads((Path(run_dir) / "config.json").read_text())["alphabet_size"]
     table, rounding, trained = {}, {}, {}
     for r in records:
         if r["kind"] == "trained":
@@ -120,8 +127,10 @@ def summarize(run_dir: Path) -> dict:
                                                                     train_lengths=r["train_lengths"], by_length={}))
             row["by_length"][r["length"]] = [r["compiled_right"], r["trained_right"], r["strings"]]
         elif r["kind"] == "witness":
-            row = table.setdefault(f"{r['witness']} {r['pe']}", dict(
-                task=r["task"], witness=r["witness"], pe=r["pe"], fragment=r["fragment"], layers=r["layers"],
+            # Records written before they carried the alphabet's size: the run's --alphabet-size says it.
+            symbols = r.get("symbols") or len(task_for(r["task"], alphabet_size).symbols)
+            row = table.setdefault(f"{r['task']} {r['witness']} {r['pe']} {symbols}", dict(
+                task=r["task"], witness=r["witness"], pe=r["pe"], symbols=symbols, fragment=r["fragment"], layers=r["layers"],
                 heads=r["heads"], d_model=r["d_model"], parameters=r["parameters"], exact_up_to=0, by_length={}))
             row["by_length"][r["length"]] = [r["compiled_right"], r["interpreter_right"], r["strings"]]
         else:
@@ -135,12 +144,12 @@ def summarize(run_dir: Path) -> dict:
 
 
 def report(summary: dict) -> str:
-    lines = ["# Compiled witnesses", "", "| task | witness | fragment | encoding | layers | heads | d_model | "
+    lines = ["# Compiled witnesses", "", "| task | symbols | witness | fragment | encoding | layers | heads | d_model | "
              "parameters | exact up to length (float32) | compiled / interpreter right, by length |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in summary["witnesses"].values():
         cells = ", ".join(f"{n}: {c}/{i} of {s}" for n, (c, i, s) in sorted(row["by_length"].items(), key=lambda x: int(x[0])))
-        lines.append(f"| {row['task']} | {row['witness']} | {row['fragment']} | {row['pe']} | {row['layers']} | "
+        lines.append(f"| {row['task']} | {row['symbols']} | {row['witness']} | {row['fragment']} | {row['pe']} | {row['layers']} | "
                      f"{row['heads']} | {row['d_model']} | {row['parameters']:,} | {row['exact_up_to']} | {cells} |")
     if summary.get("trained"):
         lines += ["", "## Compiled beside trained (the same strings)", "",
