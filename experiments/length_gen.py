@@ -27,8 +27,9 @@ from crasp.tasks import TASK_CODES
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
 from crasplab.results.files import ResultFileError, read_jsonl
-from crasplab.results.length_gen import (DEFAULT_THRESHOLD, REPORTED_SETTINGS, collect_metrics, final_evaluations,
-                                         job_folder, markdown_table, run_jobs, write_report)
+from crasplab.results.job_folder import RUN_SETTINGS_KEYS, job_folder
+from crasplab.results.length_gen import (DEFAULT_THRESHOLD, check_task_names, collect_metrics, final_evaluations, markdown_table, run_jobs,
+                                         write_report)
 from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
 from crasplab.results.protocol import next_seeds, predictions_for, protocol_for, write_predictions, write_protocol
 from crasplab.train.config import (PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
@@ -140,7 +141,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def report_only(run_dir: Path, threshold: float | None) -> None:
-    settings = RunSettings.from_dict(read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py"))
+    config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
+    check_task_names(config, run_dir)  # before any task name is used as a folder name
+    try:
+        settings = RunSettings.from_dict(config)
+    except (KeyError, TypeError, ValueError) as error:  # a hand-edited config.json
+        raise RunFolderError(f"{run_dir}/config.json is not the settings of a length_gen run ({type(error).__name__}: "
+                             f"{error}); restore the file the run wrote") from None
     # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
     if any((run_dir / task).is_dir() for task in settings.tasks):
         collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))

@@ -71,7 +71,8 @@ from crasplab.train.checkpoint import CheckpointError
 from crasplab.train.config import ConfigError
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements
 from crasplab.train.loop import Job
-from crasplab.train.trained import CHECKPOINT_FILE, JOB_FILE, TrainedModelError, job_folders, load_trained_model
+from crasplab.results.job_folder import JobFolder
+from crasplab.train.trained import TrainedModelError, job_folders, load_trained_model
 
 PRETRAINED_DEFAULTS = MechanismSettings()
 # Word tokens ("Ġthe" decodes to " the"); a vocabulary with too few of them (a byte-level toy)
@@ -149,17 +150,18 @@ def check_layers_in_checkpoint(folder: Path) -> None:
     """Refuse a job.json that claims more blocks than the job's checkpoint holds arrays: the model is
     built from job.json before the checkpoint is read, and a hand-edited n_layers of 10^8 would never
     finish building. (A smaller wrong count fails when the checkpoint is read: CheckpointError.)"""
-    if not ((folder / JOB_FILE).is_file() and (folder / CHECKPOINT_FILE).is_file()):
+    files = JobFolder(folder)
+    if not (files.job_file.is_file() and files.checkpoint_file.is_file()):
         return  # load_trained_model says what is missing
     try:
-        n_layers = Job.from_dict(json.loads((folder / JOB_FILE).read_text())).model.n_layers
-        with np.load(folder / CHECKPOINT_FILE) as checkpoint:
+        n_layers = Job.from_dict(json.loads(files.job_file.read_text())).model.n_layers
+        with np.load(files.checkpoint_file) as checkpoint:
             arrays = sum(name.startswith("leaf_") for name in checkpoint.files)
     except (ValueError, KeyError, TypeError, OSError) as error:
         raise TrainedModelError(f"{folder}: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it "
                                 f"({type(error).__name__}: {error}); train the job again") from None
     if n_layers > arrays:
-        raise TrainedModelError(f"{folder / JOB_FILE} says the model has {n_layers} layers, but {CHECKPOINT_FILE} "
+        raise TrainedModelError(f"{files.job_file} says the model has {n_layers} layers, but {files.checkpoint_file.name} "
                                 f"holds {arrays} arrays in all, fewer than one per layer; the job folder was edited "
                                 "or mixed with another run's: train the job again")
 
@@ -189,7 +191,7 @@ def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSett
 
     cells = [cell(eval_set) for eval_set in eval_sets]
     # What training measured on the same strings at this checkpoint: the unablated model must match it.
-    result_file = folder / "result.json"
+    result_file = JobFolder(folder).result_file
     same_strings = examples == trained.job.train.eval_examples_per_length and result_file.is_file()
     recorded = json.loads(result_file.read_text())["bins"] if same_strings else []
     description = dict(kind="from-scratch", job_folder=str(folder), checkpoint_step=trained.step,

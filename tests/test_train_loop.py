@@ -294,7 +294,7 @@ def test_a_kill_between_the_final_checkpoint_and_result_json_is_finished_on_reru
     with pytest.raises(KilledBeforeResult):
         loop.run_job(job("killed"))
     monkeypatch.setattr(loop, "write_json", write_json)
-    assert loop.run_job(job("killed"))["steps"] == (8 if stops_early else 24)
+    assert loop.run_job(job("killed")).steps == (8 if stops_early else 24)
     assert comparable(tmp_path / "killed") == comparable(tmp_path / "whole")
     # Each process that trained the job recorded what decided its bits, and the step it started from.
     started = [json.loads(line)["from_step"] for line in (tmp_path / "killed" / "provenance.jsonl").open()]

@@ -176,7 +176,7 @@ def test_bad_bins_are_refused(capsys):
 
 @pytest.mark.parametrize("flags, message", [
     (["--tasks", "ZZ"], "invalid choice: 'ZZ'"),
-    (["--seeds", "0", "0"], "each seed may appear once"),
+    (["--seeds", "0", "0"], "argument --seeds: 0 given more than once"),
     (["--workers", "0"], "argument --workers: must be at least 1, got 0"),  # 0 used to mean the default
     (["--seeds", "-1"], "argument --seeds: must be at least 0, got -1"),
     (["--tasks", "UF", "--test-bins", "1-20,400-500"], "task UF, test bin 400-500: not within the lengths its "

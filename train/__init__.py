@@ -5,7 +5,7 @@
     quick = PRESETS["quick"]
     job = Job(task_code="UF", seed=0, model=quick.model.replace(pe="rope"), train=quick.train,
               task_overrides={"alphabet_size": 64}, out_dir="runs/x/UF/seed0")
-    result = run_job(job)        # {"bins": [{"lo", "hi", "accuracy", ...}], "steps", "stopped_early", ...}
+    result = run_job(job)        # JobResult: .bins (BinEval: lo, hi, accuracy, n, ...), .steps, .stopped_early
 
 Modules: config (model and training settings, presets), data (batches from (seed, step)), steps (the compiled
 training and evaluation steps, vmapped over a stack of models, batch sharded over devices),

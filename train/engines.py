@@ -25,15 +25,15 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.train.loop import Job, is_done
-from crasplab.train.workers import (LOG_FILE, TaskBars, WorkerError, _read_progress, _tail, available_cores,
+from crasplab.train.workers import (TaskBars, worker_command, WorkerError, _read_progress, _tail, available_cores,
                                     expected_cost, run_on_cpu_cores, run_stacked_in_process, worker_env)
 
 ENGINES = ("local", "ray")
@@ -137,13 +137,13 @@ def run_job_folder(folder: str, gpu_share: float) -> dict:
                      core=core, cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"), xla_flags=env["XLA_FLAGS"])
     append_jsonl(Path(folder) / PLACEMENTS_FILE, dict(placement, event="start", time=time.time()))
     try:
-        with open(Path(folder) / LOG_FILE, "ab") as log:
-            returncode = subprocess.run([sys.executable, "-m", "crasplab.train.workers", folder, "--core", str(core),
-                                         "--die-with-parent"], env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        with open(JobFolder(Path(folder)).log_file, "ab") as log:
+            returncode = subprocess.run(worker_command(folder, core, "--die-with-parent"), env=env, stdout=log,
+                                        stderr=subprocess.STDOUT).returncode
     finally:
         core_lock.close()
     append_jsonl(Path(folder) / PLACEMENTS_FILE, dict(placement, event="end", time=time.time(), returncode=returncode))
-    return dict(returncode=returncode, log_tail=_tail(Path(folder) / LOG_FILE) if returncode else "", **placement)
+    return dict(returncode=returncode, log_tail=_tail(JobFolder(Path(folder)).log_file) if returncode else "", **placement)
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = 
                 bars.finish(job)
         for job in sorted((job for job in jobs if not is_done(job)), key=expected_cost, reverse=True):
             job.folder.mkdir(parents=True, exist_ok=True)
-            write_json(job.folder / "job.json", job.to_dict())
+            write_json(job.files.job_file, job.to_dict())
             pending[task.remote(str(job.folder.resolve()), settings.gpu_share)] = job
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_SECONDS)
@@ -234,4 +234,4 @@ def _outcome(ray, ref, job: Job) -> dict:
         return ray.get(ref)
     except ray.exceptions.RayError as error:  # retries exhausted on lost nodes, or the task could not run
         raise WorkerError(f"the Ray task for {job.task_code} seed {job.seed} failed ({type(error).__name__}); its "
-                          f"log:\n{_tail(job.folder / LOG_FILE)}\n{error}") from None
+                          f"log:\n{_tail(job.files.log_file)}\n{error}") from None

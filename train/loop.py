@@ -24,12 +24,13 @@ from flax import nnx
 
 from crasp.tasks import get_task
 from crasplab.models.positions import SCHEMES
+from crasplab.results.job_folder import BinEval, EvalRecord, JobFolder, JobResult, TrainRecord
 from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_jsonl
 from crasplab.train.allocator import keep_freed_memory
-from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
+from crasplab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from crasplab.train.compile_cache import use_compile_cache
 from crasplab.train.config import ModelSettings, TrainConfig
-from crasplab.train.provenance import PROVENANCE_FILE, provenance
+from crasplab.train.provenance import provenance
 from crasplab.train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
                         stack_batches)
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
@@ -64,9 +65,13 @@ class Job:
     def folder(self) -> Path:
         return Path(self.out_dir)
 
+    @property
+    def files(self) -> JobFolder:
+        return JobFolder(self.folder)
+
 
 def is_done(job: Job) -> bool:
-    return (job.folder / "result.json").exists()
+    return job.files.is_done()
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,18 @@ class TaskSetup:
 ProgressCallback = Callable[[dict], None]
 
 
+def _identity(job: Job) -> dict:
+    """What a checkpoint was trained for: a checkpoint of another job must never be resumed."""
+    return dict(task=job.task_code, seed=job.seed, pe=job.model.pe, task_overrides=job.task_overrides)
+
+
+def _check_identity(job: Job, meta: dict) -> None:
+    saved = meta.get("job")  # absent in checkpoints written before they carried it
+    if saved is not None and saved != json.loads(json.dumps(_identity(job))):
+        raise CheckpointError(f"{job.files.checkpoint_file} was trained for {saved}, but {job.files.job_file} is "
+                              f"{_identity(job)}; restore this job's own checkpoint, or delete it to start the job over")
+
+
 def run_job(job: Job, progress: ProgressCallback | None = None) -> dict:
     return run_stack([job], progress)[0]
 
@@ -109,11 +126,7 @@ def run_stack(jobs: list[Job], progress: ProgressCallback | None = None) -> list
         keep_freed_memory()
         use_compile_cache()
         _StackRun(pending, progress).run()
-    return [read_result(job) for job in jobs]
-
-
-def read_result(job: Job) -> dict:
-    return json.loads((job.folder / "result.json").read_text())
+    return [job.files.read_result() for job in jobs]
 
 
 class _StackRun:
@@ -142,11 +155,11 @@ class _StackRun:
         self._resume_or_start()
         started = dict(provenance(), from_step=self.step)
         for job in jobs:
-            append_jsonl(job.folder / PROVENANCE_FILE, started)
+            append_jsonl(job.files.provenance_file, started)
 
     # -- files ---------------------------------------------------------------------------------
     def _resume_or_start(self) -> None:
-        checkpoints = [job.folder / "checkpoint.npz" for job in self.jobs]
+        checkpoints = [job.files.checkpoint_file for job in self.jobs]
         if all(path.exists() for path in checkpoints):
             loaded = [load_checkpoint(path, unstack(self.state, 0)) for path in checkpoints]
             steps = {meta["step"] for _, meta in loaded}
@@ -157,11 +170,12 @@ class _StackRun:
             self.state = replicate(self.mesh, stacked)
             self.step = steps.pop()
             for i, (job, (_, meta)) in enumerate(zip(self.jobs, loaded)):
+                _check_identity(job, meta)
                 self.elapsed_s[i] = meta["elapsed_s"]
                 self.perfect_streak[i] = meta["perfect_streak"]
                 self.last_eval[i] = meta["last_eval"]
                 # Records written after the checkpoint are replayed by the resumed run.
-                write_jsonl(job.folder / "metrics.jsonl", read_jsonl(job.folder / "metrics.jsonl")[:meta["records"]])
+                write_jsonl(job.files.metrics_file, read_jsonl(job.files.metrics_file)[:meta["records"]])
                 # A kill after a job's final checkpoint and before its result.json: the stopping
                 # rule is already met, so the job is finished from the checkpoint, not trained on.
                 if self._stop_reached(i):
@@ -169,15 +183,15 @@ class _StackRun:
             return
         for job in self.jobs:
             job.folder.mkdir(parents=True, exist_ok=True)
-            write_json(job.folder / "job.json", job.to_dict())
-            write_jsonl(job.folder / "metrics.jsonl", [])
-            write_json(job.folder / "task.json", dict(
+            write_json(job.files.job_file, job.to_dict())
+            write_jsonl(job.files.metrics_file, [])
+            write_json(job.files.task_file, dict(
                 task=job.task_code, train_range=self.setup.train_range, bins=self.setup.bins,
                 max_positions=self.setup.max_positions, length_buckets=self.setup.buckets.ranges,
                 vocab_size=len(self.setup.task.vocab)))
 
-    def _append(self, index: int, record: dict) -> None:
-        append_jsonl(self.jobs[index].folder / "metrics.jsonl", record)
+    def _append(self, index: int, record: TrainRecord | EvalRecord) -> None:
+        append_jsonl(self.jobs[index].files.metrics_file, record.to_dict())
 
     def _checkpoint(self) -> None:
         for i in self._active():
@@ -199,17 +213,18 @@ class _StackRun:
 
     def _write_result(self, index: int) -> None:
         job = self.jobs[index]
-        write_json(job.folder / "result.json", dict(
+        write_json(job.files.result_file, JobResult(
             task=job.task_code, seed=job.seed, pe=job.model.pe, steps=self.step,
             stopped_early=self.step < self.config.max_steps, elapsed_s=round(self.elapsed_s[index], 1),
-            bins=self.last_eval[index]["bins"]))
+            bins=EvalRecord.from_dict(self.last_eval[index]).bins).to_dict())
         self.finished[index] = True
 
     def _checkpoint_one(self, index: int) -> None:
         job = self.jobs[index]
-        meta = dict(step=self.step, elapsed_s=self.elapsed_s[index], perfect_streak=self.perfect_streak[index],
-                    last_eval=self.last_eval[index], records=len(read_jsonl(job.folder / "metrics.jsonl")))
-        save_checkpoint(job.folder / "checkpoint.npz", unstack(self.state, index), meta)
+        meta = dict(job=_identity(job), step=self.step, elapsed_s=self.elapsed_s[index],
+                    perfect_streak=self.perfect_streak[index],
+                    last_eval=self.last_eval[index], records=len(read_jsonl(job.files.metrics_file)))
+        save_checkpoint(job.files.checkpoint_file, unstack(self.state, index), meta)
 
     # -- training ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -233,8 +248,8 @@ class _StackRun:
                 accuracies = np.mean(np.stack(jax.device_get(window_accuracies)), axis=0)
                 window_losses, window_accuracies = [], []
                 for i in self._active():
-                    self._append(i, dict(kind="train", step=self.step, loss=round(float(losses[i]), 6),
-                                         sequence_accuracy=round(float(accuracies[i]), 6)))
+                    self._append(i, TrainRecord(step=self.step, loss=round(float(losses[i]), 6),
+                                                sequence_accuracy=round(float(accuracies[i]), 6)))
                 self._report_progress(losses)
             if self.step % config.eval_every == 0 or self.step == config.max_steps:
                 self._evaluate()
@@ -271,16 +286,17 @@ class _StackRun:
                 model = nnx.merge(self.graphdef, unstack(params_S, i), self.rest)
                 disagreements = greedy_disagreements(model, self.eval_sets[i][b], exact_SxN[i],
                                                      config.greedy_examples_per_bin)
-                bin_records[i].append(dict(lo=lo, hi=hi, accuracy=round(float(exact_SxN[i].mean()), 6),
-                                           n=int(exact_SxN.shape[1]),
-                                           **self.eval_sets[i][b].by_length(exact_SxN[i]),
-                                           greedy_checked=min(config.greedy_examples_per_bin, exact_SxN.shape[1]),
-                                           greedy_disagreements=disagreements))
+                bin_records[i].append(BinEval.from_dict(dict(
+                    lo=lo, hi=hi, accuracy=round(float(exact_SxN[i].mean()), 6), n=int(exact_SxN.shape[1]),
+                    **self.eval_sets[i][b].by_length(exact_SxN[i]),
+                    greedy_checked=min(config.greedy_examples_per_bin, exact_SxN.shape[1]),
+                    greedy_disagreements=disagreements)))
         for i in self._active():
-            record = dict(kind="eval", step=self.step, bins=bin_records[i])
-            self.last_eval[i] = record
+            record = EvalRecord(step=self.step, bins=tuple(bin_records[i]))
+            # Kept as written (a dict): the checkpoint stores it, and result.json is made from it.
+            self.last_eval[i] = record.to_dict()
             self._append(i, record)
-            perfect = bin_records[i][0]["accuracy"] == 1.0
+            perfect = record.bins[0].accuracy == 1.0
             self.perfect_streak[i] = self.perfect_streak[i] + 1 if perfect else 0
             if self._stop_reached(i):
                 self._finish(i)

@@ -14,16 +14,12 @@ from pathlib import Path
 from flax import nnx
 
 from crasplab.models.transformer import Transformer
-from crasplab.results.length_gen import REPORTED_SETTINGS, job_folder
+from crasplab.results.job_folder import RUN_SETTINGS_KEYS, JobFolder, job_folder
 from crasplab.results.run_folder import read_run_config
 from crasplab.train.checkpoint import load_checkpoint
 from crasplab.train.config import RunSettings
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import make_optimizer
-
-JOB_FILE = "job.json"
-CHECKPOINT_FILE = "checkpoint.npz"
-
 
 class TrainedModelError(ValueError):
     """A folder that holds no trained model."""
@@ -40,7 +36,7 @@ class TrainedModel:
 
 def job_folders(run_dir: Path, task_code: str) -> list[Path]:
     """The job folders (one per seed, in the run's seed order) of one task of a length_gen.py run."""
-    settings = RunSettings.from_dict(read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py"))
+    settings = RunSettings.from_dict(read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py"))
     if task_code not in settings.tasks:
         raise TrainedModelError(f"{run_dir} trained the tasks {', '.join(settings.tasks)}, not {task_code!r}")
     return [job_folder(run_dir, task_code, seed) for seed in settings.seeds]
@@ -48,16 +44,16 @@ def job_folders(run_dir: Path, task_code: str) -> list[Path]:
 
 def load_trained_model(job_dir: Path) -> TrainedModel:
     """The model of a job folder as its last checkpoint left it."""
-    job_dir = Path(job_dir)
-    for name in (JOB_FILE, CHECKPOINT_FILE):
-        if not (job_dir / name).is_file():
-            raise TrainedModelError(f"{job_dir} has no {name}; give a job folder that experiments/length_gen.py "
+    job_dir, files = Path(job_dir), JobFolder(Path(job_dir))
+    for path in (files.job_file, files.checkpoint_file):
+        if not path.is_file():
+            raise TrainedModelError(f"{job_dir} has no {path.name}; give a job folder that experiments/length_gen.py "
                                     "wrote (<run folder>/<task>/seed<k>) and that has trained at least until its first "
                                     "checkpoint")
-    job = Job.from_dict(json.loads((job_dir / JOB_FILE).read_text()))
+    job = Job.from_dict(json.loads(files.job_file.read_text()))
     setup = TaskSetup.for_job(job)
     model = job.model.build(len(setup.task.vocab), setup.max_positions, job.seed)
     params = nnx.state(model, nnx.Param)
-    (params, _), meta = load_checkpoint(job_dir / CHECKPOINT_FILE, (params, make_optimizer(job.train).init(params)))
+    (params, _), meta = load_checkpoint(files.checkpoint_file, (params, make_optimizer(job.train).init(params)))
     nnx.update(model, params)
     return TrainedModel(model=model, task=setup.task, job=job, setup=setup, step=meta["step"])

@@ -12,6 +12,7 @@ Run a single job folder by hand with `python -m crasplab.train.workers JOB_FOLDE
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ctypes
 import fcntl
 import json
@@ -27,14 +28,13 @@ from tqdm import tqdm
 
 from crasp.tasks import get_task
 from crasplab.results.files import write_json
+from crasplab.results.job_folder import JobFolder
 from crasplab.train.allocator import with_huge_page_blocks
 from crasplab.train.data import sequence_length
 from crasplab.train.loop import Job, is_done, run_stack
 
 SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
-PROGRESS_FILE = "progress.json"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-LOG_FILE = "worker.log"
 
 
 class WorkerError(RuntimeError):
@@ -161,7 +161,7 @@ def run_on_cpu_cores(jobs: list[Job], workers: int, show_progress: bool = True) 
                 del running[slot]
                 if process.returncode != 0:
                     raise WorkerError(f"the worker for {job.task_code} seed {job.seed} exited with code "
-                                      f"{process.returncode}; its log:\n{_tail(job.folder / LOG_FILE)}")
+                                      f"{process.returncode}; its log:\n{_tail(job.files.log_file)}")
                 bars.finish(job)
     finally:
         for process, _ in running.values():
@@ -202,15 +202,15 @@ def worker_command(folder: Path | str, core: int, *extra: str) -> list[str]:
 
 def _launch(job: Job, core: int) -> subprocess.Popen:
     job.folder.mkdir(parents=True, exist_ok=True)
-    write_json(job.folder / "job.json", job.to_dict())
-    with open(job.folder / LOG_FILE, "ab") as log:
+    write_json(job.files.job_file, job.to_dict())
+    with open(job.files.log_file, "ab") as log:
         return subprocess.Popen(worker_command(job.folder, core, "--die-with-parent"), env=worker_env(), stdout=log,
                                 stderr=subprocess.STDOUT)
 
 
 def _read_progress(job: Job) -> dict | None:
     try:
-        return json.loads((job.folder / PROGRESS_FILE).read_text())
+        return json.loads(job.files.progress_file.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
@@ -245,13 +245,16 @@ def _worker_main(folder: str, core: int | None, with_parent: bool) -> None:
     if core is not None:
         os.sched_setaffinity(0, {core})
     lock = _lock_folder(Path(folder))  # noqa: F841 (held until exit)
-    job = Job.from_dict(json.loads((Path(folder) / "job.json").read_text()))
+    job = Job.from_dict(json.loads(JobFolder(Path(folder)).job_file.read_text()))
+    # The folder named here is the job's, whatever out_dir job.json holds: a hand-edited or copied
+    # job.json cannot send the job's files outside it.
+    job = dataclasses.replace(job, out_dir=str(folder))
     last_write = [0.0]
 
     def write_progress(progress: dict) -> None:
         # Throttled: the pool polls twice a second, a file per step would only cost time.
         if time.monotonic() - last_write[0] >= 1.0 or progress["step"] >= progress["max_steps"]:
-            write_json(job.folder / PROGRESS_FILE, progress)
+            write_json(job.files.progress_file, progress)
             last_write[0] = time.monotonic()
 
     run_stack([job], write_progress)

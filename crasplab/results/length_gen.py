@@ -11,32 +11,24 @@ gets the APE prediction marked "no theorem".
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from crasp.prediction import predict
+from crasp.tasks import TASK_CODES
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report, write_jsonl
+from crasplab.results.job_folder import RUN_SETTINGS_KEYS, JobFolder
 from crasplab.results.verdicts import Protocol
 from crasplab.results.protocol import protocol_markdown, protocol_rows, read_predictions, read_protocol
-from crasplab.results.run_folder import read_run_config
-from crasplab.train.provenance import PROVENANCE_FILE, bits_key
+from crasplab.results.run_folder import RunFolderError, read_run_config
+from crasplab.train.provenance import bits_key
 
 FIGURE_FILE = "accuracy_by_length.png"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
 DEFAULT_THRESHOLD = 0.9
-# What the report reads from config.json; a run writes these and more.
-REPORTED_SETTINGS = ("preset", "tasks", "model", "train")
-
-
-def job_folder(run_dir: Path, task: str, seed: int) -> Path:
-    """Where one (task, seed) job of a run keeps its files."""
-    return Path(run_dir) / task / f"seed{seed}"
-
-
 def run_jobs(tasks, seeds) -> list[tuple[str, int]]:
     """The (task, seed) jobs of a run, in the order they are listed and reported."""
     return [(task, seed) for task in tasks for seed in seeds]
@@ -53,14 +45,14 @@ def collect_metrics(run_dir: Path, jobs: list[tuple[str, int]]) -> None:
     previous = read_jsonl(run_dir / "metrics.jsonl")
     records = []
     for task, seed in jobs:
-        folder, tag = job_folder(run_dir, task, seed), dict(task=task, seed=seed)
-        if not (folder / "metrics.jsonl").exists():
+        folder, tag = JobFolder.of(run_dir, task, seed), dict(task=task, seed=seed)
+        if not folder.metrics_file.exists():
             records += [r for r in previous if (r.get("task"), r.get("seed")) == (task, seed)]
             continue
-        records += [dict(record, **tag) for record in read_jsonl(folder / "metrics.jsonl")]
-        records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder / PROVENANCE_FILE)]
-        if (folder / "result.json").exists():
-            records.append(dict(json.loads((folder / "result.json").read_text()), kind="result", **tag))
+        records += [dict(record, **tag) for record in read_jsonl(folder.metrics_file)]
+        records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder.provenance_file)]
+        if folder.is_done():
+            records.append(dict(folder.read_result().to_dict(), kind="result", **tag))
     write_jsonl(run_dir / "metrics.jsonl", records)
 
 
@@ -118,7 +110,8 @@ def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> st
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     """The run's summary; `threshold` overrides the one stored in config.json (the run's own)."""
     run_dir = Path(run_dir)
-    config = read_run_config(run_dir, REPORTED_SETTINGS, "experiments/length_gen.py")
+    config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
+    check_task_names(config, run_dir)
     threshold = config.get("threshold", DEFAULT_THRESHOLD) if threshold is None else threshold
     finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
     # What the interpreter predicted when the run started; computed now only for runs made before
@@ -170,6 +163,18 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                 did_not_fit=[row["task"] for row in rows if row["observed"] == "did not fit"],
                 missing_tasks=[t for t in config["tasks"] if t not in finals],
                 train_seconds=round(sum(row["train_seconds"] for row in rows), 1))
+
+
+def check_task_names(config: dict, run_dir: Path) -> None:
+    """Task names become folder names: only the library's codes are accepted from config.json, so
+    a hand-edited name like '../..' can never point outside the run folder."""
+    tasks = config["tasks"]
+    if not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
+        raise RunFolderError(f"{run_dir}/config.json: tasks must be a list of task codes, got {tasks!r}")
+    unknown = [t for t in tasks if t not in TASK_CODES]
+    if unknown:
+        raise RunFolderError(f"{run_dir}/config.json names tasks {unknown} that the library does not have; "
+                             f"accepted: {', '.join(TASK_CODES)}")
 
 
 def environments(records: list[dict]) -> list[dict]:

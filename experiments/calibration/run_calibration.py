@@ -79,13 +79,13 @@ def main() -> None:
         # Read just before writing: another process may have added its task meanwhile.
         curves = json.loads(curves_path.read_text()) if curves_path.exists() else {}
         curves[task] = dict(
-            candidate=candidate, seed=args.seed, train_seconds=result["elapsed_s"],
+            candidate=candidate, seed=args.seed, train_seconds=result.elapsed_s,
             wall_seconds=round(time.monotonic() - start, 1),
             train=[(r["step"], r["loss"], r["sequence_accuracy"]) for r in records if r["kind"] == "train"],
             eval=[(r["step"], [b["accuracy"] for b in r["bins"]]) for r in records if r["kind"] == "eval"],
             bins=[(b["lo"], b["hi"]) for b in records[-1]["bins"]])
         write_json(curves_path, curves)
-        print(task, result["elapsed_s"], "s", curves[task]["eval"][-1], flush=True)
+        print(task, result.elapsed_s, "s", curves[task]["eval"][-1], flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,132 @@
+"""The files of a from-scratch run and of each of its jobs: their names, and the records they hold.
+
+Both the writers (train.loop, train.workers, train.engines) and the readers (the length_gen
+report, train.trained, the mechanism experiment) take file names and record types from here, so
+the format has one owner:
+
+    <run>/config.json           the run's settings (train.config.RunSettings), written once
+    <run>/predictions.json      what the interpreter predicted when the run started
+    <run>/protocol.json         the verdict rules of a --protocol run
+    <run>/metrics.jsonl         every job's records, collected from the job folders (tagged with
+                                task and seed) so that a copy of the run without its job folders
+                                still holds what was measured
+    <run>/<task>/seed<k>/       one job:
+        job.json                everything that defines the job (train.loop.Job)
+        task.json               the task's effective lengths, position table and vocabulary size
+        metrics.jsonl           TrainRecord and EvalRecord lines, in step order
+        checkpoint.npz          parameters, optimizer state, step and stopping state
+        provenance.jsonl        what decided the bits of each process that trained the job
+        progress.json           the worker's last progress line (for the launcher's bars)
+        worker.log              the worker's output
+        result.json             JobResult, once the job has finished
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# What a report and train.trained read from a run's config.json.
+RUN_SETTINGS_KEYS = ("preset", "tasks", "model", "train")
+
+
+@dataclass(frozen=True)
+class JobFolder:
+    path: Path
+
+    @classmethod
+    def of(cls, run_dir: Path | str, task: str, seed: int) -> JobFolder:
+        return cls(Path(run_dir) / task / f"seed{seed}")
+
+    job_file = property(lambda self: self.path / "job.json")
+    task_file = property(lambda self: self.path / "task.json")
+    metrics_file = property(lambda self: self.path / "metrics.jsonl")
+    checkpoint_file = property(lambda self: self.path / "checkpoint.npz")
+    provenance_file = property(lambda self: self.path / "provenance.jsonl")
+    progress_file = property(lambda self: self.path / "progress.json")
+    log_file = property(lambda self: self.path / "worker.log")
+    result_file = property(lambda self: self.path / "result.json")
+
+    def is_done(self) -> bool:
+        return self.result_file.exists()
+
+    def read_result(self) -> JobResult:
+        return JobResult.from_dict(json.loads(self.result_file.read_text()))
+
+
+def job_folder(run_dir: Path | str, task: str, seed: int) -> Path:
+    """Where one (task, seed) job of a run keeps its files."""
+    return JobFolder.of(run_dir, task, seed).path
+
+
+@dataclass(frozen=True)
+class BinEval:
+    """One test bin of an evaluation: exact match over `n` strings, and at each of its lengths."""
+
+    lo: int
+    hi: int
+    accuracy: float
+    n: int
+    lengths: tuple[int, ...] = ()
+    length_accuracy: tuple[float, ...] = ()
+    greedy_checked: int = 0
+    greedy_disagreements: int = 0
+
+    @property
+    def correct(self) -> int:
+        return round(self.accuracy * self.n)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> BinEval:
+        return cls(**{**values, "lengths": tuple(values.get("lengths", ())),
+                      "length_accuracy": tuple(values.get("length_accuracy", ()))})
+
+
+@dataclass(frozen=True)
+class TrainRecord:
+    step: int
+    loss: float
+    sequence_accuracy: float
+    kind: str = field(default="train", init=False)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    step: int
+    bins: tuple[BinEval, ...]
+    kind: str = field(default="eval", init=False)
+
+    def to_dict(self) -> dict:
+        return dict(kind=self.kind, step=self.step, bins=[_bin_dict(b) for b in self.bins])
+
+    @classmethod
+    def from_dict(cls, values: dict) -> EvalRecord:
+        return cls(step=values["step"], bins=tuple(BinEval.from_dict(b) for b in values["bins"]))
+
+
+@dataclass(frozen=True)
+class JobResult:
+    task: str
+    seed: int
+    pe: str
+    steps: int
+    stopped_early: bool
+    elapsed_s: float
+    bins: tuple[BinEval, ...]
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), bins=[_bin_dict(b) for b in self.bins])
+
+    @classmethod
+    def from_dict(cls, values: dict) -> JobResult:
+        return cls(**{**values, "bins": tuple(BinEval.from_dict(b) for b in values["bins"])})
+
+
+def _bin_dict(bin_eval: BinEval) -> dict:
+    values = asdict(bin_eval)
+    values["lengths"], values["length_accuracy"] = list(bin_eval.lengths), list(bin_eval.length_accuracy)
+    return values
