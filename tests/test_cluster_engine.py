@@ -6,7 +6,6 @@ everything here is skipped with its reason where Ray is not installed."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -113,8 +112,9 @@ def test_each_ray_job_gets_one_xla_thread_its_own_core_and_its_own_gpu(tmp_path,
 
 @pytest.mark.slow
 def test_a_job_that_fails_is_not_retried_and_shows_its_log(tmp_path, fresh_ray):
-    [job, _] = tiny_jobs(tmp_path)
-    broken = dataclasses.replace(job, task_overrides=dict(alphabet_size=8, no_such_parameter=1))
-    with pytest.raises(WorkerError, match=r"(?s)UR seed 0 .* exited with code 1; its log:.*no_such_parameter"):
+    [broken, _] = tiny_jobs(tmp_path)
+    broken.folder.mkdir(parents=True)
+    (broken.folder / "checkpoint.npz").write_text("not a checkpoint")  # the worker fails as it resumes
+    with pytest.raises(WorkerError, match=r"(?s)UR seed 0 .* exited with code 1; its log:.*Traceback"):
         run_on_ray([broken], EngineSettings(engine="ray", workers=1), show_progress=False)
     assert [p["event"] for p in placements(broken)] == ["start", "end"]  # one attempt
