@@ -26,6 +26,7 @@ from crasp.search.results import SearchResultsError
 from crasp.tasks import TASK_CODES
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
+from crasplab.incontext.memory import FLOAT_BYTES, check_batch_memory, decoding_bytes, training_bytes
 from crasplab.results.files import ResultFileError, read_jsonl
 from crasplab.results.job_folder import RUN_SETTINGS_KEYS, job_folder
 from crasplab.results.length_gen import (DEFAULT_THRESHOLD, check_task_names, collect_metrics, final_evaluations, markdown_table, run_jobs,
@@ -34,6 +35,7 @@ from crasplab.results.run_folder import RunFolderError, check_output_folder, ope
 from crasplab.results.protocol import next_seeds, predictions_for, protocol_for, write_predictions, write_protocol
 from crasplab.train.config import (PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
                                    command_line_settings)
+from crasplab.train.data import sequence_length
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.engines import EngineError, add_engine_flags, engine_settings, run_jobs_on
 
@@ -119,6 +121,7 @@ def check_jobs(jobs: list[Job], run_dir: Path, protocol=None) -> None:
     check_output_folder(run_dir)
     for job in jobs:
         setup = TaskSetup.for_job(job)  # task parameters, lengths the sampler can produce, the position table
+        check_job_memory(job, setup)
         if protocol is not None:
             per_length = job.train.eval_examples_per_length
             sizes = [per_length * (hi - lo + 1) for lo, hi in setup.bins]
@@ -127,6 +130,26 @@ def check_jobs(jobs: list[Job], run_dir: Path, protocol=None) -> None:
                 raise ConfigError(f"{job.task_code}: the protocol needs {protocol.min_train_strings} training-length "
                                   f"strings and {protocol.min_bin_strings} per test bin; --eval-examples-per-length "
                                   f"{per_length} gives {sizes}")
+
+
+def check_job_memory(job: Job, setup: TaskSetup) -> None:
+    """Refuse sizes whose smallest footprint exceeds this machine's memory, before config.json is
+    written (a batch of 10^9 sequences used to grow to 4 GB in the worker first)."""
+    config = job.model.model_config(len(setup.task.vocab), setup.max_positions)
+    # Parameters, gradients and AdamW's two moments of the position table.
+    check_batch_memory(4 * FLOAT_BYTES * setup.max_positions * config.d_model,
+                       f"{job.task_code}: a position table of {setup.max_positions} rows", "--max-positions")
+    train_tokens = sequence_length(setup.task, setup.train_range[1])
+    attention = FLOAT_BYTES * job.train.batch_size * config.n_heads * train_tokens**2 * config.n_layers
+    check_batch_memory(training_bytes(config, job.train.batch_size, train_tokens) + attention,
+                       f"{job.task_code}: a training batch of {job.train.batch_size} strings of {train_tokens} tokens",
+                       "--batch-size")
+    test_tokens = sequence_length(setup.task, max(hi for _, hi in setup.bins))
+    strings = job.train.eval_examples_per_length * sum(hi - lo + 1 for lo, hi in setup.bins)
+    check_batch_memory(3 * FLOAT_BYTES * strings * test_tokens,
+                       f"{job.task_code}: {strings} test strings of up to {test_tokens} tokens", "--eval-examples-per-length")
+    check_batch_memory(decoding_bytes(config, job.train.eval_batch_size, test_tokens),
+                       f"{job.task_code}: evaluating {job.train.eval_batch_size} strings at once", "the eval batch size")
 
 
 def main(argv: list[str] | None = None) -> None:

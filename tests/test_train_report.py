@@ -184,6 +184,12 @@ def test_bad_bins_are_refused(capsys):
     # The quick preset's UF has 64 symbols: 1-80 used to be cut silently to 1-64.
     (["--tasks", "UF", "--train-lengths", "1", "80"], "task UF, training lengths 1-80: not within"),
     (["--test-bins", "1-20,15-30"], "test bin 15-30 starts at or below 20"),
+    # Sizes that used to pass validation and fail inside the worker, after config.json was written.
+    (["--tasks", "UL", "--batch-size", "1000000000"], "lower --batch-size"),
+    (["--tasks", "UL", "--max-positions", "1000000000000"], "lower --max-positions"),
+    (["--tasks", "UL", "--eval-examples-per-length", "1000000000"], "lower --eval-examples-per-length"),
+    (["--tasks", "UL", "--threshold", "nan"], "argument --threshold: must be a finite number"),
+    (["--tasks", "UL", "--learning-rate", "inf"], "must be a finite number"),
 ])
 def test_bad_settings_are_refused_before_anything_is_written(tmp_path, capsys, flags, message):
     """A typo must not leave a config.json behind that then refuses the corrected command."""
