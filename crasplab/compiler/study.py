@@ -82,12 +82,14 @@ def trained_records(run_dir: Path, lengths: list[int], samples: int, seed: int) 
             if pe not in encodings:
                 continue
             program = make(task.symbols)
-            usable = [n for n in lengths if task.length_problem(n) is None]
-            compiled = compile_program(program, pe, max_length=trained.setup.max_positions).model()
-            for length in usable:
-                examples = task.sample(np.random.default_rng((seed, length)), samples, length)
-                if examples.tokens.shape[1] > trained.setup.max_positions:
-                    continue
+            # Only a learned position table bounds the lengths a trained model can read.
+            table = trained.setup.max_positions if pe == "ape" else None
+            usable = {n: task.sample(np.random.default_rng((seed, n)), samples, n)
+                      for n in lengths if task.length_problem(n) is None}
+            usable = {n: e for n, e in usable.items() if table is None or e.tokens.shape[1] <= table}
+            longest = max([e.tokens.shape[1] for e in usable.values()] + [64])
+            compiled = compile_program(program, pe, max_length=table or longest).model()
+            for length, examples in usable.items():
                 ids = to_program_ids(examples.tokens, task.vocab, program)
                 right = answers_right(output_table(compiled, ids), ids, examples.prompt_lengths, examples.lengths)
                 learned = greedy_exact_match(trained.model, examples.tokens, examples.prompt_lengths, examples.lengths)
@@ -175,7 +177,7 @@ def figure(summary: dict, path: Path) -> None:
     for row in summary["witnesses"].values():
         lengths = sorted(row["by_length"], key=int)
         ax.plot([int(n) for n in lengths], [row["by_length"][n][0] / row["by_length"][n][2] for n in lengths],
-                marker="o", label=f"{row['task']} {row['pe']} ({row['witness']})")
+                marker="o", label=f"{row['task']} {row['pe']} ({row['witness']}, {row['symbols']} symbols)")
     for row in summary.get("trained", {}).values():
         lengths = sorted(row["by_length"], key=int)
         ax.plot([int(n) for n in lengths], [row["by_length"][n][1] / row["by_length"][n][2] for n in lengths],
