@@ -35,6 +35,7 @@ from crasplab.results.run_folder import RunFolderError, check_output_folder, ope
 from crasplab.results.protocol import next_seeds, predictions_for, protocol_for, write_predictions, write_protocol
 from crasplab.train.config import (PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
                                    command_line_settings)
+from crasplab.train.compile_cache import compile_cache_folder
 from crasplab.train.data import sequence_length
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.engines import EngineError, add_engine_flags, engine_settings, run_jobs_on
@@ -119,6 +120,7 @@ def make_jobs(settings: RunSettings, run_dir: Path, seeds_by_task: dict[str, lis
 def check_jobs(jobs: list[Job], run_dir: Path, protocol=None) -> None:
     """Everything that could fail once training has started, checked before a file is written."""
     check_output_folder(run_dir)
+    compile_cache_folder()  # a cache path that names a file fails here, not in every worker
     for job in jobs:
         setup = TaskSetup.for_job(job)  # task parameters, lengths the sampler can produce, the position table
         check_job_memory(job, setup)

@@ -168,6 +168,14 @@ def test_the_report_names_the_model_and_each_task_whose_model_differs(run_dir, v
         run_dir / "report.md").read_text()
 
 
+def test_a_compile_cache_that_names_a_file_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    (tmp_path / "a-file").touch()
+    monkeypatch.setenv("CRASP_LAB_XLA_CACHE", str(tmp_path / "a-file"))
+    with pytest.raises(SystemExit, match="CRASP_LAB_XLA_CACHE=.* names a file, not a folder"):
+        length_gen.main(["--out", str(tmp_path / "run"), "--no-progress", "--tasks", "UL"])
+    assert not (tmp_path / "run").exists()
+
+
 def test_bad_bins_are_refused(capsys):
     with pytest.raises(SystemExit):
         length_gen.build_parser().parse_args(["--test-bins", "1-8,nine"])
