@@ -15,12 +15,15 @@ time, and writes the same to OUT/comparison.md. Running it again reuses finished
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from crasplab.cli.arguments import at_least
-from experiments import length_gen
-from crasplab.results.files import read_jsonl, write_text
-from crasplab.train.config import PAPER
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script
+
+from crasplab.cli.arguments import at_least  # noqa: E402
+from experiments import length_gen  # noqa: E402
+from crasplab.results.files import read_jsonl, write_text  # noqa: E402
+from crasplab.train.config import PAPER  # noqa: E402
 
 DTYPES = ("float32", "bfloat16")
 

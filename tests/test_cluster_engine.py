@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_train_loop import TINY_MODEL, comparable, tiny_config
+from tests.test_train_loop import comparable
+from tests.tiny import TINY_MODEL, tiny_config
 from crasplab.train.engines import (PLACEMENTS_FILE, EngineError, EngineSettings, claim_core,
                                     connect, job_environment, run_jobs_on, run_on_ray)
 from crasplab.train.loop import Job

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.test_train_loop import TINY_MODEL, tiny_config
+from tests.tiny import TINY_MODEL, tiny_config
 from crasplab.train.loop import Job
 from crasplab.train.plan import measure_step_seconds, place, step_shape
 from experiments import paper_grid

@@ -4,7 +4,7 @@ numbers as the job that filled it."""
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
-from tests.test_train_loop import TINY_MODEL, tiny_config
+from tests.tiny import TINY_MODEL, tiny_config
 from crasplab.train.compile_cache import CACHE_ENV, compile_cache_folder, use_compile_cache
 from crasplab.train.loop import Job, run_job
 
