@@ -156,13 +156,13 @@ def check_job_memory(job: Job, setup: TaskSetup) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.report_only is not None:
-        try:
+    try:
+        if args.report_only is not None:
             report_only(args.report_only, args.threshold)
-        except (RunFolderError, ResultFileError, SearchResultsError) as error:
-            raise SystemExit(f"error: {error}")
-    else:
-        train_and_report(args)
+        else:
+            train_and_report(args)
+    except (RunFolderError, ResultFileError, SearchResultsError) as error:  # a damaged or unwritable file
+        raise SystemExit(f"error: {error}")
 
 
 def report_only(run_dir: Path, threshold: float | None) -> None:

@@ -66,3 +66,18 @@ def test_task_names_from_config_json_come_from_the_library(tmp_path, tasks, mess
     (tmp_path / "config.json").write_text(json.dumps(dict(preset="quick", tasks=tasks, seeds=[0], model={}, train={})))
     with pytest.raises(RunFolderError, match=message):
         summarize(tmp_path)
+
+
+def test_a_damaged_middle_line_of_a_finished_jobs_metrics_is_an_error_line(tmp_path, capsys):
+    from experiments import length_gen
+
+    run = tmp_path / "run"
+    flags = ["--tasks", "UR", "--max-steps", "4", "--eval-every", "4", "--warmup-steps", "1", "--no-progress",
+             "--eval-examples-per-length", "1", "--out", str(run)]
+    length_gen.main(flags)
+    metrics = JobFolder.of(run, "UR", 0).metrics_file
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text(lines[0] + "{not json\n" + "".join(lines[1:]))
+    for command in (flags, ["--report-only", str(run)]):
+        with pytest.raises(SystemExit, match=r"metrics.jsonl:2: not a JSON record"):
+            length_gen.main(command)
