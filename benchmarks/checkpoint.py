@@ -65,25 +65,41 @@ def measure(preset_name: str, rounds: int, folder: Path) -> dict:
     orbax_load = median_ms(lambda: checkpointer.restore(last, state), rounds)
     checkpointer.close()
     leaves = jax.tree.leaves(state)
-    return dict(preset=preset_name, parameters_and_moments=sum(np.size(leaf) for leaf in leaves),
-                ours_save_ms=ours_save, orbax_save_ms=orbax_save_ms, ours_load_ms=ours_load, orbax_load_ms=orbax_load,
-                ours_files=1, orbax_files=sum(1 for p in last.rglob("*") if p.is_file()))
+    return dict(
+        preset=preset_name,
+        parameters_and_moments=sum(np.size(leaf) for leaf in leaves),
+        ours_save_ms=ours_save,
+        orbax_save_ms=orbax_save_ms,
+        ours_load_ms=ours_load,
+        orbax_load_ms=orbax_load,
+        ours_files=1,
+        orbax_files=sum(1 for p in last.rglob("*") if p.is_file()),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", nargs="+", default=["quick", "paper"], choices=sorted(PRESETS),
-                        help="whose model and optimizer state to checkpoint")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=["quick", "paper"],
+        choices=sorted(PRESETS),
+        help="whose model and optimizer state to checkpoint",
+    )
     parser.add_argument("--rounds", type=int, default=20, help="timed saves and restores per method (median)")
     args = parser.parse_args()
-    print("| preset | values | save ms: ours / orbax (ratio) | restore ms: ours / orbax (ratio) | files: ours / orbax |")
+    print(
+        "| preset | values | save ms: ours / orbax (ratio) | restore ms: ours / orbax (ratio) | files: ours / orbax |"
+    )
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as folder:
         for name in args.presets:
             r = measure(name, args.rounds, Path(folder))
-            print(f"| {name} | {r['parameters_and_moments']:,} | {r['ours_save_ms']:.1f} / {r['orbax_save_ms']:.1f} "
-                  f"({r['orbax_save_ms'] / r['ours_save_ms']:.1f}x) | {r['ours_load_ms']:.1f} / {r['orbax_load_ms']:.1f} "
-                  f"({r['orbax_load_ms'] / r['ours_load_ms']:.1f}x) | {r['ours_files']} / {r['orbax_files']} |")
+            print(
+                f"| {name} | {r['parameters_and_moments']:,} | {r['ours_save_ms']:.1f} / {r['orbax_save_ms']:.1f} "
+                f"({r['orbax_save_ms'] / r['ours_save_ms']:.1f}x) | {r['ours_load_ms']:.1f} / {r['orbax_load_ms']:.1f} "
+                f"({r['orbax_load_ms'] / r['ours_load_ms']:.1f}x) | {r['ours_files']} / {r['orbax_files']} |"
+            )
 
 
 if __name__ == "__main__":

@@ -45,16 +45,32 @@ def first_calls(code: str) -> dict:
     keep_freed_memory()
     use_compile_cache()
     with tempfile.TemporaryDirectory(prefix="compile-cache-job-") as folder:
-        job = Job(task_code=code, seed=0, model=QUICK.model, train=QUICK.train_for(code),
-                  task_overrides=QUICK.overrides_for(code), out_dir=folder)
+        job = Job(
+            task_code=code,
+            seed=0,
+            model=QUICK.model,
+            train=QUICK.train_for(code),
+            task_overrides=QUICK.overrides_for(code),
+            out_dir=folder,
+        )
         return _time_first_calls(_StackRun([job], None))
 
 
 def _time_first_calls(run: _StackRun) -> dict:
     batches, step = {}, 0
     while len(batches) < len(run.setup.buckets.ranges):  # one batch of each bucket width
-        batch = stack_batches([sample_training_batch(run.setup.task, batch_rng(0, TRAIN_STREAM, step), 64,
-                                                     run.setup.buckets, run.setup.max_positions, True)]).as_dict()
+        batch = stack_batches(
+            [
+                sample_training_batch(
+                    run.setup.task,
+                    batch_rng(0, TRAIN_STREAM, step),
+                    64,
+                    run.setup.buckets,
+                    run.setup.max_positions,
+                    True,
+                )
+            ]
+        ).as_dict()
         batches.setdefault(batch["tokens_BxT"].shape[-1], batch)
         step += 1
 
@@ -72,15 +88,25 @@ def _time_first_calls(run: _StackRun) -> dict:
 
 def in_fresh_process(code: str, cache: str, core: int) -> dict:
     env = dict(worker_env(), **{CACHE_ENV: cache})
-    output = subprocess.run([sys.executable, __file__, "--child", code, "--core", str(core)], env=env,
-                            capture_output=True, text=True, check=True).stdout
+    output = subprocess.run(
+        [sys.executable, __file__, "--child", code, "--core", str(core)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(output.splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", nargs="+", default=list(PAIRS), metavar="TASK:SAME_SHAPES_TASK",
-                        help="a task, then one whose programs have the same shapes (default: %(default)s)")
+    parser.add_argument(
+        "--pairs",
+        nargs="+",
+        default=list(PAIRS),
+        metavar="TASK:SAME_SHAPES_TASK",
+        help="a task, then one whose programs have the same shapes (default: %(default)s)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -89,21 +115,29 @@ def main() -> None:
         print(json.dumps(first_calls(args.child)))
         return
     core = available_cores()[-1]
-    print("## Seconds before a quick job's compiled speed: one step per length bucket and one evaluation, "
-          "single-threaded, one fresh process per row\n")
+    print(
+        "## Seconds before a quick job's compiled speed: one step per length bucket and one evaluation, "
+        "single-threaded, one fresh process per row\n"
+    )
     print(f"{'task':8} {'cache':34} {'first calls s':>14} {'compiled s':>11} {'compiling s':>12} {'vs off':>7}")
     for pair in args.pairs:
         code, same_shapes = pair.split(":")
         with tempfile.TemporaryDirectory(prefix="xla-cache-") as cache:
-            rows = [(code, "off (baseline)", "off"), (code, "on, empty (cold)", cache),
-                    (code, "on, same task again (warm)", cache), (same_shapes, f"on, after {code} (same shapes)", cache)]
+            rows = [
+                (code, "off (baseline)", "off"),
+                (code, "on, empty (cold)", cache),
+                (code, "on, same task again (warm)", cache),
+                (same_shapes, f"on, after {code} (same shapes)", cache),
+            ]
             baseline = None
             for task, label, folder in rows:
                 timing = in_fresh_process(task, folder, core)
                 compiling = timing["first_s"] - timing["compiled_s"]
                 baseline = baseline or compiling
-                print(f"{task:8} {label:34} {timing['first_s']:14.1f} {timing['compiled_s']:11.2f} {compiling:12.1f} "
-                      f"{compiling / baseline:6.2f}x")
+                print(
+                    f"{task:8} {label:34} {timing['first_s']:14.1f} {timing['compiled_s']:11.2f} {compiling:12.1f} "
+                    f"{compiling / baseline:6.2f}x"
+                )
 
 
 if __name__ == "__main__":

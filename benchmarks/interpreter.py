@@ -43,7 +43,7 @@ def reference_throughput(task, program, length: int) -> float:
     output = program.target
     started, positions = time.perf_counter(), 0
     for row in range(REFERENCE_STRINGS):
-        string = [task.vocab[k] for k in examples.tokens[row, :examples.lengths[row]]]
+        string = [task.vocab[k] for k in examples.tokens[row, : examples.lengths[row]]]
         for i in range(examples.prompt_lengths[row], examples.lengths[row]):
             for symbol in program.alphabet:
                 reference_value(program, string, output.use(symbol), i, {})
@@ -55,19 +55,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strings", type=int, default=10_000, help="strings per task (default 10000)")
     parser.add_argument("--length", type=int, default=150, help="input length of every string (default 150)")
-    parser.add_argument("--reference-length", type=int, default=30,
-                        help="input length for the slow reference baseline (default 30)")
+    parser.add_argument(
+        "--reference-length", type=int, default=30, help="input length for the slow reference baseline (default 30)"
+    )
     args = parser.parse_args()
-    cases = [("Majority, 26 letters", get_task("Majority"), majority, 1e6),
-             ("UF, 150 symbols", get_task("UF"), copy_forward, 1e5)]
-    print(f"{'program':<22} | {'token-positions/s':>17} | {'target':>8} | {'peak GiB':>8} | {'seconds':>7} | "
-          f"{'reference tok-pos/s':>19} | speed-up")
+    cases = [
+        ("Majority, 26 letters", get_task("Majority"), majority, 1e6),
+        ("UF, 150 symbols", get_task("UF"), copy_forward, 1e5),
+    ]
+    print(
+        f"{'program':<22} | {'token-positions/s':>17} | {'target':>8} | {'peak GiB':>8} | {'seconds':>7} | "
+        f"{'reference tok-pos/s':>19} | speed-up"
+    )
     for name, task, make, target in cases:
         program = make(task.symbols)
         fast, peak, seconds = fast_throughput(task, program, args.strings, args.length)
         slow = reference_throughput(task, program, args.reference_length)
-        print(f"{name:<22} | {fast:>17,.0f} | {target:>8.0e} | {peak:>8.2f} | {seconds:>7.1f} | "
-              f"{slow:>19,.0f} | {fast / slow:>7,.0f}x", flush=True)
+        print(
+            f"{name:<22} | {fast:>17,.0f} | {target:>8.0e} | {peak:>8.2f} | {seconds:>7.1f} | "
+            f"{slow:>19,.0f} | {fast / slow:>7,.0f}x",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

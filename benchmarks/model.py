@@ -53,9 +53,11 @@ def benchmark(name: str, args) -> dict:
     prompt_lengths_B = np.full(args.batch, args.prompt)
 
     def decode(use_cache):
-        return lambda: generate(
-            model, prompts_BxT, prompt_lengths_B, max_new_tokens=args.new_tokens, eos_id=None, use_cache=use_cache
-        ).tokens_BxN
+        return lambda: (
+            generate(
+                model, prompts_BxT, prompt_lengths_B, max_new_tokens=args.new_tokens, eos_id=None, use_cache=use_cache
+            ).tokens_BxN
+        )
 
     cached_s = median_seconds(decode(True), args.repeats)
     uncached_s = median_seconds(decode(False), args.repeats)
@@ -74,22 +76,34 @@ def benchmark(name: str, args) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", nargs="+", default=["quick", "paper"],
-                        help="from-scratch presets (quick, paper) or pretrained shapes (smollm2_135m, ...) to measure")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=["quick", "paper"],
+        help="from-scratch presets (quick, paper) or pretrained shapes (smollm2_135m, ...) to measure",
+    )
     parser.add_argument("--batch", type=int, default=16, help="sequences per batch")
-    parser.add_argument("--prompt", type=int, default=32, help="prompt length for decoding (forward uses prompt + new tokens)")
+    parser.add_argument(
+        "--prompt", type=int, default=32, help="prompt length for decoding (forward uses prompt + new tokens)"
+    )
     parser.add_argument("--new-tokens", type=int, default=64, help="greedy tokens generated per sequence")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (median reported)")
     args = parser.parse_args()
 
-    print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); batch {args.batch}, "
-          f"prompt {args.prompt}, new tokens {args.new_tokens}, forward length {args.prompt + args.new_tokens}")
+    print(
+        f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); batch {args.batch}, "
+        f"prompt {args.prompt}, new tokens {args.new_tokens}, forward length {args.prompt + args.new_tokens}"
+    )
     rows = [benchmark(name, args) for name in args.presets]
     header = list(rows[0])
     print(" | ".join(header))
     for row in rows:
-        print(" | ".join(f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value
-                         for value in row.values()))
+        print(
+            " | ".join(
+                f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value
+                for value in row.values()
+            )
+        )
 
 
 if __name__ == "__main__":

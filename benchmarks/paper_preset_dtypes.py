@@ -29,9 +29,29 @@ DTYPES = ("float32", "bfloat16")
 
 
 def train(out: Path, dtype: str, args: argparse.Namespace) -> None:
-    length_gen.main(["--pe", "ape", "--preset", "paper", "--dtype", dtype, "--out", str(out / dtype),
-                     "--tasks", *args.tasks, "--seeds", *map(str, args.seeds), "--max-steps", str(args.steps),
-                     "--eval-every", str(args.steps), "--warmup-steps", str(args.steps // 3), "--no-progress"])
+    length_gen.main(
+        [
+            "--pe",
+            "ape",
+            "--preset",
+            "paper",
+            "--dtype",
+            dtype,
+            "--out",
+            str(out / dtype),
+            "--tasks",
+            *args.tasks,
+            "--seeds",
+            *map(str, args.seeds),
+            "--max-steps",
+            str(args.steps),
+            "--eval-every",
+            str(args.steps),
+            "--warmup-steps",
+            str(args.steps // 3),
+            "--no-progress",
+        ]
+    )
 
 
 def losses_by_step(records: list[dict], task: str) -> dict[int, float]:
@@ -68,9 +88,13 @@ def comparison(out: Path, tasks: list[str]) -> str:
         lines += [f"| {s} | {full[s]:.4f} | {half[s]:.4f} | {g:.2%} |" for s, g in zip(steps, gaps)]
         accuracies = ", ".join(f"{dtype} {final_train_bin_accuracy(records[dtype], task):.3f}" for dtype in DTYPES)
         times = ", ".join(f"{dtype} {training_seconds(records[dtype], task):.0f} s" for dtype in DTYPES)
-        lines += ["", f"Largest relative gap in the training loss: {max(gaps):.2%}. "
-                  f"Accuracy on the training bin at the end: {accuracies}. "
-                  f"Training time (compilation and evaluation included): {times}.", ""]
+        lines += [
+            "",
+            f"Largest relative gap in the training loss: {max(gaps):.2%}. "
+            f"Accuracy on the training bin at the end: {accuracies}. "
+            f"Training time (compilation and evaluation included): {times}.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -79,13 +103,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the two runs and comparison.md")
     parser.add_argument("--tasks", nargs="+", default=["UF", "NLFirst"], help="task codes (default: UF NLFirst)")
     parser.add_argument("--seeds", nargs="+", type=at_least(0), default=[0, 1, 2], help="seeds (default: 0 1 2)")
-    parser.add_argument("--steps", type=int, default=300, help="training steps in each dtype, a third of them "
-                        "warming the learning rate up (default: 300)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=300,
+        help="training steps in each dtype, a third of them warming the learning rate up (default: 300)",
+    )
     args = parser.parse_args()
     log_every = PAPER.train.log_every
     if args.steps < log_every:
-        parser.error(f"--steps {args.steps}: at least {log_every} are needed, the steps over which the paper "
-                     f"preset averages one training record")
+        parser.error(
+            f"--steps {args.steps}: at least {log_every} are needed, the steps over which the paper "
+            f"preset averages one training record"
+        )
     for dtype in DTYPES:
         train(args.out, dtype, args)
     text = comparison(args.out, args.tasks)

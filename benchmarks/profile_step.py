@@ -58,7 +58,7 @@ def instructions(hlo_text: str, batch: int, length: int) -> dict[str, tuple[str,
     """Top-level HLO instruction name -> (output shape, group, kind), from the compiled module text."""
     computations = dict(re.findall(r"\n%?([\w.-]+) [^\n]*\{\n(.*?)\n\}", hlo_text, flags=re.S))
     found = {}
-    for line in hlo_text[hlo_text.index("ENTRY"):].splitlines()[1:]:
+    for line in hlo_text[hlo_text.index("ENTRY") :].splitlines()[1:]:
         match = re.match(r"\s*(?:ROOT )?%?([\w.-]+) = (\S+) ([\w-]+)\(", line)
         if not match:
             continue
@@ -79,11 +79,13 @@ def profile(preset_name: str, steps: int) -> None:
     from train_step import Ours, equal_shape_batch
 
     batch, vocab_size = equal_shape_batch(preset_name)
-    ours = Ours(preset_name, vocab_size, batch["tokens_BxT"].shape[1],
-                keep_memory=os.environ.get("PROFILE_ALLOCATOR") == "kept")
+    ours = Ours(
+        preset_name, vocab_size, batch["tokens_BxT"].shape[1], keep_memory=os.environ.get("PROFILE_ALLOCATOR") == "kept"
+    )
     stacked = {name: array[None] for name, array in batch.items()}
-    ops = instructions(ours.step_fn.lower(ours.params, ours.opt_state, stacked).compile().as_text(),
-                       *batch["tokens_BxT"].shape)
+    ops = instructions(
+        ours.step_fn.lower(ours.params, ours.opt_state, stacked).compile().as_text(), *batch["tokens_BxT"].shape
+    )
     for _ in range(3):
         ours.step(batch)
     unprofiled_ms = []
@@ -111,8 +113,11 @@ def profile(preset_name: str, steps: int) -> None:
     for group in GROUPS:
         cells = [groups[group, kind] for kind in KINDS]
         print(f"{group:32} " + " ".join(f"{ms:>22.1f}" for ms in cells) + f" {sum(cells):>9.1f}")
-    print(f"{'all':32} " + " ".join(f"{sum(groups[g, kind] for g in GROUPS):>22.1f}" for kind in KINDS)
-          + f" {sum(per_step.values()):>9.1f}   ({len(per_step)} distinct ops)")
+    print(
+        f"{'all':32} "
+        + " ".join(f"{sum(groups[g, kind] for g in GROUPS):>22.1f}" for kind in KINDS)
+        + f" {sum(per_step.values()):>9.1f}   ({len(per_step)} distinct ops)"
+    )
     print(f"the same step without the profiler: {statistics.median(unprofiled_ms):.1f} ms (median of {steps})")
     print("costliest ops:")
     for name, ms in sorted(per_step.items(), key=lambda item: -item[1])[:10]:
@@ -131,8 +136,11 @@ def main() -> None:
         return
     for label, env, allocator in ALLOCATOR_SETTINGS:
         print(f"\n## {args.preset} step, single-threaded, {label}: XLA op time per step (ms)", flush=True)
-        subprocess.run([sys.executable, __file__, "--child", "--preset", args.preset, "--steps", str(args.steps)],
-                       env=dict(env(), PROFILE_ALLOCATOR=allocator), check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--child", "--preset", args.preset, "--steps", str(args.steps)],
+            env=dict(env(), PROFILE_ALLOCATOR=allocator),
+            check=True,
+        )
 
 
 if __name__ == "__main__":

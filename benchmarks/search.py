@@ -35,7 +35,7 @@ def enumerate_only(task, grammar: Grammar, options: SampleOptions, max_size: int
         enumerator.run_level(size)
     seconds = time.perf_counter() - started
     levels = enumerator.levels.values()
-    evaluated, kept = sum(l.evaluated for l in levels), sum(l.behaviours for l in levels)
+    evaluated, kept = sum(level.evaluated for level in levels), sum(level.behaviours for level in levels)
     return sample, evaluated, kept, seconds, enumerator.memory_bytes
 
 
@@ -55,14 +55,18 @@ def main() -> None:
     args = parser.parse_args()
     task, grammar = get_task(args.task), Grammar(args.fragment)
     print(f"{args.task} in {grammar.title}, sizes 1 to {args.max_size}")
-    print(f"{'sample':<8} | {'positions':>9} | {'evaluated':>11} | {'kept':>10} | {'seconds':>7} | "
-          f"{'evaluated/s':>11} | {'kept/s':>9} | {'kept MiB':>8} | {'with tests s':>12}")
+    print(
+        f"{'sample':<8} | {'positions':>9} | {'evaluated':>11} | {'kept':>10} | {'seconds':>7} | "
+        f"{'evaluated/s':>11} | {'kept/s':>9} | {'kept MiB':>8} | {'with tests s':>12}"
+    )
     for name, options in SAMPLES:
         sample, evaluated, kept, seconds, memory = enumerate_only(task, grammar, options, args.max_size)
         tested = with_tests(task, grammar, options, args.max_size)
-        print(f"{name:<8} | {sample.positions:>9,} | {evaluated:>11,} | {kept:>10,} | {seconds:>7.1f} | "
-              f"{evaluated / seconds:>11,.0f} | {kept / seconds:>9,.0f} | {memory / 2**20:>8.0f} | {tested:>12.1f}",
-              flush=True)
+        print(
+            f"{name:<8} | {sample.positions:>9,} | {evaluated:>11,} | {kept:>10,} | {seconds:>7.1f} | "
+            f"{evaluated / seconds:>11,.0f} | {kept / seconds:>9,.0f} | {memory / 2**20:>8.0f} | {tested:>12.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

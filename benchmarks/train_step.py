@@ -51,8 +51,15 @@ def equal_shape_batch(preset_name: str) -> tuple[dict[str, np.ndarray], int]:
     preset = PRESETS[preset_name]
     task = get_task(STREAM_TASK, **preset.overrides_for(STREAM_TASK))
     hi = preset.train_for(STREAM_TASK).train_lengths[1]
-    batch = sample_batch(task, batch_rng(0, 0, 0), preset.train.batch_size, (hi, hi), sequence_length(task, hi),
-                         sequence_length(task, hi), random_offset=False)
+    batch = sample_batch(
+        task,
+        batch_rng(0, 0, 0),
+        preset.train.batch_size,
+        (hi, hi),
+        sequence_length(task, hi),
+        sequence_length(task, hi),
+        random_offset=False,
+    )
     return batch.as_dict(), len(task.vocab)
 
 
@@ -85,23 +92,39 @@ class HuggingFace:
         preset = PRESETS[preset_name]
         ours = preset.model.replace(pe="ape").model_config(vocab_size, max_positions)
         torch.manual_seed(0)
-        config = GPT2Config(vocab_size=vocab_size, n_positions=max_positions, n_embd=ours.d_model,
-                            n_layer=ours.n_layers, n_head=ours.n_heads, n_inner=ours.d_ff, resid_pdrop=0.0, embd_pdrop=0.0,
-                            attn_pdrop=0.0, activation_function="gelu_new", bos_token_id=1, eos_token_id=3)
+        config = GPT2Config(
+            vocab_size=vocab_size,
+            n_positions=max_positions,
+            n_embd=ours.d_model,
+            n_layer=ours.n_layers,
+            n_head=ours.n_heads,
+            n_inner=ours.d_ff,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            activation_function="gelu_new",
+            bos_token_id=1,
+            eos_token_id=3,
+        )
         self.torch = torch
         if threads is not None:
             torch.set_num_threads(threads)
         self.model = GPT2LMHeadModel(config).train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=preset.train.learning_rate,
-                                           weight_decay=preset.train.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=preset.train.learning_rate, weight_decay=preset.train.weight_decay
+        )
 
     def step(self, batch: dict[str, np.ndarray]) -> None:
         torch = self.torch
         data = {name: torch.from_numpy(array) for name, array in batch.items()}
-        logits = self.model(input_ids=data["tokens_BxT"].long(), attention_mask=data["valid_BxT"].long(),
-                            position_ids=data["positions_BxT"].long()).logits
-        nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), data["targets_BxT"].long().flatten(),
-                                                reduction="none")
+        logits = self.model(
+            input_ids=data["tokens_BxT"].long(),
+            attention_mask=data["valid_BxT"].long(),
+            position_ids=data["positions_BxT"].long(),
+        ).logits
+        nll = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), data["targets_BxT"].long().flatten(), reduction="none"
+        )
         mask = data["loss_mask_BxT"].flatten()
         loss = (nll * mask).sum() / mask.sum()
         self.optimizer.zero_grad(set_to_none=True)
@@ -170,8 +193,11 @@ def serve(side: str, preset_name: str, single_thread: bool) -> None:
             answer = dict(seconds=time.perf_counter() - start)
         else:
             streamer = trainer(*stream_vocab_and_positions(preset_name))
-            answer = dict(tokens_per_second=real_tokens_per_second(
-                streamer, stream(preset_name, bucketed=side != "hf"), float(arguments[0])))
+            answer = dict(
+                tokens_per_second=real_tokens_per_second(
+                    streamer, stream(preset_name, bucketed=side != "hf"), float(arguments[0])
+                )
+            )
         print(json.dumps(answer), flush=True)
 
 
@@ -202,8 +228,9 @@ def stream(preset_name: str, bucketed: bool) -> list[dict[str, np.ndarray]]:
     buckets = LengthBuckets.split(task, train.train_lengths, train.length_buckets if bucketed else 1)
     batches = []
     for index in range(STREAM_BATCHES):
-        batch = sample_training_batch(task, batch_rng(0, 0, index), train.batch_size, buckets, max_positions,
-                                      random_offset=True).as_dict()
+        batch = sample_training_batch(
+            task, batch_rng(0, 0, index), train.batch_size, buckets, max_positions, random_offset=True
+        ).as_dict()
         width = int(batch["valid_BxT"].sum(axis=1).max())
         batches.append({name: array[:, :width] for name, array in batch.items()})
     return batches
@@ -239,10 +266,14 @@ def pinned_workers_throughput(side: str, preset_name: str, seconds: float) -> fl
 
 
 def equal_shapes_table(presets: list[str], rounds: int) -> None:
-    print(f"## One training step at equal shapes (each trainer in its own process; median over {rounds} "
-          f"interleaved rounds of {STEPS_PER_TURN} timed steps each)")
-    print(f"{'config':8} {'batch x T':>10} {'threads':>16} {'ours ms':>8} {'defaults ms':>12} {'HF ms':>8} "
-          f"{'ours/HF':>8} {'ours/defaults':>14} {'ours tok/s':>11}")
+    print(
+        f"## One training step at equal shapes (each trainer in its own process; median over {rounds} "
+        f"interleaved rounds of {STEPS_PER_TURN} timed steps each)"
+    )
+    print(
+        f"{'config':8} {'batch x T':>10} {'threads':>16} {'ours ms':>8} {'defaults ms':>12} {'HF ms':>8} "
+        f"{'ours/HF':>8} {'ours/defaults':>14} {'ours tok/s':>11}"
+    )
     sides = list(SIDES) if hugging_face_available() else ["ours", "defaults"]
     modes = [("all cores", None), ("1, pinned", available_cores()[-1])]
     for name in presets:
@@ -254,8 +285,11 @@ def equal_shapes_table(presets: list[str], rounds: int) -> None:
                 process.close()
             ours_s, defaults_s, hf_s = medians["ours"], medians["defaults"], medians.get("hf")
             hf_cells = ("-", "-") if hf_s is None else (f"{hf_s * 1e3:.1f}", f"{hf_s / ours_s:.2f}x")
-            print(f"{name:8} {f'{B} x {T}':>10} {mode:>16} {ours_s * 1e3:>8.1f} {defaults_s * 1e3:>12.1f} "
-                  f"{hf_cells[0]:>8} {hf_cells[1]:>8} {defaults_s / ours_s:>13.2f}x {B * T / ours_s:>11.0f}", flush=True)
+            print(
+                f"{name:8} {f'{B} x {T}':>10} {mode:>16} {ours_s * 1e3:>8.1f} {defaults_s * 1e3:>12.1f} "
+                f"{hf_cells[0]:>8} {hf_cells[1]:>8} {defaults_s / ours_s:>13.2f}x {B * T / ours_s:>11.0f}",
+                flush=True,
+            )
 
 
 def stream_rate(side: str, preset_name: str, seconds: float) -> float:
@@ -266,13 +300,19 @@ def stream_rate(side: str, preset_name: str, seconds: float) -> float:
 
 
 def real_tokens_table(preset_name: str, seconds: float) -> None:
-    padding = {side: 1 - sum(int(b["valid_BxT"].sum()) for b in batches) / sum(b["valid_BxT"].size for b in batches)
-               for side, batches in (("ours", stream(preset_name, True)), ("hf", stream(preset_name, False)))}
-    print(f"\n## Real (non-padding) training tokens per second, {preset_name} preset, task {STREAM_TASK} "
-          f"({seconds:.0f} s each)")
-    rows = [("ours, buckets, one process", padding["ours"], stream_rate("ours", preset_name, seconds)),
-            ("ours, buckets, pinned per core", padding["ours"], pinned_workers_throughput("ours", preset_name, seconds)),
-            ("same, glibc defaults", padding["ours"], pinned_workers_throughput("defaults", preset_name, seconds))]
+    padding = {
+        side: 1 - sum(int(b["valid_BxT"].sum()) for b in batches) / sum(b["valid_BxT"].size for b in batches)
+        for side, batches in (("ours", stream(preset_name, True)), ("hf", stream(preset_name, False)))
+    }
+    print(
+        f"\n## Real (non-padding) training tokens per second, {preset_name} preset, task {STREAM_TASK} "
+        f"({seconds:.0f} s each)"
+    )
+    rows = [
+        ("ours, buckets, one process", padding["ours"], stream_rate("ours", preset_name, seconds)),
+        ("ours, buckets, pinned per core", padding["ours"], pinned_workers_throughput("ours", preset_name, seconds)),
+        ("same, glibc defaults", padding["ours"], pinned_workers_throughput("defaults", preset_name, seconds)),
+    ]
     if hugging_face_available():
         rows.append(("HF, padded to batch's longest", padding["hf"], stream_rate("hf", preset_name, seconds)))
     baseline = rows[-1][2]
@@ -283,8 +323,13 @@ def real_tokens_table(preset_name: str, seconds: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", nargs="+", default=["quick", "paper"], choices=sorted(PRESETS),
-                        help="configurations timed at equal shapes (the real-token stream uses the first)")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=["quick", "paper"],
+        choices=sorted(PRESETS),
+        help="configurations timed at equal shapes (the real-token stream uses the first)",
+    )
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds at equal shapes (median reported)")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each real-token measurement")
     parser.add_argument("--serve", choices=SIDES, default=None, help=argparse.SUPPRESS)
@@ -295,8 +340,10 @@ def main() -> None:
     if args.serve is not None:
         serve(args.serve, args.presets[0], single_thread=args.core is not None)
         return
-    print(f"jax {jax.__version__} on {jax.default_backend()}; HF baseline "
-          f"{'present' if hugging_face_available() else 'absent (pip install -e .[reference])'}\n")
+    print(
+        f"jax {jax.__version__} on {jax.default_backend()}; HF baseline "
+        f"{'present' if hugging_face_available() else 'absent (pip install -e .[reference])'}\n"
+    )
     equal_shapes_table(args.presets, args.rounds)
     real_tokens_table(args.presets[0], args.seconds)
 

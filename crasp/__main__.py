@@ -40,17 +40,23 @@ def _fragment(args) -> None:
 
     width = max(len(p) for p in args.programs or example_names())
     columns = {code: max(4, len(e.name)) for code, e in ENCODINGS.items()}
-    print(f"{'program':<{width}} | fragment                | "
-          + " | ".join(f"{ENCODINGS[code].name.upper():<{w}}" for code, w in columns.items()))
+    print(
+        f"{'program':<{width}} | fragment                | "
+        + " | ".join(f"{ENCODINGS[code].name.upper():<{w}}" for code, w in columns.items())
+    )
     for name in args.programs or example_names():
         fragment = fragment_of(load_program(name))
-        verdicts = " | ".join(f"{'yes' if fragment.predicts_generalization(code) else 'no':<{w}}"
-                              for code, w in columns.items())
+        verdicts = " | ".join(
+            f"{'yes' if fragment.predicts_generalization(code) else 'no':<{w}}" for code, w in columns.items()
+        )
         print(f"{name:<{width}} | {fragment.name:<23} | {verdicts}")
     sources = sorted({e.theorem.source for e in ENCODINGS.values() if e.theorem})
     lenders = dict.fromkeys(e.borrows for e in ENCODINGS.values() if e.borrows)
-    borrowed = "; ".join(f"{', '.join(e.name for e in ENCODINGS.values() if e.borrows == lender)}: "
-                         f"{ENCODINGS[lender].name} prediction, no theorem" for lender in lenders)
+    borrowed = "; ".join(
+        f"{', '.join(e.name for e in ENCODINGS.values() if e.borrows == lender)}: "
+        f"{ENCODINGS[lender].name} prediction, no theorem"
+        for lender in lenders
+    )
     print(f"yes = a witness in this fragment predicts length generalization ({', '.join(sources)}; {borrowed})")
 
 
@@ -63,8 +69,10 @@ def _check_program(args) -> int:
     from crasp.trace import format_trace
 
     if len(args.tasks) != 1:
-        raise CraspError(f"--program checks one program against one task or language; got {len(args.tasks)} names "
-                         "(python -m crasp tasks lists both)")
+        raise CraspError(
+            f"--program checks one program against one task or language; got {len(args.tasks)} names "
+            "(python -m crasp tasks lists both)"
+        )
     source, target = load_source(args.program), lookup(args.tasks[0])
     report = check_program(source, target, samples_per_length=args.samples, seed=args.seed)
     kind = "language" if isinstance(target, Language) else "task"
@@ -80,7 +88,9 @@ def _check_program(args) -> int:
         return 1
     width = max(len(name) for name in PE_NAMES.values()) + 1
     for k, pe in enumerate(POSITION_ENCODINGS):
-        print(f"{'predicts' if k == 0 else '':<11} {PE_NAMES[pe] + ':':<{width}} {report.fragment.program_prediction(pe)}")
+        print(
+            f"{'predicts' if k == 0 else '':<11} {PE_NAMES[pe] + ':':<{width}} {report.fragment.program_prediction(pe)}"
+        )
     # Where this program predicts nothing, the lab's other programs for the task (or a proof) may.
     silent = [pe for pe in POSITION_ENCODINGS if not report.fragment.predicts_generalization(pe)]
     if kind == "task" and silent:
@@ -101,8 +111,10 @@ def _check(args) -> int | None:
 
     languages = [name for name in args.tasks if name in LANGUAGES]
     if languages:
-        raise CraspError(f"{languages[0]} is a language: the lab has no witness for it; check your program "
-                         f"against it with `python -m crasp check {languages[0]} --program FILE`")
+        raise CraspError(
+            f"{languages[0]} is a language: the lab has no witness for it; check your program "
+            f"against it with `python -m crasp check {languages[0]} --program FILE`"
+        )
     codes = [get_task(code).code for code in args.tasks] if args.tasks else list(WITNESSES)
     columns = " | ".join(PE_NAMES[pe] for pe in WITH_THEOREM)
     header = f"{'task':<26} | {'witness':<32} | {'fragment':<16} | {columns} | strings | agreement | seconds"
@@ -117,10 +129,15 @@ def _check(args) -> int | None:
             continue
         for make in makers:
             report = check_witness(task, make, samples_per_length=args.samples, seed=args.seed)
-            verdicts = " | ".join(f"{'yes' if report.fragment.predicts_generalization(pe) else 'no':<{len(PE_NAMES[pe])}}"
-                                  for pe in WITH_THEOREM)
-            print(f"{code:<26} | {make.__name__:<32} | {report.fragment.name:<16} | {verdicts} | "
-                  f"{report.strings:>7} | {report.agreement:>8.2%} | {report.seconds:>7.2f}", flush=True)
+            verdicts = " | ".join(
+                f"{'yes' if report.fragment.predicts_generalization(pe) else 'no':<{len(PE_NAMES[pe])}}"
+                for pe in WITH_THEOREM
+            )
+            print(
+                f"{code:<26} | {make.__name__:<32} | {report.fragment.name:<16} | {verdicts} | "
+                f"{report.strings:>7} | {report.agreement:>8.2%} | {report.seconds:>7.2f}",
+                flush=True,
+            )
             if report.counterexample:
                 failed.append(f"{code} / {make.__name__}: smallest counterexample:\n  {report.counterexample}")
     for failure in failed:
@@ -138,8 +155,10 @@ def _agreement(args) -> None:
 
     target = lookup(args.task)
     if isinstance(target, Language):
-        raise CraspError(f"{target.name} is a language; agreement by length measures next-token programs on a task "
-                         "(python -m crasp tasks lists them)")
+        raise CraspError(
+            f"{target.name} is a language; agreement by length measures next-token programs on a task "
+            "(python -m crasp tasks lists them)"
+        )
     if (args.program is None) == (args.window is None):
         raise CraspError("give either --program FILE or --window W (a window program, for NLLast and NRLast)")
     longest = max(check_lengths(target, args.lengths))
@@ -149,11 +168,15 @@ def _agreement(args) -> None:
         source = load_source(args.program)
         program, name = program_for(source, target), source.name
     elif target.code not in SIDE_OF_TASK:
-        raise CraspError(f"window programs exist for {' and '.join(SIDE_OF_TASK)} (retrieval at the last occurrence), "
-                         f"not for {target.code}; measure your own program with --program FILE")
+        raise CraspError(
+            f"window programs exist for {' and '.join(SIDE_OF_TASK)} (retrieval at the last occurrence), "
+            f"not for {target.code}; measure your own program with --program FILE"
+        )
     elif args.window > longest:  # it would see the whole context at every length, at a cost linear in W
-        raise CraspError(f"--window {args.window}: longer than the longest of --lengths ({longest}), where it already "
-                         f"sees the whole context; accepted: a window of at most {longest}")
+        raise CraspError(
+            f"--window {args.window}: longer than the longest of --lengths ({longest}), where it already "
+            f"sees the whole context; accepted: a window of at most {longest}"
+        )
     else:
         try:
             program = last_within_window(SIDE_OF_TASK[target.code], args.window)(target.symbols)
@@ -176,11 +199,19 @@ def _tasks(args) -> None:
     from crasp.tasks import TASK_CODES, get_task
 
     # One column per encoding that a theorem covers; the others borrow one of these predictions.
-    rows = [(code, *(predict(code, pe).label for pe in WITH_THEOREM), get_task(code).description)
-            for code in TASK_CODES]
+    rows = [
+        (code, *(predict(code, pe).label for pe in WITH_THEOREM), get_task(code).description) for code in TASK_CODES
+    ]
     fragment_names = {"C-RASP[periodic, local]": "C-RASP[pos]"}  # the short name the tables use
-    header = ("task", *(f"{encoding(pe).name} ({fragment_names.get(f, f)})"
-                        for pe in WITH_THEOREM for f in [encoding(pe).theorem.fragment]), "definition")
+    header = (
+        "task",
+        *(
+            f"{encoding(pe).name} ({fragment_names.get(f, f)})"
+            for pe in WITH_THEOREM
+            for f in [encoding(pe).theorem.fragment]
+        ),
+        "definition",
+    )
     widths = [max(len(row[k]) for row in rows + [header]) for k in range(len(header) - 1)]
     for row in [header] + rows:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)) + f" | {row[-1]}")
@@ -209,56 +240,101 @@ def _discriminates(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crasp", description="The C-RASP[pos] interpreter.")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="trace a program on one input: one row per definition, one column per position")
-    run.add_argument("program", help="a .crasp file, or the name of a shipped example (majority, previous_token, unique_copy)")
+    run = commands.add_parser(
+        "run", help="trace a program on one input: one row per definition, one column per position"
+    )
+    run.add_argument(
+        "program", help="a .crasp file, or the name of a shipped example (majority, previous_token, unique_copy)"
+    )
     run.add_argument("--input", required=True, help='the string, symbols separated by spaces: "<bos> a b <sep>"')
-    run.add_argument("--task", metavar="NAME", help="read the symbols of this task or language (a generic program "
-                                                    "otherwise reads the input's symbols, in sorted order)")
-    run.add_argument("--plot", metavar="FILE", help="also draw the trace into this picture (.png, .pdf or .svg): "
-                                                    "Booleans as filled cells, counts as numbers")
+    run.add_argument(
+        "--task",
+        metavar="NAME",
+        help="read the symbols of this task or language (a generic program "
+        "otherwise reads the input's symbols, in sorted order)",
+    )
+    run.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also draw the trace into this picture (.png, .pdf or .svg): Booleans as filled cells, counts as numbers",
+    )
     run.set_defaults(handler=_run)
-    fragment = commands.add_parser("fragment", help="the smallest fragment of C-RASP containing each program, "
-                                                    "and what it predicts for APE, RoPE and NoPE")
+    fragment = commands.add_parser(
+        "fragment",
+        help="the smallest fragment of C-RASP containing each program, and what it predicts for APE, RoPE and NoPE",
+    )
     fragment.add_argument("programs", nargs="*", help=".crasp files or example names (default: every shipped example)")
     fragment.set_defaults(handler=_fragment)
-    check = commands.add_parser("check", help="verify every witness program against its task, or your program "
-                                              "(--program) against a task or language: exhaustively on short strings "
-                                              "over a reduced alphabet, then on random samples up to length 300")
-    check.add_argument("tasks", nargs="*", metavar="NAME",
-                       help="task codes (default: every task with a witness); with --program, one task or language "
-                            "(python -m crasp tasks lists both)")
-    check.add_argument("--program", metavar="FILE", help="check this .crasp file (or shipped example) instead of the "
-                                                         "witnesses; prints the fragment, the prediction for each "
-                                                         "position encoding, or the shortest counterexample and "
-                                                         "its trace")
+    check = commands.add_parser(
+        "check",
+        help="verify every witness program against its task, or your program "
+        "(--program) against a task or language: exhaustively on short strings "
+        "over a reduced alphabet, then on random samples up to length 300",
+    )
+    check.add_argument(
+        "tasks",
+        nargs="*",
+        metavar="NAME",
+        help="task codes (default: every task with a witness); with --program, one task or language "
+        "(python -m crasp tasks lists both)",
+    )
+    check.add_argument(
+        "--program",
+        metavar="FILE",
+        help="check this .crasp file (or shipped example) instead of the "
+        "witnesses; prints the fragment, the prediction for each "
+        "position encoding, or the shortest counterexample and "
+        "its trace",
+    )
     check.add_argument("--samples", type=int, default=200, help="random strings per sampled length (default 200)")
     check.add_argument("--seed", type=int, default=0, help="seed of the random samples (default 0)")
     check.set_defaults(handler=_check)
-    agreement = commands.add_parser("agreement", help="how often a program that is not a witness answers a task "
-                                                      "right, at each length of the task's own sampler")
+    agreement = commands.add_parser(
+        "agreement",
+        help="how often a program that is not a witness answers a task right, at each length of the task's own sampler",
+    )
     agreement.add_argument("task", metavar="TASK", help="a task code (python -m crasp tasks lists them)")
     agreement.add_argument("--program", metavar="FILE", help="a .crasp file (or shipped example) to measure")
-    agreement.add_argument("--window", type=int, metavar="W", help="instead of --program, for NLLast or NRLast: the "
-                                                                   "C-RASP[local] program that looks for the query "
-                                                                   "only among the last W context tokens")
-    agreement.add_argument("--lengths", type=int, nargs="+", default=[10, 20, 40, 150], metavar="N",
-                           help="input lengths (default: 10 20 40 150)")
+    agreement.add_argument(
+        "--window",
+        type=int,
+        metavar="W",
+        help="instead of --program, for NLLast or NRLast: the "
+        "C-RASP[local] program that looks for the query "
+        "only among the last W context tokens",
+    )
+    agreement.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[10, 20, 40, 150],
+        metavar="N",
+        help="input lengths (default: 10 20 40 150)",
+    )
     agreement.add_argument("--samples", type=int, default=500, help="random strings per length (default 500)")
     agreement.add_argument("--seed", type=int, default=0, help="seed of the random strings (default 0)")
     agreement.set_defaults(handler=_agreement)
-    tasks = commands.add_parser("tasks", help="every task with its one-line definition and what theory predicts "
-                                              "(decided by verifying the witnesses)")
+    tasks = commands.add_parser(
+        "tasks",
+        help="every task with its one-line definition and what theory predicts (decided by verifying the witnesses)",
+    )
     tasks.add_argument("--verbose", action="store_true", help="also print the reason behind each prediction")
     tasks.set_defaults(handler=_tasks)
-    search = commands.add_parser("search", help="enumerate C-RASP programs for a task by increasing size: print a "
-                                                "program verified by `check`, or show that none exists up to a size")
+    search = commands.add_parser(
+        "search",
+        help="enumerate C-RASP programs for a task by increasing size: print a "
+        "program verified by `check`, or show that none exists up to a size",
+    )
     from crasp.search.command import add_arguments
 
     add_arguments(search)
     search.set_defaults(handler=_search)
-    discriminates = commands.add_parser("discriminates", help="for a task predicted not to generalize: can test "
-                                                              "bins tell it from bounded programs exact on the "
-                                                              "training lengths?")
+    discriminates = commands.add_parser(
+        "discriminates",
+        help="for a task predicted not to generalize: can test "
+        "bins tell it from bounded programs exact on the "
+        "training lengths?",
+    )
     from crasp.discrimination_command import add_arguments as add_discrimination_arguments
 
     add_discrimination_arguments(discriminates)

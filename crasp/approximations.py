@@ -42,8 +42,10 @@ Maker = Callable[[tuple[str, ...]], Program]
 
 def _check_bound(name: str, value, smallest: int, meaning: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not smallest <= value <= MAX_LENGTH:
-        raise ValueError(f"{name} must be an integer from {smallest} to {MAX_LENGTH} (the longest input a task "
-                         f"samples) ({meaning}), got {value!r}")
+        raise ValueError(
+            f"{name} must be an integer from {smallest} to {MAX_LENGTH} (the longest input a task "
+            f"samples) ({meaning}), got {value!r}"
+        )
 
 
 def _check_side(side: str) -> None:
@@ -56,8 +58,10 @@ def last_within_window(side: str, window: int) -> Maker:
     neighbour of the query's last occurrence among the last `window` context tokens (and
     predicts nothing when the query does not occur there)."""
     window_answer = _window_answer(side, window)
-    title = (f"N{side[0].upper()}Last within the last {window} context tokens: the {side} neighbour of the query's "
-             "nearest occurrence there")
+    title = (
+        f"N{side[0].upper()}Last within the last {window} context tokens: the {side} neighbour of the query's "
+        "nearest occurrence there"
+    )
     return lambda symbols: retrieval_program(symbols, window_answer, title)
 
 
@@ -66,13 +70,18 @@ def last_within_window_or_count(side: str, bound: int) -> Maker:
     neighbour of its c-th occurrence when it occurs c <= bound times (C-RASP[local])."""
     window_answer = _window_answer(side, bound)
     in_window = any_(_u, window_answer(_u)).named(f"query_within_last_{bound}")
-    by_count = family(f"{side}_of_occurrence_counted_up_to_{bound}", ["s"],
-                      lambda s: any_(_t, Q(_t) & reduce(or_, [_at_occurrence(side, c)(s, _t)
-                                                              for c in range(1, bound + 1)])))
-    answer = family(f"{side}_of_last_within_{bound}_or_counted", ["s"],
-                    lambda s: window_answer(s) | (~in_window & by_count(s)))
-    title = (f"N{side[0].upper()}Last within the last {bound} context tokens, else at the c-th occurrence for "
-             f"c <= {bound}: the {side} neighbour")
+    by_count = family(
+        f"{side}_of_occurrence_counted_up_to_{bound}",
+        ["s"],
+        lambda s: any_(_t, Q(_t) & reduce(or_, [_at_occurrence(side, c)(s, _t) for c in range(1, bound + 1)])),
+    )
+    answer = family(
+        f"{side}_of_last_within_{bound}_or_counted", ["s"], lambda s: window_answer(s) | (~in_window & by_count(s))
+    )
+    title = (
+        f"N{side[0].upper()}Last within the last {bound} context tokens, else at the c-th occurrence for "
+        f"c <= {bound}: the {side} neighbour"
+    )
     return lambda symbols: retrieval_program(symbols, answer, title)
 
 
@@ -82,10 +91,19 @@ def _at_occurrence(side: str, c: int):
     if side == "left":
         neighbour = lambda s, t: Q(t) & (count(Q(t)) == c) & prev(s)  # noqa: E731
     else:  # the position after the c-th t: c tokens t strictly before it
-        neighbour = lambda s, t: (Q(s) & prev(t) & ((Q(t) & (count(Q(t)) == c + 1))  # noqa: E731
-                                                    | (~Q(t) & (count(Q(t)) == c))))
-    return family(f"{side}_of_occurrence_{c}", ["s", "t"],
-                  lambda s, t: (count(Q(t)) == c + 1) & (count(neighbour(s, t) & in_input) >= 1))
+        neighbour = lambda s, t: (  # noqa: E731
+            Q(s)
+            & prev(t)
+            & (
+                (Q(t) & (count(Q(t)) == c + 1))  # noqa: E731
+                | (~Q(t) & (count(Q(t)) == c))
+            )
+        )
+    return family(
+        f"{side}_of_occurrence_{c}",
+        ["s", "t"],
+        lambda s, t: (count(Q(t)) == c + 1) & (count(neighbour(s, t) & in_input) >= 1),
+    )
 
 
 def _window_answer(side: str, window: int):
@@ -125,14 +143,23 @@ def copy_up_to_length(bound: int, backward: bool) -> Maker:
         pairs = [(steps == r, r) for r in range(1, bound + 1)]
     else:
         pairs = [((length == m) & (steps <= m), m) for m in range(1, bound + 1)]
-    token = family(f"copied_up_to_{bound}", ["s"],
-                   lambda s: reduce(or_, [when & (count(Q(s), offset=2 * distance - 1 if backward else distance) >= 1)
-                                          for when, distance in pairs]))
+    token = family(
+        f"copied_up_to_{bound}",
+        ["s"],
+        lambda s: reduce(
+            or_,
+            [when & (count(Q(s), offset=2 * distance - 1 if backward else distance) >= 1) for when, distance in pairs],
+        ),
+    )
     done = (steps == length + 1).named("copied_all")
-    title = (f"copy backward, by the answer step, for the first {bound} answer tokens" if backward else
-             f"copy forward, by the input length, for inputs of at most {bound} tokens")
-    return lambda symbols: _program(symbols, lambda s: answering & ((~done & token(s))
-                                                                     | (done & s.is_symbol(EOS_SYMBOL))), title)
+    title = (
+        f"copy backward, by the answer step, for the first {bound} answer tokens"
+        if backward
+        else f"copy forward, by the input length, for inputs of at most {bound} tokens"
+    )
+    return lambda symbols: _program(
+        symbols, lambda s: answering & ((~done & token(s)) | (done & s.is_symbol(EOS_SYMBOL))), title
+    )
 
 
 def parity_up_to_count(bound: int) -> Maker:
@@ -142,17 +169,25 @@ def parity_up_to_count(bound: int) -> Maker:
     ones = count(Q("1") & in_input).named("ones")
     odd = reduce(or_, [ones == c for c in range(1, bound + 1, 2)]).named(f"odd_up_to_{bound}")
     even = reduce(or_, [ones == c for c in range(0, bound + 1, 2)]).named(f"even_up_to_{bound}")
-    return lambda symbols: _program(symbols, lambda s: (Q(SEP_SYMBOL) & ((s.is_symbol("1") & odd)
-                                                                        | (s.is_symbol("0") & even)))
-                                    | (answering & ~Q(SEP_SYMBOL) & s.is_symbol(EOS_SYMBOL)),
-                                    f"parity of the number of ones, when it is at most {bound}")
+    return lambda symbols: _program(
+        symbols,
+        lambda s: (
+            (Q(SEP_SYMBOL) & ((s.is_symbol("1") & odd) | (s.is_symbol("0") & even)))
+            | (answering & ~Q(SEP_SYMBOL) & s.is_symbol(EOS_SYMBOL))
+        ),
+        f"parity of the number of ones, when it is at most {bound}",
+    )
 
 
 # Each task predicted not to generalize -> (name, bound -> maker) of its bounded approximations.
 BOUNDED_APPROXIMATIONS: dict[str, tuple[tuple[str, Callable[[int], Maker]], ...]] = {
-    **{code: (("window", lambda bound, side=side: last_within_window(side, bound)),
-              ("window or count", lambda bound, side=side: last_within_window_or_count(side, bound)))
-       for code, side in SIDE_OF_TASK.items()},
+    **{
+        code: (
+            ("window", lambda bound, side=side: last_within_window(side, bound)),
+            ("window or count", lambda bound, side=side: last_within_window_or_count(side, bound)),
+        )
+        for code, side in SIDE_OF_TASK.items()
+    },
     "NF": (("copy by length", lambda bound: copy_up_to_length(bound, backward=False)),),
     "RepeatCopy": (("copy by length", lambda bound: copy_up_to_length(bound, backward=False)),),
     "NB": (("copy by step", lambda bound: copy_up_to_length(bound, backward=True)),),

@@ -23,8 +23,17 @@ from crasp.languages import LANGUAGES, Language
 from crasp.nexttoken import Failure, check_teacher_forced, encode
 from crasp.program import CraspProgramError, Program
 from crasp.source import ProgramSource
-from crasp.tasks import (PAD_ID, PROGRAM_SPECIALS, TASK_CODES, Examples, InvalidInputError, Task, UnknownTaskError,
-                         get_task, parameters_of)
+from crasp.tasks import (
+    PAD_ID,
+    PROGRAM_SPECIALS,
+    TASK_CODES,
+    Examples,
+    InvalidInputError,
+    Task,
+    UnknownTaskError,
+    get_task,
+    parameters_of,
+)
 
 EXHAUSTIVE_ALPHABET = 3  # symbols for the exhaustive stage, where the task lets us choose
 EXHAUSTIVE_MAX_LENGTH = 6
@@ -85,8 +94,9 @@ def _report(name: str, program: Program, batches: Iterator[_Batch], method: str)
         checked += len(batch.correct)
         agreeing += int(batch.correct.sum())
         failure = failure or batch.shortest_failure
-    return CheckReport(name, program, fragment_of(program), checked, agreeing, time.perf_counter() - started,
-                       failure, method)
+    return CheckReport(
+        name, program, fragment_of(program), checked, agreeing, time.perf_counter() - started, failure, method
+    )
 
 
 # ---------------------------------------------------------------- next-token tasks
@@ -121,19 +131,24 @@ def exhaustive_strings(task: Task, max_length: int) -> list[list[str]]:
 
 
 def _next_token_problem(failure: Failure, string: list[str]) -> str:
-    said = ("no output is true" if not failure.outputs else
-            f"the outputs for {', '.join(failure.outputs)} are all true" if len(failure.outputs) > 1 else
-            f"the program predicts {failure.outputs[0]}")
+    said = (
+        "no output is true"
+        if not failure.outputs
+        else f"the outputs for {', '.join(failure.outputs)} are all true"
+        if len(failure.outputs) > 1
+        else f"the program predicts {failure.outputs[0]}"
+    )
     return f"position {failure.position} ({string[failure.position - 1]}): expected {failure.expected} next, but {said}"
 
 
-def _task_batch(program: Program, task: Task, tokens: np.ndarray, prompt_lengths: np.ndarray,
-                lengths: np.ndarray) -> _Batch:
+def _task_batch(
+    program: Program, task: Task, tokens: np.ndarray, prompt_lengths: np.ndarray, lengths: np.ndarray
+) -> _Batch:
     result = check_teacher_forced(program, to_program_ids(tokens, task.vocab, program), prompt_lengths, lengths)
     if not result.failures:
         return _Batch(result.correct, None)
     shortest = min(result.failures, key=lambda f: lengths[f.example])
-    string = [task.vocab[k] for k in tokens[shortest.example, :lengths[shortest.example]]]
+    string = [task.vocab[k] for k in tokens[shortest.example, : lengths[shortest.example]]]
     return _Batch(result.correct, Counterexample(tuple(string), program, _next_token_problem(shortest, string)))
 
 
@@ -142,7 +157,7 @@ def _task_strings_batch(program: Program, task: Task, strings: list[list[str]]) 
     width = max(len(s) for s in strings)
     tokens = np.full((len(strings), width), PAD_ID, np.int64)
     for row, string in enumerate(strings):
-        tokens[row, :len(string)] = [vocab_ids[x] for x in string]
+        tokens[row, : len(string)] = [vocab_ids[x] for x in string]
     lengths = np.array([len(s) for s in strings])
     prompt_lengths = np.array([s.index("<sep>") + 1 + int(task.has_query) for s in strings])
     return _task_batch(program, task, tokens, prompt_lengths, lengths)
@@ -157,16 +172,22 @@ def check_lengths(task: Task, lengths: Iterable[int]) -> list[int]:
     return lengths
 
 
-def agreement_by_length(task: Task, program: Program, lengths: Iterable[int], samples_per_length: int = 200,
-                        seed: int = 0) -> dict[int, float]:
+def agreement_by_length(
+    task: Task, program: Program, lengths: Iterable[int], samples_per_length: int = 200, seed: int = 0
+) -> dict[int, float]:
     """For each length, the fraction of the task's sampled strings on which `program` predicts every
     answer token and the final <eos>: how well a program that is not a witness approximates the
     task on the task's own test distribution."""
     lengths = check_lengths(task, lengths)
     # One generator per length: a length's strings do not depend on which other lengths are asked for.
-    return {length: float(correct_answers(task, program, task.sample(np.random.default_rng((seed, length)),
-                                                                     samples_per_length, length)).mean())
-            for length in lengths}
+    return {
+        length: float(
+            correct_answers(
+                task, program, task.sample(np.random.default_rng((seed, length)), samples_per_length, length)
+            ).mean()
+        )
+        for length in lengths
+    }
 
 
 def correct_answers(task: Task, program: Program, examples: Examples) -> np.ndarray:
@@ -182,9 +203,14 @@ def small_version(task: Task) -> Task:
     return task
 
 
-def check_witness(task: Task, make_witness: Callable[[tuple[str, ...]], Program], samples_per_length: int = 200,
-                  seed: int = 0, exhaustive_max_length: int = EXHAUSTIVE_MAX_LENGTH,
-                  lengths: tuple[int, ...] = SAMPLE_LENGTHS) -> CheckReport:
+def check_witness(
+    task: Task,
+    make_witness: Callable[[tuple[str, ...]], Program],
+    samples_per_length: int = 200,
+    seed: int = 0,
+    exhaustive_max_length: int = EXHAUSTIVE_MAX_LENGTH,
+    lengths: tuple[int, ...] = SAMPLE_LENGTHS,
+) -> CheckReport:
     """Check `make_witness(symbols)` on every short string of a small version of the task and on
     random samples of the task itself at `lengths` (those its sampler allows)."""
     small = small_version(task)
@@ -200,8 +226,10 @@ def check_witness(task: Task, make_witness: Callable[[tuple[str, ...]], Program]
             examples = task.sample(rng, samples_per_length, length)
             yield _task_batch(program, task, examples.tokens, examples.prompt_lengths, examples.lengths)
 
-    method = (f"every input up to length {exhaustive_max_length} over {' '.join(small.symbols)}, then "
-              f"{samples_per_length} random inputs at each of {_lengths(sampled)}")
+    method = (
+        f"every input up to length {exhaustive_max_length} over {' '.join(small.symbols)}, then "
+        f"{samples_per_length} random inputs at each of {_lengths(sampled)}"
+    )
     return _report(task.code, program, batches(), method)
 
 
@@ -216,8 +244,11 @@ def _language_batch(program: Program, language: Language, strings: list[list[str
     if not len(wrong):
         return _Batch(correct, None)
     shortest = int(wrong[np.argmin(lengths[wrong])])
-    problem = (f"the program accepts it, but it is not in {language.name}" if accepted[shortest] else
-               f"the program rejects it, but it is in {language.name}")
+    problem = (
+        f"the program accepts it, but it is not in {language.name}"
+        if accepted[shortest]
+        else f"the program rejects it, but it is in {language.name}"
+    )
     return _Batch(correct, Counterexample(tuple(strings[shortest]), program, problem))
 
 
@@ -244,23 +275,33 @@ def _language_samples(language: Language, rng: np.random.Generator, n: int, leng
     return strings
 
 
-def check_language(language: Language, program: Program, samples_per_length: int = 200, seed: int = 0,
-                   lengths: tuple[int, ...] = SAMPLE_LENGTHS) -> CheckReport:
+def check_language(
+    language: Language,
+    program: Program,
+    samples_per_length: int = 200,
+    seed: int = 0,
+    lengths: tuple[int, ...] = SAMPLE_LENGTHS,
+) -> CheckReport:
     """Check an acceptance program on every string up to exhaustive_language_length(language),
     then on samples at the longer `lengths`."""
     exhaustive_length = exhaustive_language_length(language)
     sampled = [length for length in lengths if length > exhaustive_length]
 
     def batches() -> Iterator[_Batch]:
-        strings = [list(s) for length in range(1, exhaustive_length + 1)
-                   for s in itertools.product(language.symbols, repeat=length)]
+        strings = [
+            list(s)
+            for length in range(1, exhaustive_length + 1)
+            for s in itertools.product(language.symbols, repeat=length)
+        ]
         yield _language_batch(program, language, strings)
         rng = np.random.default_rng(seed)
         for length in sampled:
             yield _language_batch(program, language, _language_samples(language, rng, samples_per_length, length))
 
-    method = (f"every string up to length {exhaustive_length}, then {samples_per_length} random strings at each "
-              f"of {_lengths(sampled)} (uniform, members, members with one symbol changed)")
+    method = (
+        f"every string up to length {exhaustive_length}, then {samples_per_length} random strings at each "
+        f"of {_lengths(sampled)} (uniform, members, members with one symbol changed)"
+    )
     return _report(language.name, program, batches(), method)
 
 
@@ -272,8 +313,9 @@ def lookup(name: str) -> Task | Language:
     try:
         return get_task(name)
     except UnknownTaskError:
-        raise UnknownTaskError(f"no task or language {name!r}; tasks: {', '.join(TASK_CODES)}; languages: "
-                               f"{', '.join(LANGUAGES)}") from None
+        raise UnknownTaskError(
+            f"no task or language {name!r}; tasks: {', '.join(TASK_CODES)}; languages: {', '.join(LANGUAGES)}"
+        ) from None
 
 
 def vocabulary_of(target: Task | Language) -> tuple[str, ...]:
@@ -289,21 +331,25 @@ def program_for(source: ProgramSource, target: Task | Language) -> Program:
     return source.program_for(vocabulary_of(target), describe(target))
 
 
-def check_program(source: ProgramSource, target: Task | Language, samples_per_length: int = 200,
-                  seed: int = 0) -> CheckReport:
+def check_program(
+    source: ProgramSource, target: Task | Language, samples_per_length: int = 200, seed: int = 0
+) -> CheckReport:
     """Check a user's program against a task (next-token, `output:`) or a language (`accept:`)."""
     owner = describe(target)
     wanted = "accept" if isinstance(target, Language) else "output"
     as_written = source.program()
     if (as_written.accept if wanted == "accept" else as_written.output) is None:
-        kinds = {"accept": "an acceptance program (`accept: NAME`, a Boolean read at the last position)",
-                 "output": "a next-token program (`output: O` with a family O[s])"}
+        kinds = {
+            "accept": "an acceptance program (`accept: NAME`, a Boolean read at the last position)",
+            "output": "a next-token program (`output: O` with a family O[s])",
+        }
         other = "output" if wanted == "accept" else "accept"
         raise CraspProgramError(f"{source.name} is {kinds[other]}, but {owner} needs {kinds[wanted]}")
     program = program_for(source, target)
     if isinstance(target, Language):
         return check_language(target, program, samples_per_length, seed)
     if source.generic:
-        return check_witness(target, lambda symbols: source.program(PROGRAM_SPECIALS + symbols), samples_per_length,
-                             seed)
+        return check_witness(
+            target, lambda symbols: source.program(PROGRAM_SPECIALS + symbols), samples_per_length, seed
+        )
     return check_witness(target, lambda symbols: program, samples_per_length, seed)

@@ -104,33 +104,43 @@ class Request:
     def __post_init__(self):
         lo, hi = self.train_lengths
         if not 1 <= lo <= hi or not self.training:
-            raise DiscriminationError(f"training lengths {lo}-{hi}: accepted: 1 <= lo <= hi, including a length "
-                                      f"the sampler produces ({self.task.min_length()} or more)")
+            raise DiscriminationError(
+                f"training lengths {lo}-{hi}: accepted: 1 <= lo <= hi, including a length "
+                f"the sampler produces ({self.task.min_length()} or more)"
+            )
         if not self.bins:
             raise DiscriminationError("no test bin: give at least one, like 31-40")
         for bin_lo, bin_hi in self.bins:
             if not hi < bin_lo <= bin_hi:
-                raise DiscriminationError(f"test bin {bin_lo}-{bin_hi}: accepted: lo <= hi, both longer than the "
-                                          f"training lengths (> {hi})")
+                raise DiscriminationError(
+                    f"test bin {bin_lo}-{bin_hi}: accepted: lo <= hi, both longer than the training lengths (> {hi})"
+                )
             check_lengths(self.task, [bin_lo, bin_hi])
         if not 0 < self.threshold <= 1:
             raise DiscriminationError(f"threshold {self.threshold}: accepted: a number in (0, 1]")
         if not 1 <= self.strings <= 100_000 or not 1 <= self.training_samples <= 100_000:
-            raise DiscriminationError(f"strings per bin {self.strings}, per training length {self.training_samples}: "
-                                      "accepted: 1 to 100000")
+            raise DiscriminationError(
+                f"strings per bin {self.strings}, per training length {self.training_samples}: accepted: 1 to 100000"
+            )
         if self.far_only and not isinstance(self.task, NonUniqueRetrieval):
-            raise DiscriminationError(f"far cells (D >= L and k > L) are defined for NLFirst, NRFirst, NLLast and "
-                                      f"NRLast, not for {self.task.code}")
+            raise DiscriminationError(
+                f"far cells (D >= L and k > L) are defined for NLFirst, NRFirst, NLLast and "
+                f"NRLast, not for {self.task.code}"
+            )
         shortest = min(bin_lo for bin_lo, _ in self.bins)
         if self.far_only and shortest < 2 * hi + 1:  # D + k <= length
-            raise DiscriminationError(f"test bin from {shortest}: a string with D >= {hi} and k > {hi} has at least "
-                                      f"{2 * hi + 1} tokens; accepted with far cells: bins from {2 * hi + 1}")
+            raise DiscriminationError(
+                f"test bin from {shortest}: a string with D >= {hi} and k > {hi} has at least "
+                f"{2 * hi + 1} tokens; accepted with far cells: bins from {2 * hi + 1}"
+            )
         if not 0 <= self.search_seconds <= 3600:
             raise DiscriminationError(f"search seconds {self.search_seconds}: accepted: 0 (no search) to 3600")
         if self.task.code not in BOUNDED_APPROXIMATIONS and self.search_seconds == 0:
-            raise DiscriminationError(f"no bounded approximation is built for {self.task.code} (they are for "
-                                      f"{', '.join(BOUNDED_APPROXIMATIONS)}); give search seconds > 0 to search for "
-                                      "one exact on the training lengths")
+            raise DiscriminationError(
+                f"no bounded approximation is built for {self.task.code} (they are for "
+                f"{', '.join(BOUNDED_APPROXIMATIONS)}); give search seconds > 0 to search for "
+                "one exact on the training lengths"
+            )
         if self.seed < 0:
             raise DiscriminationError(f"seed {self.seed}: accepted: an integer >= 0")
 
@@ -152,8 +162,9 @@ def task_with_sampler(code: str, sampler: str) -> Task:
         raise DiscriminationError(f"unknown sampler {sampler!r}; accepted: {', '.join(SAMPLERS)}")
     task = get_task(code)
     if sampler != "paper" and not isinstance(task, NonUniqueRetrieval):
-        raise DiscriminationError(f"sampler {sampler!r} exists for NLFirst, NRFirst, NLLast and NRLast, not for "
-                                  f"{task.code}")
+        raise DiscriminationError(
+            f"sampler {sampler!r} exists for NLFirst, NRFirst, NLLast and NRLast, not for {task.code}"
+        )
     return get_task(code, **SAMPLERS[sampler])
 
 
@@ -181,15 +192,28 @@ def bins_discriminating(rows: Sequence[Row], request: Request) -> tuple[bool | N
 def _row(request: Request, name: str, make: Maker) -> Row:
     task = request.task
     exhaustive = min(EXHAUSTIVE_MAX_LENGTH, request.bound)
-    report = check_witness(task, make, samples_per_length=request.training_samples,
-                           exhaustive_max_length=exhaustive, lengths=request.training, seed=request.seed)
+    report = check_witness(
+        task,
+        make,
+        samples_per_length=request.training_samples,
+        exhaustive_max_length=exhaustive,
+        lengths=request.training,
+        seed=request.seed,
+    )
     program = make(task.symbols)
     verification = f"{report.agreement:.2%} of {report.strings}: {report.method}"
     if report.failure is not None:
         verification += f"; counterexample: {' '.join(report.failure.string)}"
     scores = tuple(score_bin(request, program, bin_) for bin_ in request.bins)
-    return Row(name, print_program(program), fragment_of(program).name, report.verified, verification, scores,
-               request.threshold)
+    return Row(
+        name,
+        print_program(program),
+        fragment_of(program).name,
+        report.verified,
+        verification,
+        scores,
+        request.threshold,
+    )
 
 
 def _searched(request: Request) -> Row:
@@ -202,17 +226,31 @@ def _searched(request: Request) -> Row:
     # programs that are exact on every training length.
     default = SampleOptions()
     random_lengths = tuple(length for length in default.random_lengths if length <= request.bound)
-    sample = SampleOptions(exhaustive_length=min(default.exhaustive_length, request.bound),
-                           random_lengths=random_lengths or default.random_lengths,
-                           random_strings=default.random_strings if random_lengths else 0, seed=request.seed)
-    outcome = search(request.task, Grammar("all"), SearchOptions(time_limit=request.search_seconds, sample=sample),
-                     lengths=request.training)
+    sample = SampleOptions(
+        exhaustive_length=min(default.exhaustive_length, request.bound),
+        random_lengths=random_lengths or default.random_lengths,
+        random_strings=default.random_strings if random_lengths else 0,
+        seed=request.seed,
+    )
+    outcome = search(
+        request.task,
+        Grammar("all"),
+        SearchOptions(time_limit=request.search_seconds, sample=sample),
+        lengths=request.training,
+    )
     name = f"search (C-RASP[periodic, local], {request.search_seconds:g} s)"
     if outcome.discovery is None:
         return Row(name, None, None, False, claim(outcome), (), request.threshold)
     row = _row(request, name, outcome.discovery.make)
-    return Row(row.approximation, outcome.discovery.generic_text, row.fragment, row.exact_on_training,
-               row.verification, row.scores, row.threshold)
+    return Row(
+        row.approximation,
+        outcome.discovery.generic_text,
+        row.fragment,
+        row.exact_on_training,
+        row.verification,
+        row.scores,
+        row.threshold,
+    )
 
 
 def score_bin(request: Request, program, bin_: tuple[int, int]) -> BinScore:
@@ -227,10 +265,12 @@ def score_bin(request: Request, program, bin_: tuple[int, int]) -> BinScore:
         wanted, drawn = per_length, 0
         while wanted > 0:
             if drawn > MAX_DRAWS_PER_STRING * per_length:
-                raise DiscriminationError(f"at length {length}, {per_length - wanted} of {drawn} strings of the sampler "
-                                          f"({request.task.parameter_summary()}) have D >= {request.bound} and "
-                                          f"k > {request.bound}; the spread sampler draws them from length "
-                                          f"{2 * request.bound + 2} (k <= length / 2)")
+                raise DiscriminationError(
+                    f"at length {length}, {per_length - wanted} of {drawn} strings of the sampler "
+                    f"({request.task.parameter_summary()}) have D >= {request.bound} and "
+                    f"k > {request.bound}; the spread sampler draws them from length "
+                    f"{2 * request.bound + 2} (k <= length / 2)"
+                )
             examples = request.task.sample(rng, max(wanted, 64), length)
             drawn += len(examples)
             right = correct_answers(request.task, program, examples)
@@ -248,13 +288,16 @@ def format_table(rows: Sequence[Row], request: Request) -> str:
     header = ["approximation", "fragment", "exact on training"] + [f"{lo}-{hi}" for lo, hi in request.bins]
     body = []
     for row in rows:
-        cells = [f"{s.accuracy:.3f} [{s.interval[0]:.3f}, {s.interval[1]:.3f}]"
-                 + (" passes" if row.exact_on_training and s.passes(request.threshold) else "")
-                 for s in row.scores] or ["-"] * len(request.bins)
+        cells = [
+            f"{s.accuracy:.3f} [{s.interval[0]:.3f}, {s.interval[1]:.3f}]"
+            + (" passes" if row.exact_on_training and s.passes(request.threshold) else "")
+            for s in row.scores
+        ] or ["-"] * len(request.bins)
         exact = "none found" if row.program is None else "yes" if row.exact_on_training else "no"
         body.append([row.approximation, row.fragment or "-", exact] + cells)
-    verdicts = [{True: "yes", False: "no", None: "unknown: no approximation"}[ok]
-                for ok in bins_discriminating(rows, request)]
+    verdicts = [
+        {True: "yes", False: "no", None: "unknown: no approximation"}[ok] for ok in bins_discriminating(rows, request)
+    ]
     body.append(["bin discriminates", "", ""] + verdicts)
     widths = [max(len(line[k]) for line in [header] + body) for k in range(len(header))]
     lines = [" | ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header] + body]
@@ -262,9 +305,11 @@ def format_table(rows: Sequence[Row], request: Request) -> str:
     lines.insert(-1, lines[1])
     sampler = task.parameter_summary()
     cell = f"; only strings with D >= {request.bound} and k > {request.bound}" if request.far_only else ""
-    intro = [f"{task.code}: {task.description}",
-             f"sampler: {sampler}; trained at {request.train_lengths[0]}-{request.train_lengths[1]}; "
-             f"{request.strings} strings per bin{cell}; accuracy [95% Wilson interval]; an approximation exact on "
-             f"training passes a bin when its interval reaches {request.threshold:g}"]
+    intro = [
+        f"{task.code}: {task.description}",
+        f"sampler: {sampler}; trained at {request.train_lengths[0]}-{request.train_lengths[1]}; "
+        f"{request.strings} strings per bin{cell}; accuracy [95% Wilson interval]; an approximation exact on "
+        f"training passes a bin when its interval reaches {request.threshold:g}",
+    ]
     notes = [f"{row.approximation}: {row.verification}" for row in rows]
     return "\n".join(intro + [""] + lines + [""] + notes)

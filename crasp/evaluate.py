@@ -234,7 +234,8 @@ class BatchEvaluator:
             raise E.CraspRangeError(
                 f"`{E.show(node)}` leaves the exact range of counts, -2**63 .. 2**63 - 1, at position {i + 1} "
                 f"of string {self.first_string + b} (the fast evaluator computes counts as int64); "
-                "keep sums of counts smaller")
+                "keep sums of counts smaller"
+            )
 
     def _conditional(self, node: E.Conditional, env) -> Computation[Value]:
         parts = []
@@ -277,7 +278,7 @@ class BatchEvaluator:
         reduce = np.any if node.kind == "any" else np.all
         array = body.array
         if array.shape[axis] == 1:
-            array = np.broadcast_to(array, array.shape[:axis] + (self.V,) + array.shape[axis + 1:])
+            array = np.broadcast_to(array, array.shape[:axis] + (self.V,) + array.shape[axis + 1 :])
         return Value(reduce(array, axis=axis), tuple(a for a in body.axes if a != name))
 
     def _bind_by_conjunct(self, body: E.Expr, name: str, env) -> Computation[Value | None]:
@@ -288,7 +289,7 @@ class BatchEvaluator:
             if key is None:
                 continue
             found = key >= 0
-            rest = parts[:k] + parts[k + 1:]
+            rest = parts[:k] + parts[k + 1 :]
             if not rest:
                 return Value(found, ())
             inner = yield self.value(_and_all(rest), {**env, name: self.bind(key)})
@@ -371,7 +372,7 @@ class BatchEvaluator:
             if name not in axes:
                 continue
             axis = 2 + axes.index(name)
-            counts = np.broadcast_to(counts, counts.shape[:axis] + (self.V,) + counts.shape[axis + 1:])
+            counts = np.broadcast_to(counts, counts.shape[:axis] + (self.V,) + counts.shape[axis + 1 :])
             key = env[name]
             index = np.maximum(key, 0).reshape(key.shape + (1,) * (counts.ndim - 2))
             picked = np.take_along_axis(counts, index, axis=axis)
@@ -394,9 +395,13 @@ class BatchEvaluator:
             if isinstance(other, str):
                 return np.full((self.B, self.T), self.symbol_id(other))
             return env.get(other.name)
-        if isinstance(node, E.Compare) and isinstance(node.right, E.Number) \
-                and isinstance(node.left, E.CountOf) and node.left.offset is not None \
-                and (node.op, node.right.value) in _MEANS_ONE:
+        if (
+            isinstance(node, E.Compare)
+            and isinstance(node.right, E.Number)
+            and isinstance(node.left, E.CountOf)
+            and node.left.offset is not None
+            and (node.op, node.right.value) in _MEANS_ONE
+        ):
             offset = node.left.offset
             shifted_env = {n: self.bind(_shift_left(k, offset, -1)) for n, k in env.items()}
             inner = yield self.onehot_key(node.left.body, name, shifted_env)
@@ -451,18 +456,30 @@ def _rename(value: Value, renames: dict[str, str]) -> Value:
 
 
 _BINARY_OPS = {
-    "and": np.logical_and, "or": np.logical_or,
-    "+": np.add, "-": np.subtract, "min": np.minimum, "max": np.maximum,
+    "and": np.logical_and,
+    "or": np.logical_or,
+    "+": np.add,
+    "-": np.subtract,
+    "min": np.minimum,
+    "max": np.maximum,
     **{op: fn for op, fn in E.COMPARISONS.items()},
 }
 
 _RULES = {
-    E.BoolConst: BatchEvaluator._const, E.Token: BatchEvaluator._token, E.SymbolRelation: BatchEvaluator._symbol_relation,
-    E.Not: BatchEvaluator._not, E.And: BatchEvaluator._binary, E.Or: BatchEvaluator._binary,
-    E.Compare: BatchEvaluator._binary, E.Periodic: BatchEvaluator._periodic,
-    E.Quantified: BatchEvaluator._quantified, E.CountOf: BatchEvaluator._count,
-    E.Number: BatchEvaluator._number, E.Arith: BatchEvaluator._binary,
-    E.Conditional: BatchEvaluator._conditional, E.NamedBool: BatchEvaluator._named,
+    E.BoolConst: BatchEvaluator._const,
+    E.Token: BatchEvaluator._token,
+    E.SymbolRelation: BatchEvaluator._symbol_relation,
+    E.Not: BatchEvaluator._not,
+    E.And: BatchEvaluator._binary,
+    E.Or: BatchEvaluator._binary,
+    E.Compare: BatchEvaluator._binary,
+    E.Periodic: BatchEvaluator._periodic,
+    E.Quantified: BatchEvaluator._quantified,
+    E.CountOf: BatchEvaluator._count,
+    E.Number: BatchEvaluator._number,
+    E.Arith: BatchEvaluator._binary,
+    E.Conditional: BatchEvaluator._conditional,
+    E.NamedBool: BatchEvaluator._named,
     E.NamedCount: BatchEvaluator._named,
 }
 
@@ -472,8 +489,9 @@ def _peak_bytes_per_string(evaluator: BatchEvaluator) -> float:
     return total / max(evaluator.B, 1)
 
 
-def evaluate(program: Program, tokens_BxT: np.ndarray, names: list[str] | None = None,
-             memory_budget: int = DEFAULT_MEMORY_BUDGET) -> dict[str, Value]:
+def evaluate(
+    program: Program, tokens_BxT: np.ndarray, names: list[str] | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET
+) -> dict[str, Value]:
     """Values of the named definitions (all, or `names`) on every string, with free parameters as axes.
 
     A family `f[p]` is returned with its parameter axes named by the parameters."""
@@ -489,7 +507,7 @@ def evaluate(program: Program, tokens_BxT: np.ndarray, names: list[str] | None =
     start, chunk = 0, min(8, max(1, len(tokens_BxT)))
     ids = program.symbol_ids()
     while start < len(tokens_BxT):
-        evaluator = BatchEvaluator(tokens_BxT[start:start + chunk], ids, first_string=start)
+        evaluator = BatchEvaluator(tokens_BxT[start : start + chunk], ids, first_string=start)
         for d in chosen:
             value = evaluator.full(d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params)))
             results[d.name].append(np.ascontiguousarray(value.array))
@@ -498,5 +516,7 @@ def evaluate(program: Program, tokens_BxT: np.ndarray, names: list[str] | None =
         # Size the next chunks from what this one really held: several times the memoized values.
         per_string = 4 * _peak_bytes_per_string(evaluator) + 1
         chunk = int(max(1, min(memory_budget // per_string, 4096)))
-    return {name: Value(np.concatenate(parts) if parts else np.zeros((0,)), axes.get(name, ()))
-            for name, parts in results.items()}
+    return {
+        name: Value(np.concatenate(parts) if parts else np.zeros((0,)), axes.get(name, ()))
+        for name, parts in results.items()
+    }

@@ -56,8 +56,10 @@ class CraspRangeError(CraspError, ValueError):
 
 
 def out_of_range(what: str, written: str) -> CraspRangeError:
-    return CraspRangeError(f"{what} {written} is outside the accepted range: integers from -{MAX_CONSTANT} to "
-                           f"{MAX_CONSTANT} (2**40), which keeps every count exact")
+    return CraspRangeError(
+        f"{what} {written} is outside the accepted range: integers from -{MAX_CONSTANT} to "
+        f"{MAX_CONSTANT} (2**40), which keeps every count exact"
+    )
 
 
 def require_constant(what: str, value: int) -> None:
@@ -142,13 +144,15 @@ class Expr:
         if self.free:
             raise CraspScopeError(
                 f"`{name}` depends on index {sorted(self.free)}: define it with family(...) "
-                "so that the index is a parameter")
+                "so that the index is a parameter"
+            )
         return Named(name, (), (), self)
 
     def __bool__(self):
         raise CraspTypeError(
             f"`{show(self)}` is a C-RASP expression, not a Python truth value: "
-            "use & | ~ instead of and/or/not, and compare expressions only inside programs")
+            "use & | ~ instead of and/or/not, and compare expressions only inside programs"
+        )
 
     def __repr__(self) -> str:
         return f"<{self.type} {show(self)}>"
@@ -156,8 +160,7 @@ class Expr:
 
 def _need(node: Expr, role: str, child: object, wanted: str) -> Expr:
     if not isinstance(child, Expr):
-        raise CraspTypeError(f"{role} of `{type(node).__name__}` must be a {wanted}, "
-                             f"got the Python value {child!r}")
+        raise CraspTypeError(f"{role} of `{type(node).__name__}` must be a {wanted}, got the Python value {child!r}")
     if child.type != wanted:
         raise CraspTypeError(f"{role} `{show(child)}` is a {child.type}, but a {wanted} is needed here")
     return child
@@ -171,11 +174,20 @@ def _quantified_in(parts: tuple[Expr, ...]) -> frozenset[str]:
 
 
 class BoolExpr(Expr):
-    def __and__(self, other): return And(self, as_bool(other))
-    def __rand__(self, other): return And(as_bool(other), self)
-    def __or__(self, other): return Or(self, as_bool(other))
-    def __ror__(self, other): return Or(as_bool(other), self)
-    def __invert__(self): return Not(self)
+    def __and__(self, other):
+        return And(self, as_bool(other))
+
+    def __rand__(self, other):
+        return And(as_bool(other), self)
+
+    def __or__(self, other):
+        return Or(self, as_bool(other))
+
+    def __ror__(self, other):
+        return Or(as_bool(other), self)
+
+    def __invert__(self):
+        return Not(self)
 
     def then(self, if_true, if_false) -> "Conditional":
         """`P ? C1 : C2`."""
@@ -183,26 +195,50 @@ class BoolExpr(Expr):
 
 
 class CountExpr(Expr):
-    def __add__(self, other): return Arith("+", self, as_count(other))
-    def __radd__(self, other): return Arith("+", as_count(other), self)
-    def __sub__(self, other): return Arith("-", self, as_count(other))
-    def __rsub__(self, other): return Arith("-", as_count(other), self)
-    def __lt__(self, other): return Compare("<", self, as_count(other))
-    def __le__(self, other): return Compare("<=", self, as_count(other))
-    def __gt__(self, other): return Compare(">", self, as_count(other))
-    def __ge__(self, other): return Compare(">=", self, as_count(other))
-    def __eq__(self, other): return Compare("=", self, as_count(other))  # type: ignore[override]
-    def __ne__(self, other): return Compare("!=", self, as_count(other))  # type: ignore[override]
+    def __add__(self, other):
+        return Arith("+", self, as_count(other))
+
+    def __radd__(self, other):
+        return Arith("+", as_count(other), self)
+
+    def __sub__(self, other):
+        return Arith("-", self, as_count(other))
+
+    def __rsub__(self, other):
+        return Arith("-", as_count(other), self)
+
+    def __lt__(self, other):
+        return Compare("<", self, as_count(other))
+
+    def __le__(self, other):
+        return Compare("<=", self, as_count(other))
+
+    def __gt__(self, other):
+        return Compare(">", self, as_count(other))
+
+    def __ge__(self, other):
+        return Compare(">=", self, as_count(other))
+
+    def __eq__(self, other):
+        return Compare("=", self, as_count(other))  # type: ignore[override]
+
+    def __ne__(self, other):
+        return Compare("!=", self, as_count(other))  # type: ignore[override]
+
     __hash__ = Expr.__hash__
 
     def __mul__(self, other):
-        raise CraspTypeError(f"`{show(self)} * ...`: C-RASP has no product of counts "
-                             "(only +, -, min, max and comparisons)")
+        raise CraspTypeError(
+            f"`{show(self)} * ...`: C-RASP has no product of counts (only +, -, min, max and comparisons)"
+        )
+
     __rmul__ = __mul__
 
     def __mod__(self, other):
-        raise CraspTypeError(f"`{show(self)} % ...`: C-RASP has no count modulo m; "
-                             "the periodic predicate MOD(m, r) tests the position only")
+        raise CraspTypeError(
+            f"`{show(self)} % ...`: C-RASP has no count modulo m; "
+            "the periodic predicate MOD(m, r) tests the position only"
+        )
 
 
 def as_bool(value) -> BoolExpr:
@@ -211,8 +247,9 @@ def as_bool(value) -> BoolExpr:
     if isinstance(value, Expr) and value.type == BOOL:
         return value  # type: ignore[return-value]
     shown = show(value) if isinstance(value, Expr) else repr(value)
-    raise CraspTypeError(f"`{shown}` is used as a Boolean, but it is a "
-                         f"{value.type if isinstance(value, Expr) else type(value).__name__}")
+    raise CraspTypeError(
+        f"`{shown}` is used as a Boolean, but it is a {value.type if isinstance(value, Expr) else type(value).__name__}"
+    )
 
 
 def as_count(value) -> CountExpr:
@@ -223,11 +260,13 @@ def as_count(value) -> CountExpr:
     if isinstance(value, Expr) and value.type == COUNT:
         return value  # type: ignore[return-value]
     shown = show(value) if isinstance(value, Expr) else repr(value)
-    raise CraspTypeError(f"`{shown}` is used as a Count, but it is a "
-                         f"{value.type if isinstance(value, Expr) else type(value).__name__}")
+    raise CraspTypeError(
+        f"`{shown}` is used as a Count, but it is a {value.type if isinstance(value, Expr) else type(value).__name__}"
+    )
 
 
 # ---------------------------------------------------------------- Boolean nodes
+
 
 class BoolConst(BoolExpr):
     _fields = ("value",)
@@ -303,8 +342,12 @@ class Or(_BoolBinary):
 
 
 COMPARISONS: dict[str, Callable] = {
-    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b, ">=": lambda a, b: a >= b, ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
 }
 
 
@@ -353,12 +396,14 @@ class Quantified(BoolExpr):
         _need(self, f"the body of `{self.kind} {self.index}:`", self.body, BOOL)
         name = self.index.name
         if name in self.body.quantified:
-            raise CraspScopeError(f"`{self.kind} {name}:` contains another quantifier over `{name}`; "
-                                  "give the inner index another name")
+            raise CraspScopeError(
+                f"`{self.kind} {name}:` contains another quantifier over `{name}`; give the inner index another name"
+            )
         self._set(BOOL, self.body.free - {name}, self.body.quantified | {name})
 
 
 # ---------------------------------------------------------------- Count nodes
+
 
 class CountOf(CountExpr):
     """`#[j <= i] P(j)`, or with the local relation `#[j <= i, j = i - c] P(j)` when offset = c."""
@@ -419,6 +464,7 @@ class Conditional(CountExpr):
 
 # ---------------------------------------------------------------- named definitions
 
+
 class Named(Expr):
     """A use of the definition `name[params] := body` with the given arguments.
 
@@ -435,15 +481,19 @@ class Named(Expr):
         if not isinstance(self.body, Expr):
             raise CraspTypeError(f"the definition of `{self.name}` must be an expression, got {self.body!r}")
         if len(self.args) != len(self.params):
-            raise CraspScopeError(f"`{self.name}` takes {len(self.params)} index argument(s) "
-                                  f"[{', '.join(self.params)}], got {len(self.args)}")
+            raise CraspScopeError(
+                f"`{self.name}` takes {len(self.params)} index argument(s) "
+                f"[{', '.join(self.params)}], got {len(self.args)}"
+            )
         if len(set(self.params)) != len(self.params):
             raise CraspScopeError(f"`{self.name}` names a parameter twice: {list(self.params)}")
         undeclared = self.body.free - set(self.params)
         if undeclared:
-            raise CraspScopeError(f"the definition of `{self.name}` uses index "
-                                  f"{', '.join(sorted(undeclared))}, which is not among its parameters "
-                                  f"[{', '.join(self.params)}]")
+            raise CraspScopeError(
+                f"the definition of `{self.name}` uses index "
+                f"{', '.join(sorted(undeclared))}, which is not among its parameters "
+                f"[{', '.join(self.params)}]"
+            )
         for arg in self.args:
             if not isinstance(arg, (Var, str)):
                 raise CraspTypeError(f"an argument of `{self.name}` must be an index Var or a symbol, got {arg!r}")
@@ -465,6 +515,7 @@ class NamedCount(Named, CountExpr):
 
 
 # ---------------------------------------------------------------- constructors of the DSL
+
 
 def Q(symbol: SymbolArg) -> Token:
     """Q_a(i): position i holds the symbol a."""
@@ -627,8 +678,10 @@ def _show(node: Expr) -> Computation[str]:
             return f"{node.op}({(yield _show(node.left))}, {(yield _show(node.right))})"
         return f"{(yield _wrapped(node.left, _SUM))} {node.op} {(yield _wrapped(node.right, _SUM + 1))}"
     if isinstance(node, Conditional):
-        return (f"{(yield _wrapped(node.condition, _OR))} ? {(yield _wrapped(node.if_true, _OR))}"
-                f" : {(yield _wrapped(node.if_false, _LOOSEST))}")
+        return (
+            f"{(yield _wrapped(node.condition, _OR))} ? {(yield _wrapped(node.if_true, _OR))}"
+            f" : {(yield _wrapped(node.if_false, _LOOSEST))}"
+        )
     if isinstance(node, Named):
         if not node.params:
             return node.name

@@ -42,10 +42,14 @@ class Fragment:
         pe_encoding = encoding(pe)
         theorem = pe_encoding.prediction_theorem
         if not self.predicts_generalization(pe):
-            return (f"no prediction: only {theorem.fragment} programs predict for {pe_encoding.name} "
-                    f"(this one is in {self.name})")
+            return (
+                f"no prediction: only {theorem.fragment} programs predict for {pe_encoding.name} "
+                f"(this one is in {self.name})"
+            )
         if pe_encoding.theorem is None:
-            return f"generalizes: the {encoding(pe_encoding.borrows).name} prediction ({pe_encoding.name} has no theorem)"
+            return (
+                f"generalizes: the {encoding(pe_encoding.borrows).name} prediction ({pe_encoding.name} has no theorem)"
+            )
         inside = "" if self.name == theorem.fragment else f", inside {theorem.fragment}"
         return f"generalizes: the program is in {self.name}{inside} ({theorem.source})"
 

@@ -45,7 +45,7 @@ def _with_factor(rng: np.random.Generator, length: int, factor: list[str], at_en
         return None
     string = _uniform(rng, "abc", length)
     start = length - len(factor) if at_end else int(rng.integers(length - len(factor) + 1))
-    string[start:start + len(factor)] = factor
+    string[start : start + len(factor)] = factor
     return string
 
 
@@ -90,20 +90,50 @@ def _any_of_even_length(rng: np.random.Generator, length: int) -> list[str] | No
 
 
 LANGUAGE_LIST = (
-    Language("EndsWithAB", 'strings over a b c that end with "a b"', ("a", "b", "c"),
-             lambda w: list(w[-2:]) == ["a", "b"], lambda rng, n: _with_factor(rng, n, ["a", "b"], at_end=True)),
-    Language("ContainsAB", 'strings over a b c in which "a b" occurs somewhere', ("a", "b", "c"),
-             lambda w: any(x == "a" and y == "b" for x, y in zip(w, w[1:])),
-             lambda rng, n: _with_factor(rng, n, ["a", "b"], at_end=False)),
-    Language("StrictMajority", "strings over a b with more a than b (a tie is rejected)", ("a", "b"),
-             lambda w: 2 * list(w).count("a") > len(w), _strict_majority_member),
-    Language("EvenLength", "strings over a b of even length", ("a", "b"),
-             lambda w: len(w) % 2 == 0, _any_of_even_length),
-    Language("AfterFirstA", 'strings over a b c that contain a, where the symbol right after the first a is b',
-             ("a", "b", "c"), _after_first_a, _after_first_a_member),
-    Language("AnBn", "a^n b^n for n >= 1: some a, then as many b", ("a", "b"), _anbn,
-             lambda rng, n: ["a"] * (n // 2) + ["b"] * (n // 2) if n % 2 == 0 else None),
-    Language("Dyck1", "balanced brackets over ( ): no prefix closes more than it opens, and the whole string "
-             "closes all it opens", ("(", ")"), _is_balanced, _dyck_member),
+    Language(
+        "EndsWithAB",
+        'strings over a b c that end with "a b"',
+        ("a", "b", "c"),
+        lambda w: list(w[-2:]) == ["a", "b"],
+        lambda rng, n: _with_factor(rng, n, ["a", "b"], at_end=True),
+    ),
+    Language(
+        "ContainsAB",
+        'strings over a b c in which "a b" occurs somewhere',
+        ("a", "b", "c"),
+        lambda w: any(x == "a" and y == "b" for x, y in zip(w, w[1:])),
+        lambda rng, n: _with_factor(rng, n, ["a", "b"], at_end=False),
+    ),
+    Language(
+        "StrictMajority",
+        "strings over a b with more a than b (a tie is rejected)",
+        ("a", "b"),
+        lambda w: 2 * list(w).count("a") > len(w),
+        _strict_majority_member,
+    ),
+    Language(
+        "EvenLength", "strings over a b of even length", ("a", "b"), lambda w: len(w) % 2 == 0, _any_of_even_length
+    ),
+    Language(
+        "AfterFirstA",
+        "strings over a b c that contain a, where the symbol right after the first a is b",
+        ("a", "b", "c"),
+        _after_first_a,
+        _after_first_a_member,
+    ),
+    Language(
+        "AnBn",
+        "a^n b^n for n >= 1: some a, then as many b",
+        ("a", "b"),
+        _anbn,
+        lambda rng, n: ["a"] * (n // 2) + ["b"] * (n // 2) if n % 2 == 0 else None,
+    ),
+    Language(
+        "Dyck1",
+        "balanced brackets over ( ): no prefix closes more than it opens, and the whole string closes all it opens",
+        ("(", ")"),
+        _is_balanced,
+        _dyck_member,
+    ),
 )
 LANGUAGES: dict[str, Language] = {language.name: language for language in LANGUAGE_LIST}

@@ -11,8 +11,9 @@ from crasp.syntax import read_program_file
 
 
 def example_names() -> list[str]:
-    return sorted(p.name[:-len(".crasp")] for p in resources.files("crasp.programs").iterdir()
-                  if p.name.endswith(".crasp"))
+    return sorted(
+        p.name[: -len(".crasp")] for p in resources.files("crasp.programs").iterdir() if p.name.endswith(".crasp")
+    )
 
 
 def load_source(name_or_path: str) -> ProgramSource:
@@ -22,8 +23,10 @@ def load_source(name_or_path: str) -> ProgramSource:
     if name_or_path in example_names():
         text = resources.files("crasp.programs").joinpath(f"{name_or_path}.crasp").read_text()
         return ProgramSource.read(text, f"{name_or_path}.crasp")
-    raise CraspProgramError(f"no program file {name_or_path!r} (expected a .crasp file), and no shipped example "
-                            f"of that name; examples: {', '.join(example_names())}")
+    raise CraspProgramError(
+        f"no program file {name_or_path!r} (expected a .crasp file), and no shipped example "
+        f"of that name; examples: {', '.join(example_names())}"
+    )
 
 
 def load_program(name_or_path: str) -> Program:

@@ -29,8 +29,10 @@ class PredictionError(CraspError, ValueError):
 
 def _require_next_token(program: Program) -> None:
     if program.output is None:
-        raise CraspError(f"this is a language program (accept: {program.accept}); "
-                         "next-token predictions need `output: O` with a family O[s]")
+        raise CraspError(
+            f"this is a language program (accept: {program.accept}); "
+            "next-token predictions need `output: O` with a family O[s]"
+        )
 
 
 def encode(program: Program, strings: list[list[str]]) -> np.ndarray:
@@ -41,8 +43,10 @@ def encode(program: Program, strings: list[list[str]]) -> np.ndarray:
     for row, string in enumerate(strings):
         for col, symbol in enumerate(string):
             if symbol not in ids:
-                raise CraspError(f"string {row}, position {col + 1}: symbol {symbol!r} is not in the "
-                                 f"program's alphabet ({' '.join(program.alphabet)})")
+                raise CraspError(
+                    f"string {row}, position {col + 1}: symbol {symbol!r} is not in the "
+                    f"program's alphabet ({' '.join(program.alphabet)})"
+                )
             out[row, col] = ids[symbol]
     return out
 
@@ -58,8 +62,7 @@ def predictions(program: Program, tokens_BxT: np.ndarray) -> np.ndarray:
     """The predicted symbol id at every position; NO_PREDICTION or AMBIGUOUS where not exactly one."""
     table = output_table(program, tokens_BxT)
     true_count = table.sum(axis=-1)
-    return np.where(true_count == 1, table.argmax(axis=-1),
-                    np.where(true_count == 0, NO_PREDICTION, AMBIGUOUS))
+    return np.where(true_count == 1, table.argmax(axis=-1), np.where(true_count == 0, NO_PREDICTION, AMBIGUOUS))
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,13 @@ class Failure:
     outputs: tuple[str, ...]  # the symbols whose output is true there
 
     def describe(self) -> str:
-        said = ("no output is true" if not self.outputs else
-                f"outputs {', '.join(self.outputs)} are all true" if len(self.outputs) > 1 else
-                f"it predicts {self.outputs[0]}")
+        said = (
+            "no output is true"
+            if not self.outputs
+            else f"outputs {', '.join(self.outputs)} are all true"
+            if len(self.outputs) > 1
+            else f"it predicts {self.outputs[0]}"
+        )
         return f"example {self.example}, position {self.position}: expected {self.expected}, but {said}"
 
 
@@ -86,15 +93,17 @@ class CheckResult:
         return float(self.correct.mean()) if len(self.correct) else 1.0
 
 
-def check_teacher_forced(program: Program, tokens_BxT: np.ndarray, prompt_lengths: np.ndarray,
-                         lengths: np.ndarray) -> CheckResult:
+def check_teacher_forced(
+    program: Program, tokens_BxT: np.ndarray, prompt_lengths: np.ndarray, lengths: np.ndarray
+) -> CheckResult:
     """Does the program predict tokens[prompt_length:length] of every string, teacher-forced?"""
     table = output_table(program, tokens_BxT)
     B, T, _ = table.shape
     positions = np.arange(T)
     # position p (0-based) predicts token p + 1; answer tokens are prompt_length .. length - 1
-    needed = (positions[None, :] >= np.asarray(prompt_lengths)[:, None] - 1) & \
-             (positions[None, :] < np.asarray(lengths)[:, None] - 1)
+    needed = (positions[None, :] >= np.asarray(prompt_lengths)[:, None] - 1) & (
+        positions[None, :] < np.asarray(lengths)[:, None] - 1
+    )
     target = np.zeros((B, T), np.int64)
     target[:, :-1] = tokens_BxT[:, 1:]
     true_count = table.sum(axis=-1)
@@ -119,9 +128,10 @@ def generate(program: Program, prompt: list[str], max_new_tokens: int, stop: str
         outputs = [program.alphabet[k] for k in np.flatnonzero(table)]
         if len(outputs) != 1:
             said = "no output is true" if not outputs else f"outputs {', '.join(outputs)} are all true"
-            raise PredictionError(f"at position {len(string)} ({string[-1]!r}) {said}; "
-                                  "a next-token program must make exactly one true")
+            raise PredictionError(
+                f"at position {len(string)} ({string[-1]!r}) {said}; a next-token program must make exactly one true"
+            )
         string.append(outputs[0])
         if outputs[0] == stop:
             break
-    return string[len(prompt):]
+    return string[len(prompt) :]

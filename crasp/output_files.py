@@ -21,8 +21,11 @@ def check_output_file(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
     if path.is_dir():
         raise OutputFileError(f"{shown}: is a folder; give a file name inside it")
     if suffixes and path.suffix.lower() not in suffixes:
-        found = f"the extension {path.suffix} is not a format written here" if path.suffix else \
-            "the file name has no extension to choose the format"
+        found = (
+            f"the extension {path.suffix} is not a format written here"
+            if path.suffix
+            else "the file name has no extension to choose the format"
+        )
         raise OutputFileError(f"{shown}: {found}; accepted extensions: {', '.join(suffixes)}")
     folder = path.parent
     if not folder.is_dir():

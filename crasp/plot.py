@@ -34,8 +34,14 @@ def trace_figure(program: Program, symbols: list[str]):
     lefts = [sum(widths[:i]) for i in range(len(symbols))]
     name_width = max(len(row.name) for row in body) * CHAR_WIDTH + 0.2
     figure = Figure(figsize=(name_width + sum(widths) + 0.2, ROW_HEIGHT * (len(body) + 2.5) + 0.3))
-    axes = figure.add_axes((name_width / figure.get_figwidth(), 0.3 / figure.get_figheight(),
-                            sum(widths) / figure.get_figwidth(), ROW_HEIGHT * len(body) / figure.get_figheight()))
+    axes = figure.add_axes(
+        (
+            name_width / figure.get_figwidth(),
+            0.3 / figure.get_figheight(),
+            sum(widths) / figure.get_figwidth(),
+            ROW_HEIGHT * len(body) / figure.get_figheight(),
+        )
+    )
     axes.set_xlim(0, sum(widths))
     axes.set_ylim(len(body), 0)
     for y, row in enumerate(body):
@@ -43,14 +49,22 @@ def trace_figure(program: Program, symbols: list[str]):
             is_family = row.true_at is not None and cell not in ("1", ".")
             filled = row.true_at is not None and row.true_at[x]
             colour = (FAMILY_COLOUR if is_family else TRUE_COLOUR) if filled else "white"
-            axes.add_patch(Rectangle((lefts[x], y), widths[x], 1, facecolor=colour, edgecolor="#999999",
-                                     linewidth=0.5, gid=f"{y},{x}"))
+            axes.add_patch(
+                Rectangle(
+                    (lefts[x], y), widths[x], 1, facecolor=colour, edgecolor="#999999", linewidth=0.5, gid=f"{y},{x}"
+                )
+            )
             if row.true_at is None or (is_family and filled):  # an empty family's cell stays blank
-                axes.text(lefts[x] + widths[x] / 2, y + 0.5, cell, ha="center", va="center", fontsize=8,
-                          family="monospace")
+                axes.text(
+                    lefts[x] + widths[x] / 2, y + 0.5, cell, ha="center", va="center", fontsize=8, family="monospace"
+                )
     centres = [left + width / 2 for left, width in zip(lefts, widths)]
-    axes.set_xticks(centres, [f"{position}\n{symbol}" for position, symbol in zip(*(r.cells for r in header))],
-                    fontsize=8, family="monospace")
+    axes.set_xticks(
+        centres,
+        [f"{position}\n{symbol}" for position, symbol in zip(*(r.cells for r in header))],
+        fontsize=8,
+        family="monospace",
+    )
     axes.xaxis.tick_top()
     axes.set_yticks([y + 0.5 for y in range(len(body))], [row.name for row in body], fontsize=8, family="monospace")
     axes.tick_params(length=0)
@@ -65,9 +79,11 @@ def trace_figure(program: Program, symbols: list[str]):
 def check_plot_request(path: str | Path, positions: int) -> Path:
     """Refuse, before anything is computed, a picture that cannot be written or would be too wide."""
     if positions > MAX_POSITIONS:
-        raise OutputFileError(f"--plot {path}: the input has {positions} positions, and a picture shows at most "
-                              f"{MAX_POSITIONS} (one column each); plot a shorter input, or drop --plot for the text "
-                              "trace")
+        raise OutputFileError(
+            f"--plot {path}: the input has {positions} positions, and a picture shows at most "
+            f"{MAX_POSITIONS} (one column each); plot a shorter input, or drop --plot for the text "
+            "trace"
+        )
     return check_output_file(path, "--plot", SUFFIXES)
 
 

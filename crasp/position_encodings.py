@@ -53,14 +53,22 @@ class PositionEncoding:
 
 
 ENCODINGS: dict[str, PositionEncoding] = {
-    e.code: e for e in (
-        PositionEncoding("ape", "APE", "a learned vector per absolute position, added to the token embedding",
-                         APE_THEOREM),
-        PositionEncoding("rope", "RoPE", "queries and keys rotated by an angle proportional to the position",
-                         None, borrows="ape"),
+    e.code: e
+    for e in (
+        PositionEncoding(
+            "ape", "APE", "a learned vector per absolute position, added to the token embedding", APE_THEOREM
+        ),
+        PositionEncoding(
+            "rope", "RoPE", "queries and keys rotated by an angle proportional to the position", None, borrows="ape"
+        ),
         PositionEncoding("nope", "NoPE", "no position information besides the causal mask", NOPE_THEOREM),
-        PositionEncoding("alibi", "ALiBi", "a fixed per-head penalty on attention scores, linear in the distance "
-                         "(Press et al. 2022)", None, borrows="ape"),
+        PositionEncoding(
+            "alibi",
+            "ALiBi",
+            "a fixed per-head penalty on attention scores, linear in the distance (Press et al. 2022)",
+            None,
+            borrows="ape",
+        ),
     )
 }
 POSITION_ENCODINGS: tuple[str, ...] = tuple(ENCODINGS)

@@ -26,6 +26,8 @@ from crasp.witnesses import WITNESSES
 # A quick verification for predictions (the `check` command runs the full one).
 QUICK_LENGTHS = (1, 2, 3, 5, 8, 13, 30, 60, 150)
 QUICK_SAMPLES = 50
+
+
 # The search fragment whose exhausted search speaks for a prediction: C-RASP[] for a theorem
 # without positional operations, else C-RASP[periodic, local] (a smaller fragment says nothing).
 def _search_fragment(pe: str) -> str:
@@ -47,16 +49,24 @@ class Witness:
 
 def _makers(code: str) -> list[tuple[object, str | None]]:
     hand_written = [(make, None) for make in WITNESSES.get(code, ())]
-    found = [(record.make_witness(), f"found by search, size {record.size}")
-             for record in load_search_results().values() if record.task == code and record.program]
+    found = [
+        (record.make_witness(), f"found by search, size {record.size}")
+        for record in load_search_results().values()
+        if record.task == code and record.program
+    ]
     return hand_written + found
 
 
 @lru_cache(maxsize=None)
 def verified_witnesses(code: str) -> tuple[Witness, ...]:
     task = get_task(code)
-    checked = ((check_witness(task, make, samples_per_length=QUICK_SAMPLES, exhaustive_max_length=4,
-                              lengths=QUICK_LENGTHS), source) for make, source in _makers(task.code))
+    checked = (
+        (
+            check_witness(task, make, samples_per_length=QUICK_SAMPLES, exhaustive_max_length=4, lengths=QUICK_LENGTHS),
+            source,
+        )
+        for make, source in _makers(task.code)
+    )
     return tuple(Witness(report, source) for report, source in checked if report.verified)
 
 
@@ -77,8 +87,10 @@ def predict(code: str, pe: str) -> Prediction:
     covering = [w for w in witnesses if w.report.fragment.predicts_generalization(pe)]
     if covering:
         # The smallest fragment decides; among equals a hand-written witness is named first.
-        best = min(covering, key=lambda w: (w.report.fragment.local + w.report.fragment.periodic,
-                                            w.found_by_search is not None))
+        best = min(
+            covering,
+            key=lambda w: (w.report.fragment.local + w.report.fragment.periodic, w.found_by_search is not None),
+        )
         label = "yes" + caveat
         found = f"; {best.found_by_search}" if best.found_by_search else ""
         return Prediction(True, label, best.report.fragment.why(pe) + found)
@@ -91,5 +103,6 @@ def predict(code: str, pe: str) -> Prediction:
     search = _exhausted_search(task.code, pe)
     if search is None:
         return Prediction(None, "unknown", reason)
-    return Prediction(None, f"none up to size {search.complete_through}",
-                      f"{reason}; search (`{search.command}`): {search.claim}")
+    return Prediction(
+        None, f"none up to size {search.complete_through}", f"{reason}; search (`{search.command}`): {search.claim}"
+    )

@@ -11,8 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from crasp.expr import (_OR, BOOL, CraspError, CraspScopeError, CraspTypeError, Expr, Named, Or, Var,
-                        _precedence, show, symbols_used, walk)
+from crasp.expr import (
+    _OR,
+    BOOL,
+    CraspError,
+    CraspScopeError,
+    CraspTypeError,
+    Expr,
+    Named,
+    Or,
+    Var,
+    _precedence,
+    show,
+    symbols_used,
+    walk,
+)
 
 
 class CraspProgramError(CraspError, ValueError):
@@ -55,18 +68,23 @@ class Program:
         # would cost n^2).
         object.__setattr__(self, "_by_name", by_name)
         if (self.output is None) == (self.accept is None):
-            raise CraspProgramError("a program names exactly one of `output: NAME` (a next-token family "
-                                    "O[s]) and `accept: NAME` (a Boolean read at the last position)")
+            raise CraspProgramError(
+                "a program names exactly one of `output: NAME` (a next-token family "
+                "O[s]) and `accept: NAME` (a Boolean read at the last position)"
+            )
         target = self.output or self.accept
         if target not in by_name:
-            raise CraspProgramError(f"`{target}` is named as the program's "
-                                    f"{'output' if self.output else 'accept'} but never defined")
+            raise CraspProgramError(
+                f"`{target}` is named as the program's {'output' if self.output else 'accept'} but never defined"
+            )
         chosen = by_name[target]
         if chosen.body.type != BOOL:
             raise CraspTypeError(f"`{target}` must be a Boolean, but it is a {chosen.body.type}")
         if self.output and len(chosen.params) != 1:
-            raise CraspProgramError(f"the output `{target}` must be a family over one symbol, "
-                                    f"like `{target}[s] := ...`; it has parameters {list(chosen.params)}")
+            raise CraspProgramError(
+                f"the output `{target}` must be a family over one symbol, "
+                f"like `{target}[s] := ...`; it has parameters {list(chosen.params)}"
+            )
         if self.accept and chosen.params:
             raise CraspProgramError(f"the accepted Boolean `{target}` must have no parameters")
         earlier: dict[str, Definition] = {}
@@ -76,31 +94,45 @@ class Program:
             if unknown:
                 raise CraspProgramError(
                     f"`{definition.name}` uses symbol(s) {', '.join(sorted(unknown))} outside the "
-                    f"alphabet ({' '.join(self.alphabet)})")
+                    f"alphabet ({' '.join(self.alphabet)})"
+                )
             earlier[definition.name] = definition
 
     @classmethod
-    def build(cls, alphabet, *, output: Callable[..., Named] | Named | None = None,
-              accept: Named | None = None, title: str = "") -> "Program":
+    def build(
+        cls,
+        alphabet,
+        *,
+        output: Callable[..., Named] | Named | None = None,
+        accept: Named | None = None,
+        title: str = "",
+    ) -> "Program":
         """Collect every named definition reachable from the output (or accepted Boolean).
 
         `output` is a family made by `crasp.expr.family` (or one use of it); `accept` a Boolean
         made with `.named(...)`."""
         root = output(Var("s")) if callable(output) and not isinstance(output, Named) else (output or accept)
         if not isinstance(root, Named):
-            raise CraspProgramError("the output or accepted Boolean must be a named definition "
-                                    "(made with family(...) or .named(...))")
+            raise CraspProgramError(
+                "the output or accepted Boolean must be a named definition (made with family(...) or .named(...))"
+            )
         definitions: dict[str, Definition] = {}
         for node in walk(root):
             if isinstance(node, Named):
                 found = Definition(node.name, node.params, node.body)
                 known = definitions.setdefault(node.name, found)
                 if not known.same_as(found):
-                    raise CraspScopeError(f"two different definitions are both named `{node.name}`:\n"
-                                          f"  {show(known.body)}\n  {show(found.body)}")
-        return cls(tuple(alphabet), tuple(definitions.values()),
-                   output=root.name if output is not None else None,
-                   accept=root.name if accept is not None else None, title=title)
+                    raise CraspScopeError(
+                        f"two different definitions are both named `{node.name}`:\n"
+                        f"  {show(known.body)}\n  {show(found.body)}"
+                    )
+        return cls(
+            tuple(alphabet),
+            tuple(definitions.values()),
+            output=root.name if output is not None else None,
+            accept=root.name if accept is not None else None,
+            title=title,
+        )
 
     def definition(self, name: str) -> Definition:
         found = self._by_name.get(name)
@@ -120,10 +152,14 @@ class Program:
         return {s: k for k, s in enumerate(self.alphabet)}
 
     def __eq__(self, other) -> bool:
-        return (isinstance(other, Program) and self.alphabet == other.alphabet
-                and self.output == other.output and self.accept == other.accept
-                and len(self.definitions) == len(other.definitions)
-                and all(a.same_as(b) for a, b in zip(self.definitions, other.definitions)))
+        return (
+            isinstance(other, Program)
+            and self.alphabet == other.alphabet
+            and self.output == other.output
+            and self.accept == other.accept
+            and len(self.definitions) == len(other.definitions)
+            and all(a.same_as(b) for a, b in zip(self.definitions, other.definitions))
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -138,8 +174,10 @@ def _check_uses(definition: Definition, earlier: dict[str, Definition]) -> None:
         if isinstance(node, Named):
             used = earlier.get(node.name)
             if used is None or used.body is not node.body or used.params != node.params:
-                raise CraspProgramError(f"`{definition.name}` uses `{node.name}`, which is not one of the "
-                                        "program's earlier definitions (they are listed in dependency order)")
+                raise CraspProgramError(
+                    f"`{definition.name}` uses `{node.name}`, which is not one of the "
+                    "program's earlier definitions (they are listed in dependency order)"
+                )
 
 
 def _check_alphabet(alphabet: tuple[str, ...]) -> None:

@@ -15,8 +15,9 @@ from crasp.trampoline import Computation, trampoline
 Env = tuple[tuple[str, str], ...]  # the bound index variables a node uses, sorted
 
 
-def reference_value(program: Program, symbols: list[str], node: E.Expr, position: int,
-                    bindings: dict[str, str]) -> bool | int:
+def reference_value(
+    program: Program, symbols: list[str], node: E.Expr, position: int, bindings: dict[str, str]
+) -> bool | int:
     """The value of `node` at 1-based `position` of the string `symbols`, with every free index
     bound to a symbol in `bindings`."""
     string = tuple(symbols)

@@ -17,7 +17,7 @@ SHOWN_SYMBOLS = 8  # a longer list of symbols is shown by its ends
 def show_symbols(symbols: Sequence[str]) -> str:
     if len(symbols) <= SHOWN_SYMBOLS:
         return " ".join(symbols)
-    return f"{' '.join(symbols[:SHOWN_SYMBOLS - 2])} .. {symbols[-1]} ({len(symbols)} symbols)"
+    return f"{' '.join(symbols[: SHOWN_SYMBOLS - 2])} .. {symbols[-1]} ({len(symbols)} symbols)"
 
 
 @dataclass(frozen=True)
@@ -51,16 +51,26 @@ class ProgramSource:
             if foreign:
                 line, column = self.alphabet_line.places[foreign[0]]
                 symbol = self.listed[foreign[0]]
-                raise CraspSyntaxError(f"the program lists {symbol}, which {owner} does not have; its symbols: "
-                                       f"{show_symbols(vocabulary)}", self.name, line, column,
-                                       self.text.split("\n")[line - 1])
+                raise CraspSyntaxError(
+                    f"the program lists {symbol}, which {owner} does not have; its symbols: {show_symbols(vocabulary)}",
+                    self.name,
+                    line,
+                    column,
+                    self.text.split("\n")[line - 1],
+                )
             return self.program(vocabulary)
         missing = [s for s in vocabulary if s not in self.listed]
         if missing:
             line, column = self.alphabet_line.places[0]
-            raise CraspSyntaxError(f"the program reads only {show_symbols(self.listed)}, but {owner} also has "
-                                   f"{show_symbols(missing)}; end the alphabet line with `{GENERIC_MARK}` to read "
-                                   "any task's symbols", self.name, line, column, self.text.split("\n")[line - 1])
+            raise CraspSyntaxError(
+                f"the program reads only {show_symbols(self.listed)}, but {owner} also has "
+                f"{show_symbols(missing)}; end the alphabet line with `{GENERIC_MARK}` to read "
+                "any task's symbols",
+                self.name,
+                line,
+                column,
+                self.text.split("\n")[line - 1],
+            )
         return self.program()
 
     def describe_alphabet(self, vocabulary: Sequence[str]) -> str:

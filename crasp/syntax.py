@@ -33,18 +33,26 @@ from crasp.program import CraspProgramError, Definition, Program
 from crasp.trampoline import Computation, trampoline
 
 GENERIC_MARK = "..."  # last word of a generic program's alphabet line: "and the task's other symbols"
-KEYWORDS = {"and", "or", "not", "true", "false", "any", "all", "min", "max", "Q", "MOD", "alphabet",
-            "output", "accept"}
+KEYWORDS = {"and", "or", "not", "true", "false", "any", "all", "min", "max", "Q", "MOD", "alphabet", "output", "accept"}
 _COMPARE_OPS = ("<=", ">=", "!=", "==", "=", "<", ">")
 # symbol relation written -> (relation, negated, sides swapped), over `=` and `<` (alphabet order)
-_SYMBOL_RELATIONS = {"=": ("=", False, False), "==": ("=", False, False), "!=": ("=", True, False),
-                     "<": ("<", False, False), ">": ("<", False, True), ">=": ("<", True, False),
-                     "<=": ("<", True, True)}
-_TOKEN = re.compile(r"""
+_SYMBOL_RELATIONS = {
+    "=": ("=", False, False),
+    "==": ("=", False, False),
+    "!=": ("=", True, False),
+    "<": ("<", False, False),
+    ">": ("<", False, True),
+    ">=": ("<", True, False),
+    "<=": ("<", True, True),
+}
+_TOKEN = re.compile(
+    r"""
     (?P<space>[ \t]+) | (?P<comment>//[^\n]*) | (?P<newline>\n)
   | (?P<number>\d+) | (?P<name>[A-Za-z_][A-Za-z_0-9]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<op>:=|<=|>=|!=|==|[=<>+\-()\[\],:?\#])
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 
 
 class CraspSyntaxError(CraspError, ValueError):
@@ -127,8 +135,9 @@ def parse(text: str, source: str = "<program>", symbols: Sequence[str] | None = 
     return parse_with_alphabet_line(text, source, symbols)[0]
 
 
-def parse_with_alphabet_line(text: str, source: str = "<program>",
-                             symbols: Sequence[str] | None = None) -> tuple[Program, AlphabetLine]:
+def parse_with_alphabet_line(
+    text: str, source: str = "<program>", symbols: Sequence[str] | None = None
+) -> tuple[Program, AlphabetLine]:
     """`parse`, and the alphabet line as written (for errors that point at a listed symbol)."""
     src = _Source(text, source)
     alphabet: AlphabetLine | None = None
@@ -159,22 +168,32 @@ def parse_with_alphabet_line(text: str, source: str = "<program>",
         statement = _definition_header(src, src.tokens(first_line, 1, chunk))
         if statement.head.text in statements:
             earlier = statements[statement.head.text].head
-            raise src.error(f"`{statement.head.text}` is already defined at line {earlier.line}",
-                            statement.head.line, statement.head.column)
+            raise src.error(
+                f"`{statement.head.text}` is already defined at line {earlier.line}",
+                statement.head.line,
+                statement.head.column,
+            )
         statements[statement.head.text] = statement
     if alphabet is None:
-        raise src.error("missing `alphabet: a b c` (the symbols the program reads, separated by spaces; end the "
-                        f"line with `{GENERIC_MARK}` to read any task's symbols)", 1, 1)
+        raise src.error(
+            "missing `alphabet: a b c` (the symbols the program reads, separated by spaces; end the "
+            f"line with `{GENERIC_MARK}` to read any task's symbols)",
+            1,
+            1,
+        )
     if target is None:
         raise src.error("missing `output: NAME` (a next-token family O[s]) or `accept: NAME`", 1, 1)
     definitions = _Resolver(src, statements, alphabet).resolve_all()
     if target[1].text not in statements:
         raise src.error(f"`{target[1].text}` is not defined", target[1].line, target[1].column)
     try:
-        program = Program(alphabet.alphabet(symbols), tuple(definitions),
-                          output=target[1].text if target[0] == "output" else None,
-                          accept=target[1].text if target[0] == "accept" else None,
-                          title="\n".join(title_lines))
+        program = Program(
+            alphabet.alphabet(symbols),
+            tuple(definitions),
+            output=target[1].text if target[0] == "output" else None,
+            accept=target[1].text if target[0] == "accept" else None,
+            title="\n".join(title_lines),
+        )
     except CraspProgramError as error:
         raise src.error(str(error), target[1].line, target[1].column) from None
     return program, alphabet
@@ -193,14 +212,19 @@ def _alphabet_line(src: _Source, first_line: int, chunk: str) -> AlphabetLine:
     seen: set[str] = set()
     for symbol, line, column in listed:
         if symbol == GENERIC_MARK:
-            raise src.error(f"`{GENERIC_MARK}` ends the alphabet line (it stands for the task's other symbols)",
-                            line, column)
+            raise src.error(
+                f"`{GENERIC_MARK}` ends the alphabet line (it stands for the task's other symbols)", line, column
+            )
         if symbol in seen:
             raise src.error(f"symbol {symbol} is listed twice in the alphabet", line, column)
         seen.add(symbol)
     if generic and not listed:
-        raise src.error(f"list the symbols the program names before `{GENERIC_MARK}`, at least one "
-                        "(a task program: `alphabet: <bos> <sep> <eos> ...`)", words[-1][1], words[-1][2])
+        raise src.error(
+            f"list the symbols the program names before `{GENERIC_MARK}`, at least one "
+            "(a task program: `alphabet: <bos> <sep> <eos> ...`)",
+            words[-1][1],
+            words[-1][2],
+        )
     return AlphabetLine(tuple(w[0] for w in listed), tuple((w[1], w[2]) for w in listed), generic)
 
 
@@ -222,8 +246,9 @@ def _logical_lines(lines: list[str]):
 def _definition_header(src: _Source, tokens: list[_Tok]) -> _Statement:
     head = tokens[0]
     if head.kind != "name":
-        raise src.error("expected a definition `name := expression` (or `alphabet:`, `output:`, `accept:`)",
-                        head.line, head.column)
+        raise src.error(
+            "expected a definition `name := expression` (or `alphabet:`, `output:`, `accept:`)", head.line, head.column
+        )
     if head.text in KEYWORDS:
         raise src.error(f"`{head.text}` is a keyword and cannot name a definition", head.line, head.column)
     pos, params = 1, []
@@ -245,7 +270,7 @@ def _definition_header(src: _Source, tokens: list[_Tok]) -> _Statement:
             pos += 1
     if tokens[pos].text != ":=":
         raise src.error(f"expected `:=` after `{head.text}`", tokens[pos].line, tokens[pos].column)
-    return _Statement(head, tuple(params), tokens[pos + 1:])
+    return _Statement(head, tuple(params), tokens[pos + 1 :])
 
 
 class _Resolver:
@@ -277,7 +302,7 @@ class _Resolver:
                     placed.add(order[-1])
                     pending.pop()
                 elif use.text in on_path:
-                    cycle = path[path.index(use.text):] + [use.text]
+                    cycle = path[path.index(use.text) :] + [use.text]
                     raise self.src.error(f"definitions form a cycle: {' -> '.join(cycle)}", use.line, use.column)
                 elif use.text not in placed:
                     path.append(use.text)
@@ -296,7 +321,7 @@ class _Resolver:
             if tok.kind == "op" and tok.text in ("[", "]"):
                 in_brackets = tok.text == "["
             elif tok.kind == "name" and tok.text in self.statements and not in_brackets:
-                after = [t.text for t in body[max(k - 2, 0):k]]
+                after = [t.text for t in body[max(k - 2, 0) : k]]
                 if after[-1:] not in (["any"], ["all"]) and after != ["Q", "("]:
                     uses.append(tok)
         return uses
@@ -305,8 +330,11 @@ class _Resolver:
         statement = self.statements[name]
         clash = [p for p in statement.params if p in self.statements]
         if clash:
-            raise self.src.error(f"parameter `{clash[0]}` has the name of a definition; rename one of them",
-                                 statement.head.line, statement.head.column)
+            raise self.src.error(
+                f"parameter `{clash[0]}` has the name of a definition; rename one of them",
+                statement.head.line,
+                statement.head.column,
+            )
         body = trampoline(_ExpressionParser(self, statement.body, set(statement.params)).parse_all())
         definition = Definition(name, statement.params, body)
         try:
@@ -383,8 +411,13 @@ class _ExpressionParser:
         if_true = yield self.disjunction()
         self.expect(":", "between the two values of `P ? C1 : C2`")
         if_false = yield self.expression()
-        return self.build(question, E.Conditional, self._typed(node, start, E.BOOL),
-                          self._typed(if_true, start, E.COUNT), self._typed(if_false, start, E.COUNT))
+        return self.build(
+            question,
+            E.Conditional,
+            self._typed(node, start, E.BOOL),
+            self._typed(if_true, start, E.COUNT),
+            self._typed(if_false, start, E.COUNT),
+        )
 
     def _typed(self, node: E.Expr, at: _Tok, wanted: str) -> E.Expr:
         if node.type != wanted:
@@ -416,8 +449,11 @@ class _ExpressionParser:
             if at is None:
                 return node
             right = yield (self.quantifier() if self.tok.text in ("any", "all") else operand())
-            node = self.build(at, make, node, right) if node.type == right.type == E.BOOL else self._type_error(
-                at, word, node, right, start)
+            node = (
+                self.build(at, make, node, right)
+                if node.type == right.type == E.BOOL
+                else self._type_error(at, word, node, right, start)
+            )
 
     def _type_error(self, at, word, left, right, start):
         culprit = left if left.type != E.BOOL else right
@@ -571,9 +607,12 @@ class _ExpressionParser:
         if symbol not in alphabet.symbols:
             listed = " ".join(sorted(alphabet.symbols))
             if alphabet.generic:
-                raise self.error(f"symbol \"{symbol}\" is not listed in the alphabet line ({listed} "
-                                 f"{GENERIC_MARK}); a generic program quotes only the symbols it lists", tok)
-            raise self.error(f"symbol \"{symbol}\" is not in the alphabet ({listed})", tok)
+                raise self.error(
+                    f'symbol "{symbol}" is not listed in the alphabet line ({listed} '
+                    f"{GENERIC_MARK}); a generic program quotes only the symbols it lists",
+                    tok,
+                )
+            raise self.error(f'symbol "{symbol}" is not in the alphabet ({listed})', tok)
         return symbol
 
     def symbol_argument(self) -> E.SymbolArg:
@@ -583,8 +622,10 @@ class _ExpressionParser:
             return self._symbol(tok)
         if tok.kind == "name" and tok.text not in KEYWORDS:
             if tok.text not in self.scope:
-                raise self.error(f"index `{tok.text}` is not bound here (bind it with `any {tok.text}:` or a "
-                                 f"parameter); a literal symbol is quoted: \"{tok.text}\"")
+                raise self.error(
+                    f"index `{tok.text}` is not bound here (bind it with `any {tok.text}:` or a "
+                    f'parameter); a literal symbol is quoted: "{tok.text}"'
+                )
             self.pos += 1
             return E.Var(tok.text)
         raise self.error('expected an index name or a quoted symbol like "a"')
@@ -593,8 +634,10 @@ class _ExpressionParser:
         tok = self.tok
         if tok.text not in self.resolver.statements:
             if tok.text in self.scope:
-                raise self.error(f"index `{tok.text}` can only appear in Q({tok.text}), as a family argument, "
-                                 f'or in a test like {tok.text} = "a"')
+                raise self.error(
+                    f"index `{tok.text}` can only appear in Q({tok.text}), as a family argument, "
+                    f'or in a test like {tok.text} = "a"'
+                )
             known = ", ".join(self.resolver.statements) or "none"
             raise self.error(f"unknown name `{tok.text}` (defined: {known})")
         self.pos += 1
@@ -607,8 +650,11 @@ class _ExpressionParser:
                     break
                 self.expect(",", "or `]` between family arguments")
         if len(args) != len(definition.params):
-            raise self.error(f"`{tok.text}` takes {len(definition.params)} index argument(s) "
-                             f"[{', '.join(definition.params)}], got {len(args)}", tok)
+            raise self.error(
+                f"`{tok.text}` takes {len(definition.params)} index argument(s) "
+                f"[{', '.join(definition.params)}], got {len(args)}",
+                tok,
+            )
         return self.build(tok, definition.use, *args)
 
 
@@ -631,7 +677,8 @@ def read_program_file(path) -> str:
     except UnicodeDecodeError as error:
         read, at = error.object, error.start  # the bytes after any byte-order mark
         line, column = read.count(b"\n", 0, at) + 1, at - read.rfind(b"\n", 0, at)
-        raise CraspProgramError(f"{path}:{line}:{column}: byte 0x{read[at]:02x} is not UTF-8 "
-                                f"(is this a binary file?); {expected}") from None
+        raise CraspProgramError(
+            f"{path}:{line}:{column}: byte 0x{read[at]:02x} is not UTF-8 (is this a binary file?); {expected}"
+        ) from None
     # As Python's text mode reads them: \r\n and \r end lines too.
     return text.replace("\r\n", "\n").replace("\r", "\n")

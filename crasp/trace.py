@@ -43,21 +43,27 @@ def trace_rows(program: Program, symbols: list[str]) -> list[TraceRow]:
     """The input's rows (position, input), one row per definition, and the predictions of a
     next-token program."""
     if not symbols:  # no column to show, and no last position for a language program to read
-        raise CraspError("the input is empty: a trace needs at least one symbol, separated by spaces, of the "
-                         f"program's alphabet ({' '.join(program.alphabet)})")
+        raise CraspError(
+            "the input is empty: a trace needs at least one symbol, separated by spaces, of the "
+            f"program's alphabet ({' '.join(program.alphabet)})"
+        )
     tokens = encode(program, [symbols])
     values = evaluate(program, tokens)
     rows = [TraceRow("position", [str(i + 1) for i in range(len(symbols))]), TraceRow("input", list(symbols))]
     for definition in program.definitions:
-        value = values[definition.name].array[0, :len(symbols)]
+        value = values[definition.name].array[0, : len(symbols)]
         is_bool = definition.body.type == BOOL
         head = f"{definition.name}[{', '.join(definition.params)}]" if definition.params else definition.name
         true_at = [bool(np.any(value[i])) for i in range(len(symbols))] if is_bool else None
         rows.append(TraceRow(head, [_cell(value[i], is_bool, program.alphabet) for i in range(len(symbols))], true_at))
     if program.output:
         names = {NO_PREDICTION: "none", AMBIGUOUS: "several"}
-        rows.append(TraceRow(PREDICTION_ROW, [names[int(k)] if k < 0 else program.alphabet[int(k)]
-                                              for k in predictions(program, tokens)[0]]))
+        rows.append(
+            TraceRow(
+                PREDICTION_ROW,
+                [names[int(k)] if k < 0 else program.alphabet[int(k)] for k in predictions(program, tokens)[0]],
+            )
+        )
     return rows
 
 

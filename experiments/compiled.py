@@ -27,25 +27,58 @@ TASKS = ("UR", "NRFirst", "UF", "UB", "Majority")  # crasplab.compiler.study.WIT
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/compiled"), help="run folder (default runs/compiled)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[10, 20, 40, 100, 1000],
-                        help="input lengths for the witnesses (those a task's sampler cannot produce are skipped)")
-    parser.add_argument("--tasks", nargs="*", default=list(TASKS), choices=TASKS, help="witnesses of these tasks "
-                        f"(default: {' '.join(TASKS)})")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[10, 20, 40, 100, 1000],
+        help="input lengths for the witnesses (those a task's sampler cannot produce are skipped)",
+    )
+    parser.add_argument(
+        "--tasks",
+        nargs="*",
+        default=list(TASKS),
+        choices=TASKS,
+        help=f"witnesses of these tasks (default: {' '.join(TASKS)})",
+    )
     parser.add_argument("--samples", type=int, default=10, help="strings per length (default 10)")
-    parser.add_argument("--alphabet-size", type=int, default=16,
-                        help="symbols of the tasks that take an alphabet size (default 16; the defaults of 150 "
-                             "make the keyed heads wide and slow on a CPU)")
-    parser.add_argument("--rounding-lengths", type=int, nargs="*", default=[100, 1000, 3000, 10000],
-                        help="input lengths of the rounding study (none: skip it)")
+    parser.add_argument(
+        "--alphabet-size",
+        type=int,
+        default=16,
+        help="symbols of the tasks that take an alphabet size (default 16; the defaults of 150 "
+        "make the keyed heads wide and slow on a CPU)",
+    )
+    parser.add_argument(
+        "--rounding-lengths",
+        type=int,
+        nargs="*",
+        default=[100, 1000, 3000, 10000],
+        help="input lengths of the rounding study (none: skip it)",
+    )
     parser.add_argument("--rounding-dtypes", nargs="+", default=["float32", "float64"], choices=("float32", "float64"))
     parser.add_argument("--seed", type=int, default=0, help="seed of the strings (default 0)")
-    parser.add_argument("--trained", type=Path, nargs="*", default=[], metavar="RUN_DIR",
-                        help="length_gen.py run folders whose trained models are scored beside the compiled witness "
-                             "of the same encoding, on the same strings")
-    parser.add_argument("--trained-lengths", type=int, nargs="+", default=[10, 20, 30, 40, 64],
-                        help="input lengths for the trained comparison (default 10 20 30 40 64)")
-    parser.add_argument("--append", action="store_true",
-                        help="add this run's records to the folder's metrics.jsonl instead of starting it afresh")
+    parser.add_argument(
+        "--trained",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="RUN_DIR",
+        help="length_gen.py run folders whose trained models are scored beside the compiled witness "
+        "of the same encoding, on the same strings",
+    )
+    parser.add_argument(
+        "--trained-lengths",
+        type=int,
+        nargs="+",
+        default=[10, 20, 30, 40, 64],
+        help="input lengths for the trained comparison (default 10 20 30 40 64)",
+    )
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add this run's records to the folder's metrics.jsonl instead of starting it afresh",
+    )
     parser.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="rebuild the report of a finished run")
     args = parser.parse_args(argv)
     if "float64" in args.rounding_dtypes and args.rounding_lengths:
@@ -66,10 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if (args.out / "metrics.jsonl").exists() and not args.append:
         (args.out / "metrics.jsonl").unlink()  # a fresh run: every record below is recomputed
-    settings = {k: ([str(p) for p in v] if k == "trained" else str(v) if isinstance(v, Path) else v)
-                for k, v in vars(args).items()}
-    write_json(args.out / ("config.json" if not args.append else f"config-append-{len(list(args.out.glob('config*')))}.json"),
-               settings)
+    settings = {
+        k: ([str(p) for p in v] if k == "trained" else str(v) if isinstance(v, Path) else v)
+        for k, v in vars(args).items()
+    }
+    write_json(
+        args.out / ("config.json" if not args.append else f"config-append-{len(list(args.out.glob('config*')))}.json"),
+        settings,
+    )
     records = witness_records(args.lengths, args.samples, args.seed, args.alphabet_size, args.tasks)
     if args.rounding_lengths:
         records = chain(records, rounding_records(args.rounding_lengths, args.samples, args.seed, args.rounding_dtypes))

@@ -29,8 +29,18 @@ import time
 from pathlib import Path
 
 from crasp.tasks import RETRIEVAL_AND_COPYING
-from crasplab.cli.arguments import (DistinctValues, HelpFormatter, add_length_flags, add_model_flag, add_preset_flag,
-                                    add_run_folder_flags, add_setting_flags, at_least, chosen_preset, fraction)
+from crasplab.cli.arguments import (
+    DistinctValues,
+    HelpFormatter,
+    add_length_flags,
+    add_model_flag,
+    add_preset_flag,
+    add_run_folder_flags,
+    add_setting_flags,
+    at_least,
+    chosen_preset,
+    fraction,
+)
 from crasplab.cli.experiment import Experiment, Report, run_experiment
 from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET
 from crasplab.incontext.greedy import answer_budget, check_answers_fit
@@ -57,14 +67,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     add_model_flag(parser, "smollm2", NAMED_MODELS)
     add_preset_flag(parser, PRESETS)
-    parser.add_argument("--tasks", nargs="+", action=DistinctValues, default=None, choices=RETRIEVAL_AND_COPYING,
-                        metavar="CODE", help=f"task codes (default: the preset's); accepted: "
-                                             f"{', '.join(RETRIEVAL_AND_COPYING)}")
-    parser.add_argument("--seed", type=at_least(0), default=0,
-                        help="fixes the training prompts, the test prompts and the LoRA initialization")
-    parser.add_argument("--threshold", type=fraction, default=None,
-                        help="a fine-tuned model generalizes when its accuracy on the last bin is at least this "
-                             f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        action=DistinctValues,
+        default=None,
+        choices=RETRIEVAL_AND_COPYING,
+        metavar="CODE",
+        help=f"task codes (default: the preset's); accepted: {', '.join(RETRIEVAL_AND_COPYING)}",
+    )
+    parser.add_argument(
+        "--seed",
+        type=at_least(0),
+        default=0,
+        help="fixes the training prompts, the test prompts and the LoRA initialization",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=fraction,
+        default=None,
+        help="a fine-tuned model generalizes when its accuracy on the last bin is at least this "
+        f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)",
+    )
     add_run_folder_flags(parser, "runs/finetune/<model name>-<preset>")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     settings = parser.add_argument_group("settings (default: the preset's)")
@@ -82,9 +106,14 @@ def settings_from(args: argparse.Namespace) -> FinetuneSettings:
         changes["test_bins"] = bins_for_train_lengths(args.train_lengths, preset.config.test_bins)
     if args.test_bins is not None:
         changes["test_bins"] = args.test_bins
-    return FinetuneSettings(model=args.model, preset=preset.name, tasks=tuple(args.tasks or preset.tasks),
-                            seed=args.seed, threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
-                            finetune=preset.config.replace(**changes))
+    return FinetuneSettings(
+        model=args.model,
+        preset=preset.name,
+        tasks=tuple(args.tasks or preset.tasks),
+        seed=args.seed,
+        threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
+        finetune=preset.config.replace(**changes),
+    )
 
 
 def default_out(settings: FinetuneSettings) -> Path:
@@ -97,22 +126,32 @@ def check_against_model(pretrained, settings: FinetuneSettings) -> None:
     training or test batches beyond the machine's memory; and LoRA adapters wider than the model."""
     config = settings.finetune
     if config.method == "lora" and config.lora_rank > pretrained.config.d_model:
-        raise SettingsError(f"--lora-rank {config.lora_rank} is wider than the model ({pretrained.config.d_model}): an "
-                            f"adapter of rank r adds r x (in + out) values per layer; give a rank up to "
-                            f"{pretrained.config.d_model}")
+        raise SettingsError(
+            f"--lora-rank {config.lora_rank} is wider than the model ({pretrained.config.d_model}): an "
+            f"adapter of rank r adds r x (in + out) values per layer; give a rank up to "
+            f"{pretrained.config.d_model}"
+        )
     longest = max(hi for _, hi in config.test_bins)
     for code in settings.tasks:
-        for length, rows, flag, estimate in ((config.train_lengths[1], config.batch_size, "--batch-size", training_bytes),
-                                             (longest, config.eval_batch_size + 1, "--eval-batch-size", decoding_bytes)):
-            items = eval_items(code, [length], config.examples_per_length, settings.seed, config.demonstrations,
-                               config.demo_length)
+        for length, rows, flag, estimate in (
+            (config.train_lengths[1], config.batch_size, "--batch-size", training_bytes),
+            (longest, config.eval_batch_size + 1, "--eval-batch-size", decoding_bytes),
+        ):
+            items = eval_items(
+                code, [length], config.examples_per_length, settings.seed, config.demonstrations, config.demo_length
+            )
             prompts, expected = [item.prompt for item in items], [item.expected for item in items]
-            check_answers_fit(pretrained, prompts, expected,
-                              "--train-lengths or --test-bins, or --demonstrations or --demo-length")
-            positions = max(map(len, pretrained.tokenizer.encode_batch(prompts))) + answer_budget(pretrained.tokenizer,
-                                                                                                  expected)
-            check_batch_memory(estimate(pretrained.config, rows, positions),
-                               f"a batch of {rows} {code} prompts of up to {positions} tokens", flag)
+            check_answers_fit(
+                pretrained, prompts, expected, "--train-lengths or --test-bins, or --demonstrations or --demo-length"
+            )
+            positions = max(map(len, pretrained.tokenizer.encode_batch(prompts))) + answer_budget(
+                pretrained.tokenizer, expected
+            )
+            check_batch_memory(
+                estimate(pretrained.config, rows, positions),
+                f"a batch of {rows} {code} prompts of up to {positions} tokens",
+                flag,
+            )
 
 
 def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> None:
@@ -124,11 +163,20 @@ def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> No
     pretrained = load_with_tokenizer(settings.model, dtype=config.dtype)
     check_against_model(pretrained, settings)
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.monotonic() - started:.1f} s")
-    open_run_folder(out, dict(settings.to_config(), model_path=str(pretrained.path), architecture=pretrained.architecture,
-                              retrieval_alphabet=RETRIEVAL_ALPHABET, copying_alphabet=COPYING_ALPHABET),
-                    may_change=("threshold",))
-    finetune_run = FinetuneRun(out, pretrained, list(settings.tasks), settings.finetune, settings.seed,
-                               show_progress=show_progress)
+    open_run_folder(
+        out,
+        dict(
+            settings.to_config(),
+            model_path=str(pretrained.path),
+            architecture=pretrained.architecture,
+            retrieval_alphabet=RETRIEVAL_ALPHABET,
+            copying_alphabet=COPYING_ALPHABET,
+        ),
+        may_change=("threshold",),
+    )
+    finetune_run = FinetuneRun(
+        out, pretrained, list(settings.tasks), settings.finetune, settings.seed, show_progress=show_progress
+    )
     try:
         finetune_run.run()
     finally:
@@ -138,10 +186,16 @@ def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> No
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    run_experiment(Experiment(settings=lambda: settings_from(args), default_out=default_out,
-                              run=lambda settings, out: run(settings, out, show_progress=not args.no_progress),
-                              report=Report(lambda out: write_report(out, args.threshold), report_markdown)),
-                   out=args.out, report_only=args.report_only)
+    run_experiment(
+        Experiment(
+            settings=lambda: settings_from(args),
+            default_out=default_out,
+            run=lambda settings, out: run(settings, out, show_progress=not args.no_progress),
+            report=Report(lambda out: write_report(out, args.threshold), report_markdown),
+        ),
+        out=args.out,
+        report_only=args.report_only,
+    )
 
 
 if __name__ == "__main__":

@@ -29,12 +29,26 @@ from crasplab.models.positions import POSITIONS
 from crasplab.incontext.memory import FLOAT_BYTES, check_batch_memory, decoding_bytes, training_bytes
 from crasplab.results.files import ResultFileError, read_jsonl
 from crasplab.results.job_folder import RUN_SETTINGS_KEYS, job_folder
-from crasplab.results.length_gen import (DEFAULT_THRESHOLD, check_task_names, collect_metrics, final_evaluations, markdown_table, run_jobs,
-                                         write_report)
+from crasplab.results.length_gen import (
+    DEFAULT_THRESHOLD,
+    check_task_names,
+    collect_metrics,
+    final_evaluations,
+    markdown_table,
+    run_jobs,
+    write_report,
+)
 from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
 from crasplab.results.protocol import next_seeds, predictions_for, protocol_for, write_predictions, write_protocol
-from crasplab.train.config import (PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig, bins_for_train_lengths,
-                                   command_line_settings)
+from crasplab.train.config import (
+    PRESETS,
+    ConfigError,
+    ModelSettings,
+    RunSettings,
+    TrainConfig,
+    bins_for_train_lengths,
+    command_line_settings,
+)
 from crasplab.train.compile_cache import compile_cache_folder
 from crasplab.train.data import sequence_length
 from crasplab.train.loop import Job, TaskSetup
@@ -50,32 +64,66 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pe_type, pe_help = MODEL_FLAGS["pe"]
     parser.add_argument("--pe", type=pe_type, choices=POSITIONS, default="ape", help=pe_help)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                        help="experiment scale; default: paper on an accelerator, quick on a CPU. "
-                             + " ".join(f"{p.name}: {p.description}" for p in PRESETS.values()))
-    parser.add_argument("--tasks", nargs="+", default=None, metavar="CODE", choices=TASK_CODES, action=DistinctValues,
-                        help="task codes (default: the preset's ten retrieval and copying tasks); accepted: "
-                             + ", ".join(TASK_CODES))
-    parser.add_argument("--seeds", nargs="+", type=at_least(0), default=None, metavar="SEED", action=DistinctValues,
-                        help="training seeds (default: the preset's)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="run folder (default: runs/length_gen/<pe>-<preset>)")
-    parser.add_argument("--workers", type=at_least(1), default=None,
-                        help="CPU only: jobs run at once, each in a single-threaded process pinned to one core "
-                             "(default: one per available core)")
-    parser.add_argument("--threshold", type=fraction, default=None,
-                        help="a task generalizes when the mean accuracy of the last bin is at least this "
-                             f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)")
-    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
-                        help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing")
-    parser.add_argument("--protocol", action="store_true",
-                        help="the verdict protocol (preset 'protocol'): its fixed recipe, fresh seeds from 1000 until "
-                             "5 seeds per task fit (APE; 3 for other encodings), per-seed verdicts with intervals and "
-                             "the discrimination check of each test bin, all in the report")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="experiment scale; default: paper on an accelerator, quick on a CPU. "
+        + " ".join(f"{p.name}: {p.description}" for p in PRESETS.values()),
+    )
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        metavar="CODE",
+        choices=TASK_CODES,
+        action=DistinctValues,
+        help="task codes (default: the preset's ten retrieval and copying tasks); accepted: " + ", ".join(TASK_CODES),
+    )
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=at_least(0),
+        default=None,
+        metavar="SEED",
+        action=DistinctValues,
+        help="training seeds (default: the preset's)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/length_gen/<pe>-<preset>)")
+    parser.add_argument(
+        "--workers",
+        type=at_least(1),
+        default=None,
+        help="CPU only: jobs run at once, each in a single-threaded process pinned to one core "
+        "(default: one per available core)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=fraction,
+        default=None,
+        help="a task generalizes when the mean accuracy of the last bin is at least this "
+        f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)",
+    )
+    parser.add_argument(
+        "--report-only",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing",
+    )
+    parser.add_argument(
+        "--protocol",
+        action="store_true",
+        help="the verdict protocol (preset 'protocol'): its fixed recipe, fresh seeds from 1000 until "
+        "5 seeds per task fit (APE; 3 for other encodings), per-seed verdicts with intervals and "
+        "the discrimination check of each test bin, all in the report",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
-    model = parser.add_argument_group("model overrides (default: the preset's; a flag given here applies to every "
-                                      "task, also to one whose model the preset changes)")
+    model = parser.add_argument_group(
+        "model overrides (default: the preset's; a flag given here applies to every "
+        "task, also to one whose model the preset changes)"
+    )
     add_setting_flags(model, {name: flag for name, flag in MODEL_FLAGS.items() if name != "pe"}, CHOICES)
     train = parser.add_argument_group("training overrides (default: the preset's)")
     add_length_flags(train, "1-10,11-20,21-30")
@@ -99,22 +147,38 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         changes["test_bins"] = args.test_bins or bins_for_train_lengths(args.train_lengths, preset.train.test_bins)
     model_changes = {name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None}
     tasks = tuple(args.tasks or preset.tasks)
-    return RunSettings(preset=preset.name, tasks=tasks, seeds=tuple(args.seeds or preset.seeds),
-                       threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
-                       model=preset.model.replace(**model_changes),
-                       train={task: preset.train_for(task, **changes) for task in tasks},
-                       task_overrides={task: preset.overrides_for(task) for task in tasks},
-                       model_overrides={task: changed for task in tasks
-                                        if (changed := preset.model_changes_for(task, **model_changes))})
+    return RunSettings(
+        preset=preset.name,
+        tasks=tasks,
+        seeds=tuple(args.seeds or preset.seeds),
+        threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
+        model=preset.model.replace(**model_changes),
+        train={task: preset.train_for(task, **changes) for task in tasks},
+        task_overrides={task: preset.overrides_for(task) for task in tasks},
+        model_overrides={
+            task: changed for task in tasks if (changed := preset.model_changes_for(task, **model_changes))
+        },
+    )
 
 
 def make_jobs(settings: RunSettings, run_dir: Path, seeds_by_task: dict[str, list[int]] | None = None) -> list[Job]:
     """The run's jobs: every task with every seed, or the seeds `seeds_by_task` names."""
-    pairs = (run_jobs(settings.tasks, settings.seeds) if seeds_by_task is None
-             else [(task, seed) for task, seeds in seeds_by_task.items() for seed in seeds])
-    return [Job(task_code=task, seed=seed, model=settings.model_for(task), train=settings.train[task],
-                task_overrides=settings.task_overrides[task], out_dir=str(job_folder(run_dir, task, seed)))
-            for task, seed in pairs]
+    pairs = (
+        run_jobs(settings.tasks, settings.seeds)
+        if seeds_by_task is None
+        else [(task, seed) for task, seeds in seeds_by_task.items() for seed in seeds]
+    )
+    return [
+        Job(
+            task_code=task,
+            seed=seed,
+            model=settings.model_for(task),
+            train=settings.train[task],
+            task_overrides=settings.task_overrides[task],
+            out_dir=str(job_folder(run_dir, task, seed)),
+        )
+        for task, seed in pairs
+    ]
 
 
 def check_jobs(jobs: list[Job], run_dir: Path, protocol=None) -> None:
@@ -127,11 +191,15 @@ def check_jobs(jobs: list[Job], run_dir: Path, protocol=None) -> None:
         if protocol is not None:
             per_length = job.train.eval_examples_per_length
             sizes = [per_length * (hi - lo + 1) for lo, hi in setup.bins]
-            if sizes[0] < protocol.min_train_strings or min(sizes[1:], default=protocol.min_bin_strings) < \
-                    protocol.min_bin_strings:
-                raise ConfigError(f"{job.task_code}: the protocol needs {protocol.min_train_strings} training-length "
-                                  f"strings and {protocol.min_bin_strings} per test bin; --eval-examples-per-length "
-                                  f"{per_length} gives {sizes}")
+            if (
+                sizes[0] < protocol.min_train_strings
+                or min(sizes[1:], default=protocol.min_bin_strings) < protocol.min_bin_strings
+            ):
+                raise ConfigError(
+                    f"{job.task_code}: the protocol needs {protocol.min_train_strings} training-length "
+                    f"strings and {protocol.min_bin_strings} per test bin; --eval-examples-per-length "
+                    f"{per_length} gives {sizes}"
+                )
 
 
 def check_job_memory(job: Job, setup: TaskSetup) -> None:
@@ -139,19 +207,30 @@ def check_job_memory(job: Job, setup: TaskSetup) -> None:
     written (a batch of 10^9 sequences used to grow to 4 GB in the worker first)."""
     config = job.model.model_config(len(setup.task.vocab), setup.max_positions)
     # Parameters, gradients and AdamW's two moments of the position table.
-    check_batch_memory(4 * FLOAT_BYTES * setup.max_positions * config.d_model,
-                       f"{job.task_code}: a position table of {setup.max_positions} rows", "--max-positions")
+    check_batch_memory(
+        4 * FLOAT_BYTES * setup.max_positions * config.d_model,
+        f"{job.task_code}: a position table of {setup.max_positions} rows",
+        "--max-positions",
+    )
     train_tokens = sequence_length(setup.task, setup.train_range[1])
     attention = FLOAT_BYTES * job.train.batch_size * config.n_heads * train_tokens**2 * config.n_layers
-    check_batch_memory(training_bytes(config, job.train.batch_size, train_tokens) + attention,
-                       f"{job.task_code}: a training batch of {job.train.batch_size} strings of {train_tokens} tokens",
-                       "--batch-size")
+    check_batch_memory(
+        training_bytes(config, job.train.batch_size, train_tokens) + attention,
+        f"{job.task_code}: a training batch of {job.train.batch_size} strings of {train_tokens} tokens",
+        "--batch-size",
+    )
     test_tokens = sequence_length(setup.task, max(hi for _, hi in setup.bins))
     strings = job.train.eval_examples_per_length * sum(hi - lo + 1 for lo, hi in setup.bins)
-    check_batch_memory(3 * FLOAT_BYTES * strings * test_tokens,
-                       f"{job.task_code}: {strings} test strings of up to {test_tokens} tokens", "--eval-examples-per-length")
-    check_batch_memory(decoding_bytes(config, job.train.eval_batch_size, test_tokens),
-                       f"{job.task_code}: evaluating {job.train.eval_batch_size} strings at once", "the eval batch size")
+    check_batch_memory(
+        3 * FLOAT_BYTES * strings * test_tokens,
+        f"{job.task_code}: {strings} test strings of up to {test_tokens} tokens",
+        "--eval-examples-per-length",
+    )
+    check_batch_memory(
+        decoding_bytes(config, job.train.eval_batch_size, test_tokens),
+        f"{job.task_code}: evaluating {job.train.eval_batch_size} strings at once",
+        "the eval batch size",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,8 +250,10 @@ def report_only(run_dir: Path, threshold: float | None) -> None:
     try:
         settings = RunSettings.from_dict(config)
     except (KeyError, TypeError, ValueError) as error:  # a hand-edited config.json
-        raise RunFolderError(f"{run_dir}/config.json is not the settings of a length_gen run ({type(error).__name__}: "
-                             f"{error}); restore the file the run wrote") from None
+        raise RunFolderError(
+            f"{run_dir}/config.json is not the settings of a length_gen run ({type(error).__name__}: "
+            f"{error}); restore the file the run wrote"
+        ) from None
     # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
     if any((run_dir / task).is_dir() for task in settings.tasks):
         collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
@@ -188,10 +269,15 @@ def train_and_report(args: argparse.Namespace) -> None:
         protocol = protocol_for(settings.model.pe, settings.threshold) if args.protocol else None
         check_jobs(jobs, run_dir, protocol)
         # What the interpreter predicts now is what the report will show, whenever it is rebuilt.
-        predictions = predictions_for(settings.model.pe, settings.tasks,
-                                      {t: c.train_lengths for t, c in settings.train.items()},
-                                      {t: c.test_bins for t, c in settings.train.items()}, settings.task_overrides,
-                                      settings.threshold, with_discrimination=protocol is not None)
+        predictions = predictions_for(
+            settings.model.pe,
+            settings.tasks,
+            {t: c.train_lengths for t, c in settings.train.items()},
+            {t: c.test_bins for t, c in settings.train.items()},
+            settings.task_overrides,
+            settings.threshold,
+            with_discrimination=protocol is not None,
+        )
         open_run_folder(run_dir, settings.to_dict(), may_change=("threshold",))
         if protocol is not None:
             write_protocol(run_dir, protocol)
@@ -213,14 +299,18 @@ def train_and_report(args: argparse.Namespace) -> None:
     print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
     print(markdown_table(summary))
     if protocol is None:
-        print(f"agreement: {summary['agreements']} of {summary['judged']}, from {len(settings.seeds)} seed(s) per task. "
-              "One seed is one draw of the training (and of this machine's arithmetic); --protocol gives per-seed "
-              "verdicts over fresh seeds.")
+        print(
+            f"agreement: {summary['agreements']} of {summary['judged']}, from {len(settings.seeds)} seed(s) per task. "
+            "One seed is one draw of the training (and of this machine's arithmetic); --protocol gives per-seed "
+            "verdicts over fresh seeds."
+        )
     else:
         last = [row["bins"][-1] for row in summary["protocol"]["rows"] if row["bins"]]
         counted = [b for b in last if b["agrees"] is not None]
-        print(f"protocol verdicts at the last bin: {sum(b['agrees'] for b in counted)} of {len(counted)} counted agree "
-              f"(report.md has every seed's interval)")
+        print(
+            f"protocol verdicts at the last bin: {sum(b['agrees'] for b in counted)} of {len(counted)} counted agree "
+            f"(report.md has every seed's interval)"
+        )
 
 
 def run_protocol_rounds(settings: RunSettings, run_dir: Path, protocol, engine, show_progress: bool) -> list[Job]:

@@ -60,7 +60,15 @@ from crasplab.incontext.formal_prompts import Demonstrations, cell_items
 from crasplab.incontext.greedy import answer_lines
 from crasplab.incontext.memory import check_prompt_count
 from crasplab.incontext.settings import ABLATIONS, MechanismSettings
-from crasplab.models.analysis import (SCORES, AnswerBatch, ablation, ablation_plan, answer_exact, head_scores, reference_means)
+from crasplab.models.analysis import (
+    SCORES,
+    AnswerBatch,
+    ablation,
+    ablation_plan,
+    answer_exact,
+    head_scores,
+    reference_means,
+)
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
 from crasplab.results.files import read_jsonl, write_json, write_jsonl
 from crasplab.results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
@@ -120,30 +128,53 @@ def pretrained_subject(settings: MechanismSettings) -> Subject:
         for length in settings.lengths:
             items = cell_items(code, length, settings.n, settings.seed, *DEMONSTRATIONS.for_task(code))
             prompt_ids = tokenizer.encode_batch([item.prompt for item in items])
-            answer_ids = [e.ids for e in tokenizer.backend.encode_batch([f" {item.expected}\n" for item in items],
-                                                                        add_special_tokens=False)]
+            answer_ids = [
+                e.ids
+                for e in tokenizer.backend.encode_batch(
+                    [f" {item.expected}\n" for item in items], add_special_tokens=False
+                )
+            ]
 
             def greedy_check(model, exact_N, items=items):
-                checked = items[:settings.greedy_check]
+                checked = items[: settings.greedy_check]
                 if not checked:
                     return 0, 0
-                outputs = answer_lines(pretrained, [i.prompt for i in checked], [i.expected for i in checked],
-                                       newline_id, len(checked))
+                outputs = answer_lines(
+                    pretrained, [i.prompt for i in checked], [i.expected for i in checked], newline_id, len(checked)
+                )
                 return len(checked), sum((o == i.expected) != bool(e) for o, i, e in zip(outputs, checked, exact_N))
 
-            cells.append(Cell(code, f"length {length}", AnswerBatch.from_prompts(prompt_ids, answer_ids, newline_id),
-                              greedy_check))
+            cells.append(
+                Cell(
+                    code, f"length {length}", AnswerBatch.from_prompts(prompt_ids, answer_ids, newline_id), greedy_check
+                )
+            )
     special = tokenizer.special_ids
-    texts = {i: tokenizer.decode([i]) for i in range(min(pretrained.config.vocab_size, tokenizer.backend.get_vocab_size()))
-             if i not in special}
+    texts = {
+        i: tokenizer.decode([i])
+        for i in range(min(pretrained.config.vocab_size, tokenizer.backend.get_vocab_size()))
+        if i not in special
+    }
     candidates = [i for i, text in texts.items() if WORD_TOKEN.fullmatch(text)]
     if len(candidates) < max(settings.periods):
         candidates = [i for i, text in texts.items() if LETTER_TOKEN.fullmatch(text)]
     prefix = (tokenizer.bos_id,) if tokenizer.add_bos and tokenizer.bos_id is not None else ()
-    description = dict(kind="pretrained", model_path=str(pretrained.path), architecture=pretrained.architecture,
-                       demonstrations={code: list(DEMONSTRATIONS.for_task(code)) for code in settings.tasks})
-    return Subject(pretrained.model, description, Path("runs/mechanism") / Path(settings.model).stem,
-                   np.array(candidates), prefix, (), cells, [cell.batch for cell in cells])
+    description = dict(
+        kind="pretrained",
+        model_path=str(pretrained.path),
+        architecture=pretrained.architecture,
+        demonstrations={code: list(DEMONSTRATIONS.for_task(code)) for code in settings.tasks},
+    )
+    return Subject(
+        pretrained.model,
+        description,
+        Path("runs/mechanism") / Path(settings.model).stem,
+        np.array(candidates),
+        prefix,
+        (),
+        cells,
+        [cell.batch for cell in cells],
+    )
 
 
 def check_layers_in_checkpoint(folder: Path) -> None:
@@ -158,12 +189,16 @@ def check_layers_in_checkpoint(folder: Path) -> None:
         with np.load(files.checkpoint_file) as checkpoint:
             arrays = sum(name.startswith("leaf_") for name in checkpoint.files)
     except (ValueError, KeyError, TypeError, OSError) as error:
-        raise TrainedModelError(f"{folder}: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it "
-                                f"({type(error).__name__}: {error}); train the job again") from None
+        raise TrainedModelError(
+            f"{folder}: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it "
+            f"({type(error).__name__}: {error}); train the job again"
+        ) from None
     if n_layers > arrays:
-        raise TrainedModelError(f"{files.job_file} says the model has {n_layers} layers, but {files.checkpoint_file.name} "
-                                f"holds {arrays} arrays in all, fewer than one per layer; the job folder was edited "
-                                "or mixed with another run's: train the job again")
+        raise TrainedModelError(
+            f"{files.job_file} says the model has {n_layers} layers, but {files.checkpoint_file.name} "
+            f"holds {arrays} arrays in all, fewer than one per layer; the job folder was edited "
+            "or mixed with another run's: train the job again"
+        )
 
 
 def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSettings]:
@@ -171,8 +206,10 @@ def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSett
     try:
         by_seed = {folder.name: folder for folder in job_folders(Path(settings.run), settings.task)}
         if f"seed{settings.train_seed}" not in by_seed:
-            raise TrainedModelError(f"{settings.run} trained {settings.task} with {', '.join(by_seed)}, not "
-                                    f"seed{settings.train_seed}; choose one of those with --train-seed")
+            raise TrainedModelError(
+                f"{settings.run} trained {settings.task} with {', '.join(by_seed)}, not "
+                f"seed{settings.train_seed}; choose one of those with --train-seed"
+            )
         folder = by_seed[f"seed{settings.train_seed}"]
         check_layers_in_checkpoint(folder)
         trained = load_trained_model(folder)
@@ -180,25 +217,44 @@ def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSett
         raise RunFolderError(str(error)) from None
     examples = settings.examples_per_length or trained.job.train.eval_examples_per_length
     settings = settings.replace(examples_per_length=examples)
-    eval_sets = build_eval_sets(trained.task, trained.job.seed, trained.setup.bins, examples, trained.setup.max_positions)
+    eval_sets = build_eval_sets(
+        trained.task, trained.job.seed, trained.setup.bins, examples, trained.setup.max_positions
+    )
 
     def cell(eval_set):
         batch = eval_set.batch
-        return Cell(settings.task, f"{eval_set.lo}-{eval_set.hi}",
-                    AnswerBatch(batch.tokens_BxT, batch.positions_BxT, batch.valid_BxT, batch.loss_mask_BxT > 0),
-                    lambda model, exact_N: (min(settings.greedy_check, len(exact_N)),
-                                            greedy_disagreements(model, eval_set, exact_N, settings.greedy_check)))
+        return Cell(
+            settings.task,
+            f"{eval_set.lo}-{eval_set.hi}",
+            AnswerBatch(batch.tokens_BxT, batch.positions_BxT, batch.valid_BxT, batch.loss_mask_BxT > 0),
+            lambda model, exact_N: (
+                min(settings.greedy_check, len(exact_N)),
+                greedy_disagreements(model, eval_set, exact_N, settings.greedy_check),
+            ),
+        )
 
     cells = [cell(eval_set) for eval_set in eval_sets]
     # What training measured on the same strings at this checkpoint: the unablated model must match it.
     result_file = JobFolder(folder).result_file
     same_strings = examples == trained.job.train.eval_examples_per_length and result_file.is_file()
     recorded = json.loads(result_file.read_text())["bins"] if same_strings else []
-    description = dict(kind="from-scratch", job_folder=str(folder), checkpoint_step=trained.step,
-                       train_range=list(trained.setup.train_range),
-                       recorded_accuracy={f"{b['lo']}-{b['hi']}": b["accuracy"] for b in recorded})
-    subject = Subject(trained.model, description, Path("runs/mechanism") / f"{Path(settings.run).name}-{settings.task}",
-                      np.arange(NUM_SPECIALS, len(trained.task.vocab)), (BOS_ID,), (SEP_ID,), cells, [cells[0].batch])
+    description = dict(
+        kind="from-scratch",
+        job_folder=str(folder),
+        checkpoint_step=trained.step,
+        train_range=list(trained.setup.train_range),
+        recorded_accuracy={f"{b['lo']}-{b['hi']}": b["accuracy"] for b in recorded},
+    )
+    subject = Subject(
+        trained.model,
+        description,
+        Path("runs/mechanism") / f"{Path(settings.run).name}-{settings.task}",
+        np.arange(NUM_SPECIALS, len(trained.task.vocab)),
+        (BOS_ID,),
+        (SEP_ID,),
+        cells,
+        [cells[0].batch],
+    )
     return subject, settings
 
 
@@ -207,24 +263,35 @@ def check_against_model(settings: MechanismSettings, subject: Subject) -> None:
     config = subject.model.config
     heads = config.n_layers * config.n_heads
     if max(settings.k) > heads:
-        raise SettingsError(f"--k {max(settings.k)} is more heads than the model has ({config.n_layers} layers x "
-                            f"{config.n_heads} heads = {heads}); give k from 1 to {heads}")
+        raise SettingsError(
+            f"--k {max(settings.k)} is more heads than the model has ({config.n_layers} layers x "
+            f"{config.n_heads} heads = {heads}); give k from 1 to {heads}"
+        )
     if max(settings.periods) > len(subject.candidates_C):
-        raise SettingsError(f"--periods {max(settings.periods)} needs that many distinct tokens; the model's vocabulary "
-                            f"offers {len(subject.candidates_C)}; give periods up to {len(subject.candidates_C)}")
+        raise SettingsError(
+            f"--periods {max(settings.periods)} needs that many distinct tokens; the model's vocabulary "
+            f"offers {len(subject.candidates_C)}; give periods up to {len(subject.candidates_C)}"
+        )
     # An APE model has no position past its table; a RoPE or NoPE model's context is where its
     # training (and, on this machine, its memory) ends.
-    limit = (f"position table has {config.max_positions} rows" if config.position == "ape"
-             else f"context is {config.max_positions} positions")
+    limit = (
+        f"position table has {config.max_positions} rows"
+        if config.position == "ape"
+        else f"context is {config.max_positions} positions"
+    )
     fixed = len(subject.prefix) + len(subject.separator)
     if fixed + 2 * max(settings.periods) > config.max_positions:
-        raise SettingsError(f"--periods {max(settings.periods)} makes {fixed + 2 * max(settings.periods)}-token "
-                            f"sequences; the model's {limit}; give periods up to {(config.max_positions - fixed) // 2}")
+        raise SettingsError(
+            f"--periods {max(settings.periods)} makes {fixed + 2 * max(settings.periods)}-token "
+            f"sequences; the model's {limit}; give periods up to {(config.max_positions - fixed) // 2}"
+        )
     for cell in subject.cells:
         longest = int(cell.batch.mask_NxT.sum(axis=1).max())
         if longest > config.max_positions:
-            raise SettingsError(f"the {cell.task} prompts at {cell.label} take up to {longest} tokens with their "
-                                f"answers; the model's {limit}; lower --lengths")
+            raise SettingsError(
+                f"the {cell.task} prompts at {cell.label} take up to {longest} tokens with their "
+                f"answers; the model's {limit}; lower --lengths"
+            )
 
 
 def scores_of(settings: MechanismSettings, subject: Subject, out: Path) -> dict:
@@ -232,8 +299,17 @@ def scores_of(settings: MechanismSettings, subject: Subject, out: Path) -> dict:
     if (out / SCORES_FILE).exists():
         return read_scores(out)
     bar = tqdm(total=settings.sequences * len(settings.periods), desc="scores", unit="seq")
-    scores = head_scores(subject.model, subject.candidates_C, list(settings.periods), settings.sequences, settings.seed,
-                         subject.prefix, subject.separator, settings.batch_size, progress=bar.update)
+    scores = head_scores(
+        subject.model,
+        subject.candidates_C,
+        list(settings.periods),
+        settings.sequences,
+        settings.seed,
+        subject.prefix,
+        subject.separator,
+        settings.batch_size,
+        progress=bar.update,
+    )
     bar.close()
     write_json(out / SCORES_FILE, {name: score.as_json() for name, score in scores.items()})
     return read_scores(out)
@@ -262,15 +338,29 @@ def run(settings: MechanismSettings, out: Path) -> None:
     check_against_model(settings, subject)
     print(f"loaded the model in {time.perf_counter() - started:.1f} s; run folder {out}")
     model_config = subject.model.config
-    open_run_folder(out, {**subject.description, **settings.to_config(), "position": model_config.position,
-                          "n_layers": model_config.n_layers, "n_heads": model_config.n_heads,
-                          "candidates": len(subject.candidates_C), "prefix": list(subject.prefix),
-                          "separator": list(subject.separator),
-                          "cells": [[cell.task, cell.label] for cell in subject.cells]},
-                    may_change=settings.RESULTS_UNCHANGED)
+    open_run_folder(
+        out,
+        {
+            **subject.description,
+            **settings.to_config(),
+            "position": model_config.position,
+            "n_layers": model_config.n_layers,
+            "n_heads": model_config.n_heads,
+            "candidates": len(subject.candidates_C),
+            "prefix": list(subject.prefix),
+            "separator": list(subject.separator),
+            "cells": [[cell.task, cell.label] for cell in subject.cells],
+        },
+        may_change=settings.RESULTS_UNCHANGED,
+    )
     scores = scores_of(settings, subject, out)
-    plan = ablation_plan({name: np.array(scores[name]["mean"]) for name in SCORES}, list(settings.ablate),
-                         list(settings.k), settings.draws, settings.seed)
+    plan = ablation_plan(
+        {name: np.array(scores[name]["mean"]) for name in SCORES},
+        list(settings.ablate),
+        list(settings.k),
+        settings.draws,
+        settings.seed,
+    )
     records = read_jsonl(out / ABLATIONS_FILE)
     done = {(r["ablation"], r["k"], r["draw"], r["task"]) for r in records}
     tasks = list(dict.fromkeys(cell.task for cell in subject.cells))
@@ -280,9 +370,15 @@ def run(settings: MechanismSettings, out: Path) -> None:
         means = reference_means(subject.model, subject.reference, settings.batch_size)
     for condition, task in tqdm(pending, desc="ablations", unit="unit"):
         unit_started = time.perf_counter()
-        record = dict(ablation=condition.name, k=condition.k, draw=condition.draw, task=task,
-                      heads=None if condition.heads is None else [list(h) for h in condition.heads],
-                      eligible=condition.eligible, cells=[])
+        record = dict(
+            ablation=condition.name,
+            k=condition.k,
+            draw=condition.draw,
+            task=task,
+            heads=None if condition.heads is None else [list(h) for h in condition.heads],
+            eligible=condition.eligible,
+            cells=[],
+        )
         if condition.heads is not None:
             interventions = ablation(condition.heads, means, subject.model.config)
             for cell in (c for c in subject.cells if c.task == task):
@@ -294,62 +390,146 @@ def run(settings: MechanismSettings, out: Path) -> None:
         record["seconds"] = round(time.perf_counter() - unit_started, 2)
         records.append(record)
         write_jsonl(out / ABLATIONS_FILE, records)
-    print(f"wall time {time.perf_counter() - started:.1f} s" if pending else "nothing left to evaluate; rebuilding the report")
+    print(
+        f"wall time {time.perf_counter() - started:.1f} s"
+        if pending
+        else "nothing left to evaluate; rebuilding the report"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     subject = parser.add_argument_group("the model (one of --model and --run)")
     add_model_flag(subject, None, NAMED_MODELS, " (None: smollm2, unless --run)")
-    subject.add_argument("--run", type=Path, default=None,
-                         help="a run folder of experiments/length_gen.py: analyse its model of --task")
-    subject.add_argument("--task", choices=TASK_CODES, metavar="CODE", default="UF",
-                         help="with --run: the task whose model is analysed and evaluated")
+    subject.add_argument(
+        "--run", type=Path, default=None, help="a run folder of experiments/length_gen.py: analyse its model of --task"
+    )
+    subject.add_argument(
+        "--task",
+        choices=TASK_CODES,
+        metavar="CODE",
+        default="UF",
+        help="with --run: the task whose model is analysed and evaluated",
+    )
     subject.add_argument("--train-seed", type=at_least(0), default=0, help="with --run: the seed of the model")
-    subject.add_argument("--examples-per-length", type=at_least(1), default=None,
-                         help="with --run: test strings per input length (None: as many as its training evaluated)")
+    subject.add_argument(
+        "--examples-per-length",
+        type=at_least(1),
+        default=None,
+        help="with --run: test strings per input length (None: as many as its training evaluated)",
+    )
     prompts = parser.add_argument_group("pretrained models: the few-shot prompts of experiments/pretrained.py")
-    prompts.add_argument("--tasks", nargs="+", action=DistinctValues, default=list(PRETRAINED_DEFAULTS.tasks),
-                         choices=RETRIEVAL_AND_COPYING, metavar="CODE", help="task codes")
-    prompts.add_argument("--lengths", nargs="+", action=DistinctValues, type=at_least(1),
-                         default=list(PRETRAINED_DEFAULTS.lengths), metavar="L", help="test input lengths")
+    prompts.add_argument(
+        "--tasks",
+        nargs="+",
+        action=DistinctValues,
+        default=list(PRETRAINED_DEFAULTS.tasks),
+        choices=RETRIEVAL_AND_COPYING,
+        metavar="CODE",
+        help="task codes",
+    )
+    prompts.add_argument(
+        "--lengths",
+        nargs="+",
+        action=DistinctValues,
+        type=at_least(1),
+        default=list(PRETRAINED_DEFAULTS.lengths),
+        metavar="L",
+        help="test input lengths",
+    )
     prompts.add_argument("--n", type=at_least(1), default=PRETRAINED_DEFAULTS.n, help="prompts per task and length")
     analysis = parser.add_argument_group("scores and ablations")
-    analysis.add_argument("--periods", nargs="+", action=DistinctValues, type=at_least(2),
-                          default=list(PRETRAINED_DEFAULTS.periods), metavar="T",
-                          help="periods of the repeated random sequences")
-    analysis.add_argument("--sequences", type=at_least(2), default=PRETRAINED_DEFAULTS.sequences,
-                          help="random sequences per period")
-    analysis.add_argument("--ablate", nargs="+", action=DistinctValues, choices=SCORES,
-                          default=list(PRETRAINED_DEFAULTS.ablate),
-                          metavar="SCORE", help=f"scores whose top heads are removed; any of {', '.join(SCORES)}")
-    analysis.add_argument("--k", nargs="+", action=DistinctValues, type=at_least(1), default=None, metavar="K",
-                          help="numbers of heads removed (None: 4 16 for a pretrained model, 1 2 from scratch)")
-    analysis.add_argument("--draws", type=at_least(0), default=PRETRAINED_DEFAULTS.draws,
-                          help="random-head controls per k")
-    analysis.add_argument("--ablation", choices=ABLATIONS, default=PRETRAINED_DEFAULTS.ablation,
-                          help="what a removed head outputs: its mean over the reference batch, or zeros")
-    analysis.add_argument("--greedy-check", type=at_least(0), default=PRETRAINED_DEFAULTS.greedy_check,
-                          help="strings per cell also decoded greedily (unablated model) to cross-check teacher forcing")
-    parser.add_argument("--seed", type=at_least(0), default=PRETRAINED_DEFAULTS.seed,
-                        help="fixes the sequences, prompts and random draws")
-    parser.add_argument("--batch-size", type=at_least(1), default=PRETRAINED_DEFAULTS.batch_size,
-                        help="strings per forward pass")
+    analysis.add_argument(
+        "--periods",
+        nargs="+",
+        action=DistinctValues,
+        type=at_least(2),
+        default=list(PRETRAINED_DEFAULTS.periods),
+        metavar="T",
+        help="periods of the repeated random sequences",
+    )
+    analysis.add_argument(
+        "--sequences", type=at_least(2), default=PRETRAINED_DEFAULTS.sequences, help="random sequences per period"
+    )
+    analysis.add_argument(
+        "--ablate",
+        nargs="+",
+        action=DistinctValues,
+        choices=SCORES,
+        default=list(PRETRAINED_DEFAULTS.ablate),
+        metavar="SCORE",
+        help=f"scores whose top heads are removed; any of {', '.join(SCORES)}",
+    )
+    analysis.add_argument(
+        "--k",
+        nargs="+",
+        action=DistinctValues,
+        type=at_least(1),
+        default=None,
+        metavar="K",
+        help="numbers of heads removed (None: 4 16 for a pretrained model, 1 2 from scratch)",
+    )
+    analysis.add_argument(
+        "--draws", type=at_least(0), default=PRETRAINED_DEFAULTS.draws, help="random-head controls per k"
+    )
+    analysis.add_argument(
+        "--ablation",
+        choices=ABLATIONS,
+        default=PRETRAINED_DEFAULTS.ablation,
+        help="what a removed head outputs: its mean over the reference batch, or zeros",
+    )
+    analysis.add_argument(
+        "--greedy-check",
+        type=at_least(0),
+        default=PRETRAINED_DEFAULTS.greedy_check,
+        help="strings per cell also decoded greedily (unablated model) to cross-check teacher forcing",
+    )
+    parser.add_argument(
+        "--seed",
+        type=at_least(0),
+        default=PRETRAINED_DEFAULTS.seed,
+        help="fixes the sequences, prompts and random draws",
+    )
+    parser.add_argument(
+        "--batch-size", type=at_least(1), default=PRETRAINED_DEFAULTS.batch_size, help="strings per forward pass"
+    )
     add_run_folder_flags(parser, "runs/mechanism/<model name> or runs/mechanism/<run name>-<task>", "the figures")
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> MechanismSettings:
     """The settings of a pretrained model's analysis (--model), or of a from-scratch model's (--run)."""
-    shared = dict(periods=tuple(args.periods), sequences=args.sequences, ablate=tuple(args.ablate),
-                  draws=args.draws, ablation=args.ablation, greedy_check=args.greedy_check, seed=args.seed,
-                  batch_size=args.batch_size)
+    shared = dict(
+        periods=tuple(args.periods),
+        sequences=args.sequences,
+        ablate=tuple(args.ablate),
+        draws=args.draws,
+        ablation=args.ablation,
+        greedy_check=args.greedy_check,
+        seed=args.seed,
+        batch_size=args.batch_size,
+    )
     if args.run is None:
-        return MechanismSettings(model=args.model or PRETRAINED_DEFAULTS.model, tasks=tuple(args.tasks),
-                                 lengths=tuple(args.lengths), n=args.n, k=tuple(sorted(args.k or (4, 16))), **shared)
-    return MechanismSettings(model=None, tasks=None, lengths=None, n=None, run=str(args.run), task=args.task,
-                             train_seed=args.train_seed, examples_per_length=args.examples_per_length,
-                             k=tuple(sorted(args.k or (1, 2))), **shared)
+        return MechanismSettings(
+            model=args.model or PRETRAINED_DEFAULTS.model,
+            tasks=tuple(args.tasks),
+            lengths=tuple(args.lengths),
+            n=args.n,
+            k=tuple(sorted(args.k or (4, 16))),
+            **shared,
+        )
+    return MechanismSettings(
+        model=None,
+        tasks=None,
+        lengths=None,
+        n=None,
+        run=str(args.run),
+        task=args.task,
+        train_seed=args.train_seed,
+        examples_per_length=args.examples_per_length,
+        k=tuple(sorted(args.k or (1, 2))),
+        **shared,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -357,9 +537,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.run is not None and args.model is not None:
         parser.error("give --model (a pretrained model) or --run (a from-scratch run), not both")
-    run_experiment(Experiment(settings=lambda: settings_from(args), default_out=default_out, run=run,
-                              report=Report(write_report, report_markdown)),
-                   out=args.out, report_only=args.report_only)
+    run_experiment(
+        Experiment(
+            settings=lambda: settings_from(args),
+            default_out=default_out,
+            run=run,
+            report=Report(write_report, report_markdown),
+        ),
+        out=args.out,
+        report_only=args.report_only,
+    )
 
 
 if __name__ == "__main__":

@@ -37,23 +37,46 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pes", nargs="+", choices=ENCODINGS, default=list(ENCODINGS), help="position encodings")
     parser.add_argument("--seeds", nargs="+", type=at_least(0), default=None, help="seeds (default: the preset's)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                        help="compute dtype (default: the preset's; decide with benchmarks/paper_preset_dtypes.py)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="compute dtype (default: the preset's; decide with benchmarks/paper_preset_dtypes.py)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs") / "paper", help="one run folder per encoding in here")
-    parser.add_argument("--workers", type=at_least(1), default=None,
-                        help="jobs at once on this machine's cores or a private Ray cluster (default: one per core)")
-    parser.add_argument("--dry-run", action="store_true", help="print the jobs, their placement and the estimated "
-                        "time; train nothing")
-    parser.add_argument("--step-seconds", type=float, default=None,
-                        help="with --dry-run: seconds per training step for every job, instead of measuring")
+    parser.add_argument(
+        "--workers",
+        type=at_least(1),
+        default=None,
+        help="jobs at once on this machine's cores or a private Ray cluster (default: one per core)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the jobs, their placement and the estimated time; train nothing"
+    )
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=None,
+        help="with --dry-run: seconds per training step for every job, instead of measuring",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
     return parser
 
 
 def length_gen_arguments(args: argparse.Namespace, pe: str) -> list[str]:
-    arguments = ["--pe", pe, "--preset", "paper", "--out", str(args.out / pe), "--engine", args.engine,
-                 "--gpu-share", str(args.gpu_share)]
+    arguments = [
+        "--pe",
+        pe,
+        "--preset",
+        "paper",
+        "--out",
+        str(args.out / pe),
+        "--engine",
+        args.engine,
+        "--gpu-share",
+        str(args.gpu_share),
+    ]
     arguments += ["--seeds", *map(str, args.seeds)] if args.seeds else []
     arguments += ["--dtype", args.dtype] if args.dtype else []
     arguments += ["--ray-address", args.ray_address] if args.ray_address else []

@@ -53,10 +53,12 @@ def prompt_batches(settings: PretrainedSettings) -> list[list[dict]]:
     batches = []
     for length in settings.lengths:
         for kind in (RETRIEVAL_CODES, COPYING_CODES):
-            cell = [dict(task=item.task, length=item.length, index=item.index, prompt=item.prompt, expected=item.expected)
-                    for code in settings.tasks if code in kind
-                    for item in cell_items(code, length, settings.n, settings.seed,
-                                           *settings.demonstrations.for_task(code))]
+            cell = [
+                dict(task=item.task, length=item.length, index=item.index, prompt=item.prompt, expected=item.expected)
+                for code in settings.tasks
+                if code in kind
+                for item in cell_items(code, length, settings.n, settings.seed, *settings.demonstrations.for_task(code))
+            ]
             batches += in_batches(cell, settings.batch_size)
     return batches
 
@@ -65,12 +67,20 @@ def check_batches(pretrained, batches: list[list[dict]], batch_size: int) -> Non
     """Refuse prompts and answers beyond the model's context, or batches beyond the machine's memory."""
     for batch in batches:
         prompts, expected = [entry["prompt"] for entry in batch], [entry["expected"] for entry in batch]
-        check_answers_fit(pretrained, prompts, expected,
-                          "--lengths, or the --retrieval-/--copying-demonstrations and -demo-length flags")
-        positions = max(map(len, pretrained.tokenizer.encode_batch(prompts))) + answer_budget(pretrained.tokenizer,
-                                                                                              expected)
-        check_batch_memory(decoding_bytes(pretrained.config, batch_size + 1, positions),
-                           f"decoding {batch_size + 1} prompts of up to {positions} tokens at once", "--batch-size")
+        check_answers_fit(
+            pretrained,
+            prompts,
+            expected,
+            "--lengths, or the --retrieval-/--copying-demonstrations and -demo-length flags",
+        )
+        positions = max(map(len, pretrained.tokenizer.encode_batch(prompts))) + answer_budget(
+            pretrained.tokenizer, expected
+        )
+        check_batch_memory(
+            decoding_bytes(pretrained.config, batch_size + 1, positions),
+            f"decoding {batch_size + 1} prompts of up to {positions} tokens at once",
+            "--batch-size",
+        )
 
 
 def run(settings: PretrainedSettings, out: Path) -> None:
@@ -82,57 +92,127 @@ def run(settings: PretrainedSettings, out: Path) -> None:
     newline_id = pretrained.tokenizer.encode("\n")[-1]
 
     def answer(batch: list[dict]) -> list[dict]:
-        outputs = answer_lines(pretrained, [entry["prompt"] for entry in batch], [entry["expected"] for entry in batch],
-                               newline_id, settings.batch_size)
-        return [dict(entry, output=output, correct=output == entry["expected"]) for entry, output in zip(batch, outputs)]
+        outputs = answer_lines(
+            pretrained,
+            [entry["prompt"] for entry in batch],
+            [entry["expected"] for entry in batch],
+            newline_id,
+            settings.batch_size,
+        )
+        return [
+            dict(entry, output=output, correct=output == entry["expected"]) for entry, output in zip(batch, outputs)
+        ]
 
     batches = prompt_batches(settings)
     check_batches(pretrained, batches, settings.batch_size)
-    config = dict(settings.to_config(), model_path=str(pretrained.path), architecture=pretrained.architecture,
-                  retrieval_alphabet=RETRIEVAL_ALPHABET, copying_alphabet=COPYING_ALPHABET)
-    answer_pending(out, config, batches, answer, lambda record: (record["task"], record["length"], record["index"]),
-                   started, RESULTS_FILE, may_change=settings.RESULTS_UNCHANGED)
+    config = dict(
+        settings.to_config(),
+        model_path=str(pretrained.path),
+        architecture=pretrained.architecture,
+        retrieval_alphabet=RETRIEVAL_ALPHABET,
+        copying_alphabet=COPYING_ALPHABET,
+    )
+    answer_pending(
+        out,
+        config,
+        batches,
+        answer,
+        lambda record: (record["task"], record["length"], record["index"]),
+        started,
+        RESULTS_FILE,
+        may_change=settings.RESULTS_UNCHANGED,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     add_model_flag(parser, DEFAULTS.model, NAMED_MODELS)
-    parser.add_argument("--tasks", nargs="+", action=DistinctValues, default=list(TASKS), choices=TASKS, metavar="CODE",
-                        help="task codes")
-    parser.add_argument("--lengths", nargs="+", action=DistinctValues, type=int, default=list(DEFAULTS.lengths),
-                        metavar="L", help="test input lengths (context length for retrieval, source length for "
-                                          "copying); unique copying needs L <= 52")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        action=DistinctValues,
+        default=list(TASKS),
+        choices=TASKS,
+        metavar="CODE",
+        help="task codes",
+    )
+    parser.add_argument(
+        "--lengths",
+        nargs="+",
+        action=DistinctValues,
+        type=int,
+        default=list(DEFAULTS.lengths),
+        metavar="L",
+        help="test input lengths (context length for retrieval, source length for "
+        "copying); unique copying needs L <= 52",
+    )
     parser.add_argument("--n", type=at_least(1), default=DEFAULTS.n, help="prompts per task and length")
     parser.add_argument("--seed", type=at_least(0), default=DEFAULTS.seed, help="fixes every prompt")
-    parser.add_argument("--batch-size", type=at_least(1), default=DEFAULTS.batch_size,
-                        help="prompts decoded together (plus one filler row that fixes the compiled shape)")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=DEFAULTS.dtype,
-                        help="compute dtype (parameters stay float32)")
-    parser.add_argument("--retrieval-demonstrations", type=at_least(1), default=DEFAULTS.retrieval_demonstrations,
-                        help="demonstrations before a retrieval item")
-    parser.add_argument("--retrieval-demo-length", type=at_least(1), default=DEFAULTS.retrieval_demo_length,
-                        help="context length of retrieval demonstrations")
-    parser.add_argument("--copying-demonstrations", type=at_least(1), default=DEFAULTS.copying_demonstrations,
-                        help="demonstrations before a copying item")
-    parser.add_argument("--copying-demo-length", type=at_least(1), default=DEFAULTS.copying_demo_length,
-                        help="source length of copying demonstrations")
+    parser.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=DEFAULTS.batch_size,
+        help="prompts decoded together (plus one filler row that fixes the compiled shape)",
+    )
+    parser.add_argument(
+        "--dtype", choices=tuple(DTYPES), default=DEFAULTS.dtype, help="compute dtype (parameters stay float32)"
+    )
+    parser.add_argument(
+        "--retrieval-demonstrations",
+        type=at_least(1),
+        default=DEFAULTS.retrieval_demonstrations,
+        help="demonstrations before a retrieval item",
+    )
+    parser.add_argument(
+        "--retrieval-demo-length",
+        type=at_least(1),
+        default=DEFAULTS.retrieval_demo_length,
+        help="context length of retrieval demonstrations",
+    )
+    parser.add_argument(
+        "--copying-demonstrations",
+        type=at_least(1),
+        default=DEFAULTS.copying_demonstrations,
+        help="demonstrations before a copying item",
+    )
+    parser.add_argument(
+        "--copying-demo-length",
+        type=at_least(1),
+        default=DEFAULTS.copying_demo_length,
+        help="source length of copying demonstrations",
+    )
     add_run_folder_flags(parser, "runs/pretrained/<model name>")
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> PretrainedSettings:
     return PretrainedSettings(
-        model=args.model, tasks=tuple(args.tasks), lengths=tuple(args.lengths), n=args.n, seed=args.seed,
-        batch_size=args.batch_size, dtype=args.dtype, retrieval_demonstrations=args.retrieval_demonstrations,
-        retrieval_demo_length=args.retrieval_demo_length, copying_demonstrations=args.copying_demonstrations,
-        copying_demo_length=args.copying_demo_length)
+        model=args.model,
+        tasks=tuple(args.tasks),
+        lengths=tuple(args.lengths),
+        n=args.n,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        retrieval_demonstrations=args.retrieval_demonstrations,
+        retrieval_demo_length=args.retrieval_demo_length,
+        copying_demonstrations=args.copying_demonstrations,
+        copying_demo_length=args.copying_demo_length,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    run_experiment(Experiment(settings=lambda: settings_from(args), default_out=default_out, run=run,
-                              report=Report(write_report, report_markdown)),
-                   out=args.out, report_only=args.report_only)
+    run_experiment(
+        Experiment(
+            settings=lambda: settings_from(args),
+            default_out=default_out,
+            run=run,
+            report=Report(write_report, report_markdown),
+        ),
+        out=args.out,
+        report_only=args.report_only,
+    )
 
 
 if __name__ == "__main__":

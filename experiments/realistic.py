@@ -35,12 +35,18 @@ import sys
 import time
 from pathlib import Path
 
-from crasplab.cli.arguments import (DistinctValues, HelpFormatter, add_model_flag, add_run_folder_flags, at_least,
-                                    fraction)
+from crasplab.cli.arguments import (
+    DistinctValues,
+    HelpFormatter,
+    add_model_flag,
+    add_run_folder_flags,
+    at_least,
+    fraction,
+)
 from crasplab.cli.experiment import Experiment, Report, run_experiment
 from crasplab.incontext.answering import answer_pending, in_batches
 from crasplab.incontext.directions import DIRECTIONS
-from crasplab.incontext.git_history import COMMANDS, git_items
+from crasplab.incontext.git_history import git_items
 from crasplab.incontext.greedy import ContextError, answer_lines, check_answers_fit, check_context, continuation_lines
 from crasplab.incontext.lorem import LoremSettings as LoremText
 from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes
@@ -65,17 +71,22 @@ def check_sizes(pretrained, sizes: tuple[int, ...], positions_per_unit: float, f
     context = pretrained.config.max_positions
     too_large = [size for size in sizes if size * positions_per_unit > context]
     if too_large:
-        raise ContextError(f"{flag} {' '.join(map(str, too_large))}: the context of {context} positions of "
-                           f"{pretrained.path} holds {holds.format(math.floor(context / positions_per_unit))} ({why}); "
-                           f"choose smaller {flag}")
+        raise ContextError(
+            f"{flag} {' '.join(map(str, too_large))}: the context of {context} positions of "
+            f"{pretrained.path} holds {holds.format(math.floor(context / positions_per_unit))} ({why}); "
+            f"choose smaller {flag}"
+        )
 
 
 def check_cell(pretrained, prompts: list[str], new_tokens: int, batch_size: int, flags: str) -> None:
     """Refuse a cell whose prompts and answers exceed the context, or whose batches exceed the memory."""
     check_context(pretrained, prompts, new_tokens, flags)
     positions = max(map(len, pretrained.tokenizer.encode_batch(prompts))) + new_tokens
-    check_batch_memory(decoding_bytes(pretrained.config, batch_size + 1, positions),
-                       f"decoding {batch_size + 1} prompts of up to {positions} tokens at once", "--batch-size")
+    check_batch_memory(
+        decoding_bytes(pretrained.config, batch_size + 1, positions),
+        f"decoding {batch_size + 1} prompts of up to {positions} tokens at once",
+        "--batch-size",
+    )
 
 
 def model_facts(pretrained) -> dict:
@@ -90,11 +101,18 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
     started = time.perf_counter()
     pretrained = load_with_tokenizer(settings.model, dtype=settings.dtype)
     tokenizer = pretrained.tokenizer
-    text = LoremText(settings.seed, settings.demonstrations, settings.demo_length, settings.repeat_word,
-                     settings.repeat_sentence)
+    text = LoremText(
+        settings.seed, settings.demonstrations, settings.demo_length, settings.repeat_word, settings.repeat_sentence
+    )
     limit = settings.output_limit
-    check_sizes(pretrained, settings.lengths, 1 + limit, "--lengths", "paragraphs of at most {} tokens",
-                f"each token needs {1 + limit:g} positions: one in the prompt, up to {limit:g} in the copy")
+    check_sizes(
+        pretrained,
+        settings.lengths,
+        1 + limit,
+        "--lengths",
+        "paragraphs of at most {} tokens",
+        f"each token needs {1 + limit:g} positions: one in the prompt, up to {limit:g} in the copy",
+    )
 
     def count(text: str) -> int:
         return len(token_ids(tokenizer, text))
@@ -105,26 +123,53 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
             cell = []
             for item in text.items(DIRECTIONS[name], length, settings.n, count):
                 reference_ids = token_ids(tokenizer, item.reference)
-                cell.append(dict(direction=name, length=length, index=item.index, prompt=item.prompt,
-                                 reference=item.reference, reference_ids=reference_ids,
-                                 reference_pieces=[tokenizer.decode([token]) for token in reference_ids],
-                                 limit=math.ceil(limit * len(reference_ids))))
+                cell.append(
+                    dict(
+                        direction=name,
+                        length=length,
+                        index=item.index,
+                        prompt=item.prompt,
+                        reference=item.reference,
+                        reference_ids=reference_ids,
+                        reference_pieces=[tokenizer.decode([token]) for token in reference_ids],
+                        limit=math.ceil(limit * len(reference_ids)),
+                    )
+                )
             # One decoding budget per cell, whatever is left to do, so every batch of it shares a shape.
             cell_limits[(name, length)] = max(entry["limit"] for entry in cell)
-            check_cell(pretrained, [entry["prompt"] for entry in cell], cell_limits[(name, length)],
-                       settings.batch_size, "--lengths, --demonstrations or --demo-length")
+            check_cell(
+                pretrained,
+                [entry["prompt"] for entry in cell],
+                cell_limits[(name, length)],
+                settings.batch_size,
+                "--lengths, --demonstrations or --demo-length",
+            )
             batches += in_batches(cell, settings.batch_size)
     newline_id = token_ids(tokenizer, "\n")[-1]
 
     def answer(batch: list[dict]) -> list[dict]:
-        outputs = continuation_lines(pretrained, [entry["prompt"] for entry in batch], [entry["limit"] for entry in batch],
-                                     cell_limits[(batch[0]["direction"], batch[0]["length"])], newline_id,
-                                     settings.batch_size)
-        return [dict(entry, output=output, output_ids=token_ids(tokenizer, output)) for entry, output in zip(batch, outputs)]
+        outputs = continuation_lines(
+            pretrained,
+            [entry["prompt"] for entry in batch],
+            [entry["limit"] for entry in batch],
+            cell_limits[(batch[0]["direction"], batch[0]["length"])],
+            newline_id,
+            settings.batch_size,
+        )
+        return [
+            dict(entry, output=output, output_ids=token_ids(tokenizer, output)) for entry, output in zip(batch, outputs)
+        ]
 
-    answer_pending(out, dict(settings.to_config(), **model_facts(pretrained)), batches, answer,
-                   lambda r: (r["direction"], r["length"], r["index"]), started, RESULTS_FILE,
-                   may_change=settings.RESULTS_UNCHANGED)
+    answer_pending(
+        out,
+        dict(settings.to_config(), **model_facts(pretrained)),
+        batches,
+        answer,
+        lambda r: (r["direction"], r["length"], r["index"]),
+        started,
+        RESULTS_FILE,
+        may_change=settings.RESULTS_UNCHANGED,
+    )
 
 
 def run_git(settings: GitRunSettings, out: Path) -> None:
@@ -133,49 +178,107 @@ def run_git(settings: GitRunSettings, out: Path) -> None:
     started = time.perf_counter()
     pretrained = load_with_tokenizer(settings.model, dtype=settings.dtype)
     tokenizer = pretrained.tokenizer
-    check_sizes(pretrained, settings.commits, 2, "--commits", "at most {} commits",
-                "each needs 2 positions at least: its hash in the history and in the answer")
+    check_sizes(
+        pretrained,
+        settings.commits,
+        2,
+        "--commits",
+        "at most {} commits",
+        "each needs 2 positions at least: its hash in the history and in the answer",
+    )
     batches = []
     for commits in settings.commits:
         for command in settings.commands:
-            cell = [dict(command=item.command, commits=commits, index=item.index, prompt=item.prompt, expected=item.expected)
-                    for item in git_items(command, commits, settings.n, settings.seed, settings.examples,
-                                          settings.example_commits)]
-            check_answers_fit(pretrained, [entry["prompt"] for entry in cell], [entry["expected"] for entry in cell],
-                              "--commits, --examples or --example-commits")
+            cell = [
+                dict(
+                    command=item.command, commits=commits, index=item.index, prompt=item.prompt, expected=item.expected
+                )
+                for item in git_items(
+                    command, commits, settings.n, settings.seed, settings.examples, settings.example_commits
+                )
+            ]
+            check_answers_fit(
+                pretrained,
+                [entry["prompt"] for entry in cell],
+                [entry["expected"] for entry in cell],
+                "--commits, --examples or --example-commits",
+            )
             batches += in_batches(cell, settings.batch_size)
     newline_id = token_ids(tokenizer, "\n")[-1]
 
     def answer(batch: list[dict]) -> list[dict]:
-        outputs = answer_lines(pretrained, [entry["prompt"] for entry in batch], [entry["expected"] for entry in batch],
-                               newline_id, settings.batch_size)
-        return [dict(entry, output=output, correct=output.split() == entry["expected"].split())
-                for entry, output in zip(batch, outputs)]
+        outputs = answer_lines(
+            pretrained,
+            [entry["prompt"] for entry in batch],
+            [entry["expected"] for entry in batch],
+            newline_id,
+            settings.batch_size,
+        )
+        return [
+            dict(entry, output=output, correct=output.split() == entry["expected"].split())
+            for entry, output in zip(batch, outputs)
+        ]
 
-    answer_pending(out, dict(settings.to_config(), **model_facts(pretrained)), batches, answer,
-                   lambda r: (r["command"], r["commits"], r["index"]), started, RESULTS_FILE,
-                   may_change=settings.RESULTS_UNCHANGED)
+    answer_pending(
+        out,
+        dict(settings.to_config(), **model_facts(pretrained)),
+        batches,
+        answer,
+        lambda r: (r["command"], r["commits"], r["index"]),
+        started,
+        RESULTS_FILE,
+        may_change=settings.RESULTS_UNCHANGED,
+    )
 
 
-def add_experiment(experiments, shared: argparse.ArgumentParser, name: str, summary: str,
-                   sizes: tuple[str, str], conditions: tuple[str, str], n: str) -> argparse.ArgumentParser:
+def add_experiment(
+    experiments,
+    shared: argparse.ArgumentParser,
+    name: str,
+    summary: str,
+    sizes: tuple[str, str],
+    conditions: tuple[str, str],
+    n: str,
+) -> argparse.ArgumentParser:
     """The subcommand of an experiment that evaluates every condition at every size, n prompts each
     (defaults: the experiment's settings type).
 
     --batch-size defaults to n: on a CPU a decoding step costs about the same for one row as for
     ten (it reads every weight once), so each (size, condition) cell is decoded in one batch."""
     defaults = SETTINGS[name]()
-    parser = experiments.add_parser(name, parents=[shared], formatter_class=HelpFormatter, help=summary,
-                                    description=f"{summary[0].upper()}{summary[1:]} (see the main --help).")
+    parser = experiments.add_parser(
+        name,
+        parents=[shared],
+        formatter_class=HelpFormatter,
+        help=summary,
+        description=f"{summary[0].upper()}{summary[1:]} (see the main --help).",
+    )
     flag, text = sizes
-    parser.add_argument(f"--{flag}", nargs="+", action=DistinctValues, type=at_least(1),
-                        default=list(getattr(defaults, flag)), metavar="N", help=text)
+    parser.add_argument(
+        f"--{flag}",
+        nargs="+",
+        action=DistinctValues,
+        type=at_least(1),
+        default=list(getattr(defaults, flag)),
+        metavar="N",
+        help=text,
+    )
     flag, text = conditions
-    parser.add_argument(f"--{flag}", nargs="+", action=DistinctValues, choices=getattr(defaults, flag),
-                        default=list(getattr(defaults, flag)), help=text)
+    parser.add_argument(
+        f"--{flag}",
+        nargs="+",
+        action=DistinctValues,
+        choices=getattr(defaults, flag),
+        default=list(getattr(defaults, flag)),
+        help=text,
+    )
     parser.add_argument("--n", type=at_least(1), default=defaults.n, help=n)
-    parser.add_argument("--batch-size", type=at_least(1), default=defaults.batch_size,
-                        help="prompts decoded together (plus one filler row that fixes the compiled shape)")
+    parser.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=defaults.batch_size,
+        help="prompts decoded together (plus one filler row that fixes the compiled shape)",
+    )
     return parser
 
 
@@ -183,33 +286,62 @@ def build_parser() -> argparse.ArgumentParser:
     shared = argparse.ArgumentParser(add_help=False)
     add_model_flag(shared, "smollm2", NAMED_MODELS)
     shared.add_argument("--seed", type=at_least(0), default=0, help="fixes every prompt")
-    shared.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="compute dtype (parameters stay float32)")
+    shared.add_argument(
+        "--dtype", choices=tuple(DTYPES), default="float32", help="compute dtype (parameters stay float32)"
+    )
     add_run_folder_flags(shared, "runs/realistic/<experiment>/<model name>")
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     experiments = parser.add_subparsers(dest="experiment", required=True, metavar="{lorem,git}")
     lorem = add_experiment(
-        experiments, shared, "lorem", "lorem-ipsum copying, forward and backward, with the ambiguity analysis",
+        experiments,
+        shared,
+        "lorem",
+        "lorem-ipsum copying, forward and backward, with the ambiguity analysis",
         sizes=("lengths", "paragraph lengths in tokens of the model's tokenizer (the paper goes to 500 and 2000)"),
         conditions=("directions", "forward: in order; backward: word by word, last word first"),
-        n="paragraphs per length (each copied in every direction)")
+        n="paragraphs per length (each copied in every direction)",
+    )
     defaults = LoremRunSettings()
-    lorem.add_argument("--demonstrations", type=at_least(0), default=defaults.demonstrations,
-                       help="demonstration paragraphs in each prompt")
-    lorem.add_argument("--demo-length", type=at_least(1), default=defaults.demo_length,
-                       help="length of a demonstration, in tokens")
-    lorem.add_argument("--repeat-word", type=fraction, default=defaults.repeat_word,
-                       help="probability that a word repeats a word already used")
-    lorem.add_argument("--repeat-sentence", type=fraction, default=defaults.repeat_sentence,
-                       help="probability that a sentence repeats an earlier sentence")
+    lorem.add_argument(
+        "--demonstrations",
+        type=at_least(0),
+        default=defaults.demonstrations,
+        help="demonstration paragraphs in each prompt",
+    )
+    lorem.add_argument(
+        "--demo-length", type=at_least(1), default=defaults.demo_length, help="length of a demonstration, in tokens"
+    )
+    lorem.add_argument(
+        "--repeat-word",
+        type=fraction,
+        default=defaults.repeat_word,
+        help="probability that a word repeats a word already used",
+    )
+    lorem.add_argument(
+        "--repeat-sentence",
+        type=fraction,
+        default=defaults.repeat_sentence,
+        help="probability that a sentence repeats an earlier sentence",
+    )
     git = add_experiment(
-        experiments, shared, "git", "git revert (forward) and cherry-pick (backward) of a synthetic history",
+        experiments,
+        shared,
+        "git",
+        "git revert (forward) and cherry-pick (backward) of a synthetic history",
         sizes=("commits", "commits per history"),
         conditions=("commands", "revert: hashes in the log's order (forward); cherry-pick: reversed (backward)"),
-        n="histories per size (each asked with every command)")
-    git.add_argument("--examples", type=at_least(0), default=GitRunSettings.examples, help="few-shot examples in each prompt")
-    git.add_argument("--example-commits", type=at_least(1), default=GitRunSettings.example_commits,
-                     help="commits in each example history")
+        n="histories per size (each asked with every command)",
+    )
+    git.add_argument(
+        "--examples", type=at_least(0), default=GitRunSettings.examples, help="few-shot examples in each prompt"
+    )
+    git.add_argument(
+        "--example-commits",
+        type=at_least(1),
+        default=GitRunSettings.example_commits,
+        help="commits in each example history",
+    )
     return parser
 
 
@@ -223,12 +355,18 @@ def settings_from(args: argparse.Namespace) -> LoremRunSettings | GitRunSettings
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     experiment = args.experiment
-    run_experiment(Experiment(settings=lambda: settings_from(args),
-                              default_out=lambda settings: Path("runs/realistic") / experiment / Path(settings.model).stem,
-                              run={"lorem": run_lorem, "git": run_git}[experiment],
-                              report=Report(lambda out: write_report(experiment, out),
-                                            lambda summary: report_markdown(experiment, summary))),
-                   out=args.out, report_only=args.report_only)
+    run_experiment(
+        Experiment(
+            settings=lambda: settings_from(args),
+            default_out=lambda settings: Path("runs/realistic") / experiment / Path(settings.model).stem,
+            run={"lorem": run_lorem, "git": run_git}[experiment],
+            report=Report(
+                lambda out: write_report(experiment, out), lambda summary: report_markdown(experiment, summary)
+            ),
+        ),
+        out=args.out,
+        report_only=args.report_only,
+    )
 
 
 if __name__ == "__main__":

@@ -28,11 +28,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as
 
 from crasp.tasks import TASK_CODES  # noqa: E402
 from crasplab.cli.arguments import at_least, length_bins  # noqa: E402
-from crasplab.results.files import ResultFileError, write_json, write_text  # noqa: E402
+from crasplab.results.files import write_json, write_text  # noqa: E402
 from crasplab.results.length_gen import DEFAULT_THRESHOLD, collect_metrics, markdown_table, run_jobs, write_report  # noqa: E402
-from crasplab.results.run_folder import RunFolderError, open_run_folder, read_run_config  # noqa: E402
-from crasplab.results.selection import (GRIDS, SELECTED, Configuration, grid, select_per_task,  # noqa: E402
-                                        selection_markdown, sweep_folder)
+from crasplab.results.run_folder import open_run_folder, read_run_config  # noqa: E402
+from crasplab.results.selection import (
+    GRIDS,
+    SELECTED,
+    Configuration,
+    grid,
+    select_per_task,  # noqa: E402
+    selection_markdown,
+    sweep_folder,
+)
 from crasplab.train.config import PRESETS, ConfigError, RunSettings  # noqa: E402
 from crasplab.train.engines import EngineError, add_engine_flags, engine_settings, run_jobs_on  # noqa: E402
 from crasplab.train.loop import Job, TaskSetup  # noqa: E402
@@ -45,33 +52,77 @@ VERDICT_FOLDER = "verdict"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pe", choices=("ape", "rope", "nope"), default="ape", help="position encoding")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick",
-                        help="training lengths, bins, budgets and sampler parameters per task")
-    parser.add_argument("--tasks", nargs="+", default=None, metavar="CODE", choices=TASK_CODES,
-                        help="task codes (default: the preset's)")
-    parser.add_argument("--grid", choices=sorted(GRIDS), default="huang",
-                        help="the grid: " + "; ".join(f"{name}: " + " x ".join(f"{key} {list(values)}"
-                                                                              for key, values in dims.items())
-                                                       for name, dims in GRIDS.items()))
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="quick",
+        help="training lengths, bins, budgets and sampler parameters per task",
+    )
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        metavar="CODE",
+        choices=TASK_CODES,
+        help="task codes (default: the preset's)",
+    )
+    parser.add_argument(
+        "--grid",
+        choices=sorted(GRIDS),
+        default="huang",
+        help="the grid: "
+        + "; ".join(
+            f"{name}: " + " x ".join(f"{key} {list(values)}" for key, values in dims.items())
+            for name, dims in GRIDS.items()
+        ),
+    )
     parser.add_argument("--layers", type=at_least(1), nargs="+", default=None, help="replace the grid's layer counts")
     parser.add_argument("--heads", type=at_least(1), nargs="+", default=None, help="replace the grid's head counts")
     parser.add_argument("--d-model", type=at_least(1), nargs="+", default=None, help="replace the grid's widths")
     parser.add_argument("--lr", type=float, nargs="+", default=None, help="replace the grid's learning rates")
-    parser.add_argument("--sweep-seeds", type=at_least(0), nargs="+", default=[0], help="seeds of every sweep run "
-                        "(default: 0; the selection uses their mean)")
-    parser.add_argument("--seeds", type=at_least(0), nargs="+", default=None,
-                        help="verdict seeds of each chosen configuration (default: the preset's)")
-    parser.add_argument("--validation-bin", type=length_bins, default=None, metavar="LO-HI",
-                        help="the bin the selection reads (default: the preset's first bin past training, which the "
-                             "verdict never reads: it judges on the last bin)")
-    parser.add_argument("--max-steps", type=at_least(1), default=None,
-                        help="step cap of every run, sweep and verdict (default: the preset's per task)")
+    parser.add_argument(
+        "--sweep-seeds",
+        type=at_least(0),
+        nargs="+",
+        default=[0],
+        help="seeds of every sweep run (default: 0; the selection uses their mean)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=at_least(0),
+        nargs="+",
+        default=None,
+        help="verdict seeds of each chosen configuration (default: the preset's)",
+    )
+    parser.add_argument(
+        "--validation-bin",
+        type=length_bins,
+        default=None,
+        metavar="LO-HI",
+        help="the bin the selection reads (default: the preset's first bin past training, which the "
+        "verdict never reads: it judges on the last bin)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=at_least(1),
+        default=None,
+        help="step cap of every run, sweep and verdict (default: the preset's per task)",
+    )
     parser.add_argument("--select-only", action="store_true", help="stop after the selection; train no verdict seeds")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/sweep/<pe>-<preset>)")
-    parser.add_argument("--workers", type=at_least(1), default=None,
-                        help="jobs at once on this machine's cores or a private Ray cluster (default: one per core)")
-    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
-                        help="recompute the selection (and the verdict's report) of a sweep folder; train nothing")
+    parser.add_argument(
+        "--workers",
+        type=at_least(1),
+        default=None,
+        help="jobs at once on this machine's cores or a private Ray cluster (default: one per core)",
+    )
+    parser.add_argument(
+        "--report-only",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="recompute the selection (and the verdict's report) of a sweep folder; train nothing",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
     return parser
@@ -81,8 +132,12 @@ def sweep_config(args: argparse.Namespace) -> dict:
     """config.json of the sweep."""
     preset = PRESETS[args.preset]
     dims = dict(GRIDS[args.grid])
-    for name, flag in (("n_layers", args.layers), ("n_heads", args.heads), ("d_model", args.d_model),
-                       ("learning_rate", args.lr)):
+    for name, flag in (
+        ("n_layers", args.layers),
+        ("n_heads", args.heads),
+        ("d_model", args.d_model),
+        ("learning_rate", args.lr),
+    ):
         dims[name] = tuple(flag or dims[name])
     configurations = grid(**dims)
     if not configurations:
@@ -90,10 +145,16 @@ def sweep_config(args: argparse.Namespace) -> dict:
     validation = args.validation_bin or preset.train.test_bins[1:2]
     if len(validation) != 1:
         raise ConfigError(f"--validation-bin takes one LO-HI bin, got {len(validation)}")
-    return dict(pe=args.pe, preset=preset.name, tasks=list(args.tasks or preset.tasks),
-                configurations=[asdict(c) for c in configurations], sweep_seeds=list(args.sweep_seeds),
-                validation_bin=list(validation[0]), max_steps=args.max_steps,
-                verdict_seeds=list(args.seeds or preset.seeds))
+    return dict(
+        pe=args.pe,
+        preset=preset.name,
+        tasks=list(args.tasks or preset.tasks),
+        configurations=[asdict(c) for c in configurations],
+        sweep_seeds=list(args.sweep_seeds),
+        validation_bin=list(validation[0]),
+        max_steps=args.max_steps,
+        verdict_seeds=list(args.seeds or preset.seeds),
+    )
 
 
 def train_changes(config: dict) -> dict:
@@ -108,13 +169,28 @@ def sweep_jobs(config: dict, run_dir: Path) -> list[Job]:
         for values in config["configurations"]:
             configuration = Configuration.from_dict(values)
             base = preset.train_for(task, **train_changes(config))
-            train = base.replace(learning_rate=configuration.learning_rate,
-                                 test_bins=(base.train_lengths, tuple(config["validation_bin"])))
-            model = preset.model.replace(pe=config["pe"], n_layers=configuration.n_layers,
-                                         n_heads=configuration.n_heads, d_model=configuration.d_model, d_ff=0)
-            jobs += [Job(task_code=task, seed=seed, model=model, train=train, task_overrides=preset.overrides_for(task),
-                         out_dir=str(sweep_folder(run_dir, task, configuration, seed)))
-                     for seed in config["sweep_seeds"]]
+            train = base.replace(
+                learning_rate=configuration.learning_rate,
+                test_bins=(base.train_lengths, tuple(config["validation_bin"])),
+            )
+            model = preset.model.replace(
+                pe=config["pe"],
+                n_layers=configuration.n_layers,
+                n_heads=configuration.n_heads,
+                d_model=configuration.d_model,
+                d_ff=0,
+            )
+            jobs += [
+                Job(
+                    task_code=task,
+                    seed=seed,
+                    model=model,
+                    train=train,
+                    task_overrides=preset.overrides_for(task),
+                    out_dir=str(sweep_folder(run_dir, task, configuration, seed)),
+                )
+                for seed in config["sweep_seeds"]
+            ]
     return jobs
 
 
@@ -126,8 +202,9 @@ def evaluated_bins(config: dict, jobs: list[Job]) -> dict[str, tuple]:
 
 def write_selection(run_dir: Path, config: dict, jobs: list[Job]) -> dict:
     configurations = [Configuration.from_dict(values) for values in config["configurations"]]
-    selection = select_per_task(run_dir, config["tasks"], configurations, config["sweep_seeds"],
-                                evaluated_bins(config, jobs))
+    selection = select_per_task(
+        run_dir, config["tasks"], configurations, config["sweep_seeds"], evaluated_bins(config, jobs)
+    )
     write_json(run_dir / "selection.json", selection)
     write_text(run_dir / "selection.md", selection_markdown(selection))
     return selection
@@ -137,19 +214,32 @@ def verdict_settings(config: dict, selection: dict) -> RunSettings | None:
     """A length_gen run of the chosen configurations (None when no task has one): the preset's
     bins and budgets, each task's chosen model and learning rate."""
     preset = PRESETS[config["preset"]]
-    chosen = {task: Configuration.from_dict(entry["selected"]) for task, entry in selection["tasks"].items()
-              if entry["status"] == SELECTED}
+    chosen = {
+        task: Configuration.from_dict(entry["selected"])
+        for task, entry in selection["tasks"].items()
+        if entry["status"] == SELECTED
+    }
     if not chosen:
         return None
     tasks = tuple(task for task in config["tasks"] if task in chosen)
     return RunSettings(
-        preset=preset.name, tasks=tasks, seeds=tuple(config["verdict_seeds"]), threshold=DEFAULT_THRESHOLD,
+        preset=preset.name,
+        tasks=tasks,
+        seeds=tuple(config["verdict_seeds"]),
+        threshold=DEFAULT_THRESHOLD,
         model=preset.model.replace(pe=config["pe"]),
-        train={task: preset.train_for(task, learning_rate=chosen[task].learning_rate, **train_changes(config))
-               for task in tasks},
+        train={
+            task: preset.train_for(task, learning_rate=chosen[task].learning_rate, **train_changes(config))
+            for task in tasks
+        },
         task_overrides={task: preset.overrides_for(task) for task in tasks},
-        model_overrides={task: dict(n_layers=chosen[task].n_layers, n_heads=chosen[task].n_heads,
-                                    d_model=chosen[task].d_model, d_ff=0) for task in tasks})
+        model_overrides={
+            task: dict(
+                n_layers=chosen[task].n_layers, n_heads=chosen[task].n_heads, d_model=chosen[task].d_model, d_ff=0
+            )
+            for task in tasks
+        },
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -89,7 +89,21 @@ from crasplab.models.positions import apply_rope
 from crasplab.models.transformer import KVCache, ModelOutput, Transformer
 
 __all__ = [
-    "PRESETS", "ModelConfig", "forward_flops_per_token", "parameter_count", "preset",
-    "Generation", "generate", "Interventions", "knockout_bias", "mean_head_outputs",
-    "count_params", "param_shapes", "set_params", "KVCache", "ModelOutput", "Transformer", "apply_rope",
+    "PRESETS",
+    "ModelConfig",
+    "forward_flops_per_token",
+    "parameter_count",
+    "preset",
+    "Generation",
+    "generate",
+    "Interventions",
+    "knockout_bias",
+    "mean_head_outputs",
+    "count_params",
+    "param_shapes",
+    "set_params",
+    "KVCache",
+    "ModelOutput",
+    "Transformer",
+    "apply_rope",
 ]

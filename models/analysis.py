@@ -43,7 +43,9 @@ SCORE_MEANINGS = {
 }
 
 
-def repeated_sequences(rng: np.random.Generator, candidates_C, n: int, period: int, prefix=(), separator=()) -> np.ndarray:
+def repeated_sequences(
+    rng: np.random.Generator, candidates_C, n: int, period: int, prefix=(), separator=()
+) -> np.ndarray:
     """tokens_NxT: `prefix`, `period` distinct candidates in random order, `separator`, the same candidates again."""
     candidates_C = np.asarray(candidates_C)
     if period > len(candidates_C):
@@ -79,8 +81,10 @@ def score_edges(prefix_length: int, period: int, separator_length: int = 0) -> d
 @nnx.jit
 def _edge_weights(model, tokens_BxT, edges):
     attention_LxBxHxTxS = model(tokens_BxT, return_attention=True).attention_LxBxHxTxS
-    return {name: attention_LxBxHxTxS[:, :, :, queries_Q, keys_Q].mean(-1).transpose(1, 0, 2)
-            for name, (queries_Q, keys_Q) in edges.items()}
+    return {
+        name: attention_LxBxHxTxS[:, :, :, queries_Q, keys_Q].mean(-1).transpose(1, 0, 2)
+        for name, (queries_Q, keys_Q) in edges.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -93,11 +97,22 @@ class HeadScore:
         def rounded(array):
             return np.round(array, 6).tolist()
 
-        return dict(mean=rounded(self.mean_LxH), std=rounded(self.std_LxH), period_means=rounded(self.period_means_PxLxH))
+        return dict(
+            mean=rounded(self.mean_LxH), std=rounded(self.std_LxH), period_means=rounded(self.period_means_PxLxH)
+        )
 
 
-def head_scores(model, candidates_C, periods: list[int], n: int, seed: int, prefix=(), separator=(),
-                batch_size: int = 50, progress=None) -> dict[str, HeadScore]:
+def head_scores(
+    model,
+    candidates_C,
+    periods: list[int],
+    n: int,
+    seed: int,
+    prefix=(),
+    separator=(),
+    batch_size: int = 50,
+    progress=None,
+) -> dict[str, HeadScore]:
     """Every score of every (layer, head) on n sequences per period (seeded by seed and period alone).
 
     `progress(sequences_done)` is called after each batch."""
@@ -105,19 +120,29 @@ def head_scores(model, candidates_C, periods: list[int], n: int, seed: int, pref
     for period in periods:
         rng = np.random.default_rng([seed, SCORE_STREAM, period])
         tokens_NxT = repeated_sequences(rng, candidates_C, n, period, prefix, separator)
-        edges = {name: (jnp.asarray(q), jnp.asarray(k))
-                 for name, (q, k) in score_edges(len(prefix), period, len(separator)).items()}
+        edges = {
+            name: (jnp.asarray(q), jnp.asarray(k))
+            for name, (q, k) in score_edges(len(prefix), period, len(separator)).items()
+        }
         batches = []
         for start in range(0, n, batch_size):
-            batches.append({name: np.asarray(w) for name, w in _edge_weights(model, tokens_NxT[start:start + batch_size], edges).items()})
+            batches.append(
+                {
+                    name: np.asarray(w)
+                    for name, w in _edge_weights(model, tokens_NxT[start : start + batch_size], edges).items()
+                }
+            )
             if progress:
                 progress(len(batches[-1]["induction"]))
         per_period.append({name: np.concatenate([b[name] for b in batches]) for name in SCORES})
-    return {name: HeadScore(
-        mean_LxH=np.concatenate([p[name] for p in per_period]).mean(axis=0),
-        std_LxH=np.concatenate([p[name] for p in per_period]).std(axis=0, ddof=1),
-        period_means_PxLxH=np.stack([p[name].mean(axis=0) for p in per_period]),
-    ) for name in SCORES}
+    return {
+        name: HeadScore(
+            mean_LxH=np.concatenate([p[name] for p in per_period]).mean(axis=0),
+            std_LxH=np.concatenate([p[name] for p in per_period]).std(axis=0, ddof=1),
+            period_means_PxLxH=np.stack([p[name].mean(axis=0) for p in per_period]),
+        )
+        for name in SCORES
+    }
 
 
 Head = tuple[int, int]  # (layer, head)
@@ -161,11 +186,14 @@ class AnswerBatch:
     answer_NxT: np.ndarray
 
     def rows(self, rows_R: np.ndarray) -> AnswerBatch:
-        return AnswerBatch(self.tokens_NxT[rows_R], self.positions_NxT[rows_R], self.mask_NxT[rows_R], self.answer_NxT[rows_R])
+        return AnswerBatch(
+            self.tokens_NxT[rows_R], self.positions_NxT[rows_R], self.mask_NxT[rows_R], self.answer_NxT[rows_R]
+        )
 
     @classmethod
-    def from_prompts(cls, prompt_ids: list[list[int]], answer_ids: list[list[int]], pad_id: int,
-                     width_multiple: int = 16) -> AnswerBatch:
+    def from_prompts(
+        cls, prompt_ids: list[list[int]], answer_ids: list[list[int]], pad_id: int, width_multiple: int = 16
+    ) -> AnswerBatch:
         """Prompts followed by their answers, right-padded to a multiple of `width_multiple` (so a
         few compiled shapes serve many batches)."""
         lengths_N = np.array([len(p) + len(a) for p, a in zip(prompt_ids, answer_ids)])
@@ -173,8 +201,8 @@ class AnswerBatch:
         tokens_NxT = np.full((len(lengths_N), width), pad_id, np.int32)
         answer_NxT = np.zeros((len(lengths_N), width), bool)
         for row, (prompt, answer) in enumerate(zip(prompt_ids, answer_ids)):
-            tokens_NxT[row, :lengths_N[row]] = prompt + answer
-            answer_NxT[row, len(prompt) - 1:lengths_N[row] - 1] = True
+            tokens_NxT[row, : lengths_N[row]] = prompt + answer
+            answer_NxT[row, len(prompt) - 1 : lengths_N[row] - 1] = True
         positions_NxT = np.broadcast_to(np.arange(width, dtype=np.int32), tokens_NxT.shape).copy()
         return cls(tokens_NxT, positions_NxT, np.arange(width) < lengths_N[:, None], answer_NxT)
 
@@ -198,8 +226,11 @@ def answer_exact(model, batch: AnswerBatch, interventions: Interventions, chunk:
     exact = []
     for rows_R, real in _chunks(len(batch.tokens_NxT), chunk):
         part = batch.rows(rows_R)
-        exact.append(np.asarray(_exact(model, part.tokens_NxT, part.positions_NxT, part.mask_NxT, part.answer_NxT,
-                                       interventions))[:real])
+        exact.append(
+            np.asarray(
+                _exact(model, part.tokens_NxT, part.positions_NxT, part.mask_NxT, part.answer_NxT, interventions)
+            )[:real]
+        )
     return np.concatenate(exact)
 
 
@@ -232,8 +263,9 @@ class Ablation:
     eligible: int | None = None  # random controls only
 
 
-def ablation_plan(score_means: dict[str, np.ndarray], ablate: list[str], k_grid: list[int], draws: int,
-                  seed: int) -> list[Ablation]:
+def ablation_plan(
+    score_means: dict[str, np.ndarray], ablate: list[str], k_grid: list[int], draws: int, seed: int
+) -> list[Ablation]:
     """No ablation, then for each k: the top k heads of each score in `ablate`, then `draws` random
     controls, each seeded by (seed, k, draw) alone."""
     n_layers, n_heads = next(iter(score_means.values())).shape
@@ -242,7 +274,17 @@ def ablation_plan(score_means: dict[str, np.ndarray], ablate: list[str], k_grid:
         targeted = {name: top_heads(score_means[name], k) for name in ablate}
         plan += [Ablation(name, k, 0, heads) for name, heads in targeted.items()]
         excluded = {head for heads in targeted.values() for head in heads}
-        eligible = [(layer, head) for layer in range(n_layers) for head in range(n_heads) if (layer, head) not in excluded]
-        plan += [Ablation("random", k, draw, random_heads(np.random.default_rng([seed, HEAD_STREAM, k, draw]), eligible, k),
-                          len(eligible)) for draw in range(draws)]
+        eligible = [
+            (layer, head) for layer in range(n_layers) for head in range(n_heads) if (layer, head) not in excluded
+        ]
+        plan += [
+            Ablation(
+                "random",
+                k,
+                draw,
+                random_heads(np.random.default_rng([seed, HEAD_STREAM, k, draw]), eligible, k),
+                len(eligible),
+            )
+            for draw in range(draws)
+        ]
     return plan

@@ -36,8 +36,15 @@ def left_align(prompts_BxT, prompt_lengths_B, pad_id: int):
 
 
 def generate(
-    model: Transformer, prompts_BxT, prompt_lengths_B, *, max_new_tokens: int, eos_id: int | None,
-    pad_id: int = 0, interventions: Interventions | None = None, use_cache: bool = True,
+    model: Transformer,
+    prompts_BxT,
+    prompt_lengths_B,
+    *,
+    max_new_tokens: int,
+    eos_id: int | None,
+    pad_id: int = 0,
+    interventions: Interventions | None = None,
+    use_cache: bool = True,
 ) -> Generation:
     """Greedy continuation of each prompt until EOS or `max_new_tokens` tokens.
 
@@ -48,15 +55,24 @@ def generate(
     prompts_BxT = np.asarray(prompts_BxT)
     prompt_lengths_B = np.asarray(prompt_lengths_B)
     if prompts_BxT.ndim != 2 or not np.issubdtype(prompts_BxT.dtype, np.integer):
-        raise ValueError(f"prompts_BxT must be a 2-d integer array, got shape {prompts_BxT.shape} dtype {prompts_BxT.dtype}")
+        raise ValueError(
+            f"prompts_BxT must be a 2-d integer array, got shape {prompts_BxT.shape} dtype {prompts_BxT.dtype}"
+        )
     if prompt_lengths_B.shape != prompts_BxT.shape[:1]:
-        raise ValueError(f"prompt_lengths_B has shape {prompt_lengths_B.shape}; expected ({prompts_BxT.shape[0]},), one per prompt")
+        raise ValueError(
+            f"prompt_lengths_B has shape {prompt_lengths_B.shape}; expected ({prompts_BxT.shape[0]},), one per prompt"
+        )
     if prompt_lengths_B.min() < 1 or prompt_lengths_B.max() > prompts_BxT.shape[1]:
-        raise ValueError(f"prompt lengths must lie in [1, {prompts_BxT.shape[1]}] (the prompt width); got {prompt_lengths_B.tolist()}")
+        raise ValueError(
+            f"prompt lengths must lie in [1, {prompts_BxT.shape[1]}] (the prompt width); "
+            f"got {prompt_lengths_B.tolist()}"
+        )
     if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     if interventions is not None and interventions.attn_bias_LxBxHxTxS is not None:
-        raise ValueError("generate accepts head_mask/head_mean interventions only, not attn_bias (its T and S change each step)")
+        raise ValueError(
+            "generate accepts head_mask/head_mean interventions only, not attn_bias (its T and S change each step)"
+        )
     config = model.config
     # The last generated token is never fed back, so the largest position fed is length + new - 2.
     last_position = int(prompt_lengths_B.max()) + max_new_tokens - 2
@@ -69,19 +85,43 @@ def generate(
     tokens_BxT, positions_BxT, mask_BxT = left_align(prompts_BxT, prompt_lengths_B, pad_id)
     graphdef, state = nnx.split(model)
     return _greedy(
-        graphdef, state, tokens_BxT, positions_BxT, mask_BxT, prompt_lengths_B.astype(np.int32),
-        -1 if eos_id is None else eos_id, pad_id, interventions, max_new_tokens=max_new_tokens, use_cache=use_cache,
+        graphdef,
+        state,
+        tokens_BxT,
+        positions_BxT,
+        mask_BxT,
+        prompt_lengths_B.astype(np.int32),
+        -1 if eos_id is None else eos_id,
+        pad_id,
+        interventions,
+        max_new_tokens=max_new_tokens,
+        use_cache=use_cache,
     )
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "use_cache"))
-def _greedy(graphdef, state, tokens_BxT, positions_BxT, mask_BxT, prompt_lengths_B, eos_id, pad_id, interventions, *, max_new_tokens, use_cache):
+def _greedy(
+    graphdef,
+    state,
+    tokens_BxT,
+    positions_BxT,
+    mask_BxT,
+    prompt_lengths_B,
+    eos_id,
+    pad_id,
+    interventions,
+    *,
+    max_new_tokens,
+    use_cache,
+):
     model = nnx.merge(graphdef, state)
     B, T = tokens_BxT.shape
     length = T + max_new_tokens - 1  # slots for the prompt and every generated token but the last
 
     if use_cache:
-        first = model(tokens_BxT, positions_BxT, mask_BxT, cache=model.init_cache(B, length), interventions=interventions)
+        first = model(
+            tokens_BxT, positions_BxT, mask_BxT, cache=model.init_cache(B, length), interventions=interventions
+        )
         logits_BxV, context = first.logits_BxTxV[:, -1], first.cache
 
         def advance(cache, token_B, step):
@@ -110,7 +150,9 @@ def _greedy(graphdef, state, tokens_BxT, positions_BxT, mask_BxT, prompt_lengths
         return tokens_BxN, done_B | (token_B == eos_id), lengths_B + ~done_B
 
     token_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
-    written = record(0, token_B, jnp.full((B, max_new_tokens), pad_id, jnp.int32), jnp.zeros(B, bool), jnp.zeros(B, jnp.int32))
+    written = record(
+        0, token_B, jnp.full((B, max_new_tokens), pad_id, jnp.int32), jnp.zeros(B, bool), jnp.zeros(B, jnp.int32)
+    )
 
     def keep_going(carry):
         step, _, _, (_, done_B, _) = carry

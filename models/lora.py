@@ -39,8 +39,9 @@ class LoRALinear(nnx.Module):
         self.bias = None if base.bias is None else Frozen(base.bias[...])
         self.dtype = base.dtype
         self.scale = alpha / rank
-        self.lora = nnx.LoRA(base.in_features, rank, base.out_features, dtype=base.dtype, param_dtype=jnp.float32,
-                             rngs=rngs)
+        self.lora = nnx.LoRA(
+            base.in_features, rank, base.out_features, dtype=base.dtype, param_dtype=jnp.float32, rngs=rngs
+        )
 
     @property
     def kernel(self):
@@ -54,7 +55,9 @@ class LoRALinear(nnx.Module):
         return y + jnp.asarray(self.scale, self.dtype) * self.lora(x)
 
 
-def with_lora(model: Transformer, rank: int, alpha: float, seed: int, targets: tuple[str, ...] = ALL_DENSE) -> Transformer:
+def with_lora(
+    model: Transformer, rank: int, alpha: float, seed: int, targets: tuple[str, ...] = ALL_DENSE
+) -> Transformer:
     """A copy of `model` with adapters on the dense layers named in `targets` and every other
     parameter Frozen (the copy shares the base weights' arrays, which are immutable)."""
     if not (isinstance(rank, int) and rank >= 1):

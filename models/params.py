@@ -42,7 +42,9 @@ def set_params(model: nnx.Module, arrays: Mapping[str, object], *, require_all: 
             close = difflib.get_close_matches(path, variables, n=3)
             problems.append(f"unknown parameter path {path!r}" + (f" (did you mean {close}?)" if close else ""))
         elif tuple(np.shape(array)) != variables[path].get_value().shape:
-            problems.append(f"{path}: got shape {tuple(np.shape(array))}, the model expects {variables[path].get_value().shape}")
+            problems.append(
+                f"{path}: got shape {tuple(np.shape(array))}, the model expects {variables[path].get_value().shape}"
+            )
     if require_all:
         problems += [f"{path}: not given" for path in sorted(set(variables) - set(arrays))]
     if problems:

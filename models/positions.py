@@ -41,14 +41,17 @@ def apply_rope(x_BxTxHxK: jax.Array, positions_BxT: jax.Array, base: float, rota
 
 
 def _rotate_queries_and_keys(q_BxTxHxK, k_BxTxNxK, positions_BxT, config: ModelConfig):
-    return (apply_rope(q_BxTxHxK, positions_BxT, config.rope_base, config.rotary_dim),
-            apply_rope(k_BxTxNxK, positions_BxT, config.rope_base, config.rotary_dim))
+    return (
+        apply_rope(q_BxTxHxK, positions_BxT, config.rope_base, config.rotary_dim),
+        apply_rope(k_BxTxNxK, positions_BxT, config.rope_base, config.rotary_dim),
+    )
 
 
 def alibi_slopes(n_heads: int) -> jax.Array:
     """Press et al. 2022: for 2^k heads the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^-8; for
     other counts the slopes of the nearest smaller power of two, then every other slope of twice
     that many heads."""
+
     def geometric(n):
         return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
 
@@ -74,7 +77,8 @@ class PositionScheme:
 
 
 SCHEMES: dict[str, PositionScheme] = {
-    s.code: s for s in (
+    s.code: s
+    for s in (
         PositionScheme("ape", learned_table=True),
         PositionScheme("rope", rotate=_rotate_queries_and_keys),
         PositionScheme("nope"),

@@ -51,8 +51,14 @@ class ModelOutput:
 
 def _dense(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, use_bias: bool, std: float) -> nnx.Linear:
     return nnx.Linear(
-        d_in, d_out, use_bias=use_bias, dtype=config.compute_dtype, param_dtype=jnp.float32,
-        kernel_init=nnx.initializers.normal(std), bias_init=nnx.initializers.zeros, rngs=rngs,
+        d_in,
+        d_out,
+        use_bias=use_bias,
+        dtype=config.compute_dtype,
+        param_dtype=jnp.float32,
+        kernel_init=nnx.initializers.normal(std),
+        bias_init=nnx.initializers.zeros,
+        rngs=rngs,
     )
 
 
@@ -74,9 +80,15 @@ class LayerNorm(nnx.LayerNorm):
 def _norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     if config.block == "gpt2":
         return LayerNorm(
-            config.d_model, epsilon=config.norm_eps, dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs,
+            config.d_model,
+            epsilon=config.norm_eps,
+            dtype=config.compute_dtype,
+            param_dtype=jnp.float32,
+            rngs=rngs,
         )
-    return nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs)
+    return nnx.RMSNorm(
+        config.d_model, epsilon=config.norm_eps, dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs
+    )
 
 
 def _residual_std(config: ModelConfig) -> float:
@@ -107,10 +119,15 @@ class Attention(nnx.Module):
             qkv_BxTxW = qkv_BxTxW + jnp.concatenate([p.bias[...] for p in projections]).astype(c.compute_dtype)
         q_width, kv_width = c.n_heads * c.head_dim, c.kv_heads * c.head_dim
         q, k, v = jnp.split(qkv_BxTxW, [q_width, q_width + kv_width], axis=-1)
-        return (q.reshape(B, T, c.n_heads, c.head_dim), k.reshape(B, T, c.kv_heads, c.head_dim),
-                v.reshape(B, T, c.kv_heads, c.head_dim))
+        return (
+            q.reshape(B, T, c.n_heads, c.head_dim),
+            k.reshape(B, T, c.kv_heads, c.head_dim),
+            v.reshape(B, T, c.kv_heads, c.head_dim),
+        )
 
-    def __call__(self, x_BxTxD, positions_BxT, score_bias_BxHxTxS, interventions: LayerInterventions, cache_kv, cache_index):
+    def __call__(
+        self, x_BxTxD, positions_BxT, score_bias_BxHxTxS, interventions: LayerInterventions, cache_kv, cache_index
+    ):
         """Returns (output_BxTxD, weights_BxHxTxS, heads_BxTxHxK, (keys_BxSxNxK, values_BxSxNxK))."""
         c = self.config
         B, T, _ = x_BxTxD.shape
@@ -121,8 +138,12 @@ class Attention(nnx.Module):
         if cache_kv is None:
             keys_BxSxNxK, values_BxSxNxK = k_BxTxNxK, v_BxTxNxK
         else:
-            keys_BxSxNxK = jax.lax.dynamic_update_slice(cache_kv[0], k_BxTxNxK.astype(cache_kv[0].dtype), (0, cache_index, 0, 0))
-            values_BxSxNxK = jax.lax.dynamic_update_slice(cache_kv[1], v_BxTxNxK.astype(cache_kv[1].dtype), (0, cache_index, 0, 0))
+            keys_BxSxNxK = jax.lax.dynamic_update_slice(
+                cache_kv[0], k_BxTxNxK.astype(cache_kv[0].dtype), (0, cache_index, 0, 0)
+            )
+            values_BxSxNxK = jax.lax.dynamic_update_slice(
+                cache_kv[1], v_BxTxNxK.astype(cache_kv[1].dtype), (0, cache_index, 0, 0)
+            )
         S = keys_BxSxNxK.shape[1]
         G = H // N
         # Scaling the queries (B*T*H*K numbers) is cheaper than scaling the logits (B*H*T*S).
@@ -131,8 +152,9 @@ class Attention(nnx.Module):
             logits_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, keys_BxSxNxK, preferred_element_type=jnp.float32)
         else:
             # Query head h reads kv head h // G (grouped-query attention, as Hugging Face's repeat_kv).
-            logits_BxHxTxS = jnp.einsum("btngk,bsnk->bngts", q_BxTxHxK.reshape(B, T, N, G, K), keys_BxSxNxK,
-                                        preferred_element_type=jnp.float32).reshape(B, H, T, S)
+            logits_BxHxTxS = jnp.einsum(
+                "btngk,bsnk->bngts", q_BxTxHxK.reshape(B, T, N, G, K), keys_BxSxNxK, preferred_element_type=jnp.float32
+            ).reshape(B, H, T, S)
         logits_BxHxTxS = logits_BxHxTxS + score_bias_BxHxTxS
         if interventions.attn_bias_BxHxTxS is not None:
             # A finite floor: a row whose every key is knocked out (-inf) gets uniform weights, not NaN.
@@ -141,8 +163,9 @@ class Attention(nnx.Module):
         if G == 1:
             heads_BxTxHxK = jnp.einsum("bhts,bshk->bthk", weights_BxHxTxS, values_BxSxNxK)
         else:
-            heads_BxTxHxK = jnp.einsum("bngts,bsnk->btngk", weights_BxHxTxS.reshape(B, N, G, T, S),
-                                       values_BxSxNxK).reshape(B, T, H, K)
+            heads_BxTxHxK = jnp.einsum(
+                "bngts,bsnk->btngk", weights_BxHxTxS.reshape(B, N, G, T, S), values_BxSxNxK
+            ).reshape(B, T, H, K)
         if interventions.head_mask_H is not None:
             keep_Hx1 = jnp.asarray(interventions.head_mask_H, heads_BxTxHxK.dtype)[:, None]
             replacement = 0.0 if interventions.head_mean_HxK is None else interventions.head_mean_HxK
@@ -196,7 +219,9 @@ def _check_indices(ids, limit: int, what: str, hint: str) -> None:
     outside = (ids < 0) | (ids >= limit)
     if outside.any():
         where = tuple(int(i) for i in np.argwhere(outside)[0])
-        raise ValueError(f"{what} {int(ids[where])} at index {where} is outside the accepted range [0, {limit}); {hint}")
+        raise ValueError(
+            f"{what} {int(ids[where])} at index {where} is outside the accepted range [0, {limit}); {hint}"
+        )
 
 
 def _lookup(table_NxD: jax.Array, ids) -> jax.Array:
@@ -209,11 +234,17 @@ class Transformer(nnx.Module):
         self.config = config
         embed_init = nnx.initializers.normal(config.init_std)
         self.embed = nnx.Embed(
-            config.vocab_size, config.d_model, dtype=config.compute_dtype, param_dtype=jnp.float32,
-            embedding_init=embed_init, rngs=rngs,
+            config.vocab_size,
+            config.d_model,
+            dtype=config.compute_dtype,
+            param_dtype=jnp.float32,
+            embedding_init=embed_init,
+            rngs=rngs,
         )
         if config.position_scheme.learned_table:
-            self.pos_embed = nnx.Embed(config.max_positions, config.d_model, param_dtype=jnp.float32, embedding_init=embed_init, rngs=rngs)
+            self.pos_embed = nnx.Embed(
+                config.max_positions, config.d_model, param_dtype=jnp.float32, embedding_init=embed_init, rngs=rngs
+            )
         self.layers = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
         self.final_norm = _norm(config, rngs)
         if not config.tie_embeddings:
@@ -237,7 +268,9 @@ class Transformer(nnx.Module):
         x_BxTxD = _lookup(self.embed.embedding[...], tokens_BxT)
         if c.position_scheme.learned_table:
             _check_indices(
-                positions_BxT, c.max_positions, "position",
+                positions_BxT,
+                c.max_positions,
+                "position",
                 "the learned position table (ModelConfig.max_positions) has no row for it; "
                 "use shorter sequences or smaller offsets, or a model with a larger table",
             )
@@ -245,8 +278,15 @@ class Transformer(nnx.Module):
         return x_BxTxD.astype(c.compute_dtype)
 
     def __call__(
-        self, tokens_BxT, positions_BxT=None, mask_BxT=None, *, cache: KVCache | None = None,
-        interventions: Interventions | None = None, return_attention: bool = False, return_head_outputs: bool = False,
+        self,
+        tokens_BxT,
+        positions_BxT=None,
+        mask_BxT=None,
+        *,
+        cache: KVCache | None = None,
+        interventions: Interventions | None = None,
+        return_attention: bool = False,
+        return_head_outputs: bool = False,
     ) -> ModelOutput:
         """Logits for every position. positions default to the slot numbers (0..T-1, or
         cache.index.. when decoding); mask_BxT (True: real token) defaults to all True."""
@@ -254,13 +294,25 @@ class Transformer(nnx.Module):
             start = 0 if cache is None else cache.index
             positions_BxT = jnp.broadcast_to(start + jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
         return self.forward_embeddings(
-            self.embed_inputs(tokens_BxT, positions_BxT), positions_BxT, mask_BxT, cache=cache,
-            interventions=interventions, return_attention=return_attention, return_head_outputs=return_head_outputs,
+            self.embed_inputs(tokens_BxT, positions_BxT),
+            positions_BxT,
+            mask_BxT,
+            cache=cache,
+            interventions=interventions,
+            return_attention=return_attention,
+            return_head_outputs=return_head_outputs,
         )
 
     def forward_embeddings(
-        self, x_BxTxD, positions_BxT, mask_BxT=None, *, cache: KVCache | None = None,
-        interventions: Interventions | None = None, return_attention: bool = False, return_head_outputs: bool = False,
+        self,
+        x_BxTxD,
+        positions_BxT,
+        mask_BxT=None,
+        *,
+        cache: KVCache | None = None,
+        interventions: Interventions | None = None,
+        return_attention: bool = False,
+        return_head_outputs: bool = False,
     ) -> ModelOutput:
         """The model after the embedding lookup (used for gradients with respect to embeddings)."""
         B, T, _ = x_BxTxD.shape
@@ -271,7 +323,9 @@ class Transformer(nnx.Module):
             first_slot, key_valid_BxS, key_positions_BxS = 0, mask_BxT, positions_BxT
         else:
             if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + T > cache.length:
-                raise ValueError(f"KV cache overflow: {int(cache.index)} slots used + {T} new tokens > cache length {cache.length}")
+                raise ValueError(
+                    f"KV cache overflow: {int(cache.index)} slots used + {T} new tokens > cache length {cache.length}"
+                )
             first_slot = cache.index
             key_valid_BxS = jax.lax.dynamic_update_slice(cache.valid_BxS, mask_BxT, (0, cache.index))
             key_positions_BxS = jax.lax.dynamic_update_slice(cache.positions_BxS, positions_BxT, (0, cache.index))
@@ -282,7 +336,8 @@ class Transformer(nnx.Module):
         score_bias_BxHxTxS = jnp.where(allowed_BxTxS, 0.0, MASKED_LOGIT)[:, None]
         if self.config.position_scheme.score_bias is not None:
             score_bias_BxHxTxS = score_bias_BxHxTxS + self.config.position_scheme.score_bias(
-                positions_BxT, key_positions_BxS, self.config)
+                positions_BxT, key_positions_BxS, self.config
+            )
 
         all_weights, all_heads, all_keys, all_values = [], [], [], []
         for layer_index, layer in enumerate(self.layers):
@@ -297,8 +352,11 @@ class Transformer(nnx.Module):
 
         x_BxTxD = self.final_norm(x_BxTxD)
         logits_BxTxV = self.embed.attend(x_BxTxD) if self.config.tie_embeddings else self.lm_head(x_BxTxD)
-        new_cache = None if cache is None else KVCache(tuple(all_keys), tuple(all_values), key_valid_BxS, key_positions_BxS,
-                                                      cache.index + T)
+        new_cache = (
+            None
+            if cache is None
+            else KVCache(tuple(all_keys), tuple(all_values), key_valid_BxS, key_positions_BxS, cache.index + T)
+        )
         return ModelOutput(
             logits_BxTxV=logits_BxTxV.astype(jnp.float32),
             attention_LxBxHxTxS=jnp.stack(all_weights) if return_attention else None,

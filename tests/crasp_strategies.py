@@ -27,8 +27,12 @@ def _fresh(scope, depth):
 @st.composite
 def bool_expr(draw, scope: tuple[str, ...], depth: int, families: tuple[Definition, ...]):
     leaves = ["token", "const", "periodic", "symbol_relation"] if scope else ["token", "const", "periodic"]
-    kinds = leaves if depth <= 0 else leaves + ["not", "and", "or", "compare", "compare", "quantified",
-                                                 "bind_any", "keyed", "family", "monotone"]
+    kinds = (
+        leaves
+        if depth <= 0
+        else leaves
+        + ["not", "and", "or", "compare", "compare", "quantified", "bind_any", "keyed", "family", "monotone"]
+    )
     kind = draw(st.sampled_from(kinds))
     sub = depth - 1
     if kind == "token":
@@ -110,8 +114,11 @@ def count_expr(draw, scope: tuple[str, ...], depth: int, families: tuple[Definit
         op = draw(st.sampled_from(["+", "-", "min", "max"]))
         return E.Arith(op, draw(count_expr(scope, sub, families)), draw(count_expr(scope, sub, families)))
     if kind == "cond":
-        return E.Conditional(draw(bool_expr(scope, sub, families)), draw(count_expr(scope, sub, families)),
-                             draw(count_expr(scope, sub, families)))
+        return E.Conditional(
+            draw(bool_expr(scope, sub, families)),
+            draw(count_expr(scope, sub, families)),
+            draw(count_expr(scope, sub, families)),
+        )
     usable = [f for f in families if f.body.type == E.COUNT]
     if not usable:
         return E.Number(draw(st.integers(0, 2)))

@@ -63,7 +63,7 @@ def program_files(document: str) -> dict[str, str]:
     for match in _BLOCK.finditer(document):
         if match.group("kind") != "crasp":
             continue
-        before = document[:match.start()].rstrip("\n").splitlines()[-1]
+        before = document[: match.start()].rstrip("\n").splitlines()[-1]
         name = _FILE_NAME.search(before)
         line = document.count("\n", 0, match.start()) + 1
         assert name, f"line {line}: the paragraph before a ```crasp block ends with its file name: `NAME.crasp`:"
@@ -79,7 +79,7 @@ def run_crasp(command: str) -> tuple[int, str]:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
         try:
-            status = main(shlex.split(command[len(CRASP_COMMAND):]))
+            status = main(shlex.split(command[len(CRASP_COMMAND) :]))
         except SystemExit as exit_:  # argparse's errors
             status = exit_.code
     return status, printed.getvalue()
@@ -89,7 +89,7 @@ def with_outputs(document: str, outputs: dict[int, str]) -> str:
     """The document with the output of the command on each given line replaced."""
     pieces, at = [], 0
     for block in console_blocks(document):
-        pieces.append(document[at:block.start])
+        pieces.append(document[at : block.start])
         pieces.append("".join(f"$ {c.command}\n{outputs.get(c.line, c.output)}" for c in block.commands))
         at = block.end
     return "".join(pieces) + document[at:]

@@ -22,11 +22,12 @@ def test_distance_from_end_points_at_the_occurrence_whose_neighbour_is_the_answe
     task = get_task(code)
     examples = task.sample(np.random.default_rng(seed), 20, length)
     step = -1 if code == "NLLast" else 1
-    for tokens, prompt_length, distance in zip(examples.tokens, examples.prompt_lengths,
-                                               distances_from_end(examples.tokens, examples.prompt_lengths)):
-        context, query = tokens[1:prompt_length - 2], tokens[prompt_length - 1]
+    for tokens, prompt_length, distance in zip(
+        examples.tokens, examples.prompt_lengths, distances_from_end(examples.tokens, examples.prompt_lengths)
+    ):
+        context, query = tokens[1 : prompt_length - 2], tokens[prompt_length - 1]
         position = len(context) - 1 - distance
-        assert context[position] == query and query not in context[position + 1:]
+        assert context[position] == query and query not in context[position + 1 :]
         assert context[position + step] == tokens[prompt_length]
 
 
@@ -56,8 +57,9 @@ def exact_window_agreement(sampler: str, length: int) -> float:
     if sampler == "the query exactly twice, 5 symbols":
         return 1 - comb(outside, 2) / comb(length, 2)
     weight_of_count = {c: comb(length, c) * 4 ** (length - c) * c for c in range(2, length + 1)}
-    return (sum(w * (1 - comb(outside, c) / comb(length, c)) for c, w in weight_of_count.items())
-            / sum(weight_of_count.values()))
+    return sum(w * (1 - comb(outside, c) / comb(length, c)) for c, w in weight_of_count.items()) / sum(
+        weight_of_count.values()
+    )
 
 
 @settings(max_examples=6, deadline=None)
@@ -75,9 +77,10 @@ def test_the_readme_window_table_holds_the_exact_agreement():
     """The README's NLLast table (window 20, lengths 20 / 40 / 150): the exact values, not a sample's."""
     lines = (ROOT / "README.md").read_text().splitlines()
     start = lines.index("| sampler | window | length 20 | 40 | 150 |")
-    rows = [line.strip("|").split(" | ") for line in lines[start + 2:start + 2 + len(SAMPLERS)]]
+    rows = [line.strip("|").split(" | ") for line in lines[start + 2 : start + 2 + len(SAMPLERS)]]
     assert [row[0].strip() for row in rows] == list(SAMPLERS)
     for sampler, window, *cells in rows:
         assert int(window) == WINDOW
-        assert [cell.strip() for cell in cells] == [f"{exact_window_agreement(sampler.strip(), n):.3f}"
-                                                     for n in (20, 40, 150)]
+        assert [cell.strip() for cell in cells] == [
+            f"{exact_window_agreement(sampler.strip(), n):.3f}" for n in (20, 40, 150)
+        ]

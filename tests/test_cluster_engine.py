@@ -14,8 +14,16 @@ import pytest
 
 from tests.test_train_loop import comparable
 from tests.tiny import TINY_MODEL, tiny_config
-from crasplab.train.engines import (PLACEMENTS_FILE, EngineError, EngineSettings, claim_core,
-                                    connect, job_environment, run_jobs_on, run_on_ray)
+from crasplab.train.engines import (
+    PLACEMENTS_FILE,
+    EngineError,
+    EngineSettings,
+    claim_core,
+    connect,
+    job_environment,
+    run_jobs_on,
+    run_on_ray,
+)
 from crasplab.train.loop import Job
 from crasplab.train.workers import SINGLE_THREAD_XLA_FLAGS, WorkerError
 
@@ -24,8 +32,17 @@ ray = pytest.importorskip("ray", reason="the Ray engine needs Ray: pip install -
 
 def tiny_jobs(folder: Path) -> list[Job]:
     """Two jobs of different tasks that train in a few seconds after their compile."""
-    return [Job(task_code=code, seed=0, model=TINY_MODEL, train=tiny_config(max_steps=40, eval_every=20),
-                task_overrides=dict(alphabet_size=8), out_dir=str(folder / code)) for code in ("UR", "UL")]
+    return [
+        Job(
+            task_code=code,
+            seed=0,
+            model=TINY_MODEL,
+            train=tiny_config(max_steps=40, eval_every=20),
+            task_overrides=dict(alphabet_size=8),
+            out_dir=str(folder / code),
+        )
+        for code in ("UR", "UL")
+    ]
 
 
 def placements(job: Job) -> list[dict]:
@@ -40,12 +57,15 @@ def fresh_ray():
     ray.shutdown()
 
 
-@pytest.mark.parametrize("settings, message", [
-    (dict(engine="slurm"), "engine must be one of"),
-    (dict(engine="local", ray_address="auto"), "needs --engine ray"),
-    (dict(engine="local", gpu_share=0.5), "needs --engine ray"),
-    (dict(engine="ray", gpu_share=1.5), "must be in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(engine="slurm"), "engine must be one of"),
+        (dict(engine="local", ray_address="auto"), "needs --engine ray"),
+        (dict(engine="local", gpu_share=0.5), "needs --engine ray"),
+        (dict(engine="ray", gpu_share=1.5), "must be in [0, 1]"),
+    ],
+)
 def test_engine_settings_refuse_what_cannot_run(settings, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         EngineSettings(**settings)

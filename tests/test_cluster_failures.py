@@ -54,8 +54,14 @@ while sum(node["Alive"] for node in ray.nodes()) != int(sys.argv[2]):
 def slow_job(folder: Path) -> Job:
     """A job with a checkpoint every 20 steps and 400 steps in all: long enough to be killed
     between its first checkpoint and its end."""
-    job = Job(task_code="UR", seed=5, model=TINY_MODEL, task_overrides=dict(alphabet_size=8), out_dir=str(folder),
-              train=tiny_config(max_steps=400, eval_every=100, checkpoint_every=20, log_every=10))
+    job = Job(
+        task_code="UR",
+        seed=5,
+        model=TINY_MODEL,
+        task_overrides=dict(alphabet_size=8),
+        out_dir=str(folder),
+        train=tiny_config(max_steps=400, eval_every=100, checkpoint_every=20, log_every=10),
+    )
     write_json(folder / "job.json", job.to_dict())
     return job
 
@@ -98,12 +104,36 @@ class Nodes:
 
     def start(self, name: str, cpus: int, head: bool = False) -> None:
         ray_cli = str(Path(sys.executable).with_name("ray"))
-        where = (["--head", "--port", self.address.split(":")[1], "--temp-dir", self.temp_dir,
-                  "--include-dashboard", "false"] if head else ["--address", self.address])
+        where = (
+            [
+                "--head",
+                "--port",
+                self.address.split(":")[1],
+                "--temp-dir",
+                self.temp_dir,
+                "--include-dashboard",
+                "false",
+            ]
+            if head
+            else ["--address", self.address]
+        )
         self.processes[name] = subprocess.Popen(
-            [ray_cli, "start", "--block", "--num-cpus", str(cpus), "--resources", json.dumps({name: 1}),
-             "--disable-usage-stats", *where], env=token_env(), start_new_session=True,
-            stdout=open(Path(self.temp_dir) / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+            [
+                ray_cli,
+                "start",
+                "--block",
+                "--num-cpus",
+                str(cpus),
+                "--resources",
+                json.dumps({name: 1}),
+                "--disable-usage-stats",
+                *where,
+            ],
+            env=token_env(),
+            start_new_session=True,
+            stdout=open(Path(self.temp_dir) / f"{name}.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
 
     def tree(self, name: str) -> list:
         """A node's processes: its `ray start`, the raylet, agents and workers."""
@@ -129,8 +159,14 @@ class Nodes:
     def wait_until_alive(self, count: int) -> None:
         """Ask the cluster (from a child: Ray reads RAY_AUTH_MODE when it is imported) until it
         counts `count` live nodes."""
-        subprocess.run([sys.executable, "-c", NODE_COUNTER, self.address, str(count)], env=token_env(), check=True,
-                       timeout=DEADLINE_S, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-c", NODE_COUNTER, self.address, str(count)],
+            env=token_env(),
+            check=True,
+            timeout=DEADLINE_S,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for name in self.processes:
             self.tree(name)  # remember every process id while the node is whole
 
@@ -174,8 +210,14 @@ def lock_is_free(folder: Path) -> bool:
 
 
 def start_driver(folder: Path, address: str = "") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", DRIVER, str(folder), address], cwd=ROOT, env=token_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(folder), address],
+        cwd=ROOT,
+        env=token_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def placements(folder: Path) -> list[dict]:
@@ -205,8 +247,11 @@ def test_a_job_whose_node_is_lost_finishes_on_another_node_as_if_uninterrupted(t
             driver.kill()
         nodes.teardown()
     timeline = placements(folder)
-    print("timeline:", *(f"{p['event']:5} node {p['node'][:8]} core {p['core']} at {p['time']:.1f}"
-                         for p in timeline), sep="\n  ")
+    print(
+        "timeline:",
+        *(f"{p['event']:5} node {p['node'][:8]} core {p['core']} at {p['time']:.1f}" for p in timeline),
+        sep="\n  ",
+    )
     starts = [p for p in timeline if p["event"] == "start"]
     assert len(starts) == 2 and starts[0]["node"] != starts[1]["node"], "the job did not move to the other node"
     assert [p["node"] for p in timeline if p["event"] == "end"] == [starts[1]["node"]]
@@ -225,14 +270,23 @@ def test_a_killed_launcher_leaves_no_worker_and_a_rerun_resumes(tmp_path, uninte
         cluster = psutil.Process(driver.pid).children(recursive=True)
         # The cluster's core dies with its launcher; Ray 2.60 leaves its dashboard and runtime-env
         # agents behind for a while (killed below), which hold no job and no lock.
-        core = [p for p in cluster if p.name() in ("gcs_server", "raylet")
-                or p.name().startswith("ray::") and "Agent" not in p.name()]
+        core = [
+            p
+            for p in cluster
+            if p.name() in ("gcs_server", "raylet") or p.name().startswith("ray::") and "Agent" not in p.name()
+        ]
         driver.kill()  # SIGKILL: the launcher gets no chance to clean up
         driver.wait()
-        wait_for(lambda: not worker_processes(folder) and lock_is_free(folder),
-                 "the orphaned worker to exit and free the folder's lock", deadline_s=30)
-        wait_for(lambda: not [p for p in core if alive(p)], "the private cluster's raylet, GCS and workers to exit",
-                 deadline_s=30)
+        wait_for(
+            lambda: not worker_processes(folder) and lock_is_free(folder),
+            "the orphaned worker to exit and free the folder's lock",
+            deadline_s=30,
+        )
+        wait_for(
+            lambda: not [p for p in core if alive(p)],
+            "the private cluster's raylet, GCS and workers to exit",
+            deadline_s=30,
+        )
     finally:
         for process in [psutil.Process(driver.pid), *cluster] if driver.poll() is None else cluster:
             try:

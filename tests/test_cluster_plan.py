@@ -14,16 +14,26 @@ from experiments import paper_grid
 
 
 def job(task: str, max_steps: int) -> Job:
-    return Job(task_code=task, seed=0, model=TINY_MODEL, train=tiny_config(max_steps=max_steps),
-               task_overrides=dict(alphabet_size=8), out_dir=f"{task}-{max_steps}")
+    return Job(
+        task_code=task,
+        seed=0,
+        model=TINY_MODEL,
+        train=tiny_config(max_steps=max_steps),
+        task_overrides=dict(alphabet_size=8),
+        out_dir=f"{task}-{max_steps}",
+    )
 
 
 def test_jobs_are_placed_longest_first_on_the_slot_that_frees_first():
     jobs = [job("UR", 10), job("UR", 40), job("UR", 30), job("UR", 20)]
     seconds = {step_shape(jobs[0]): 1.0}
     placements = {p.job.out_dir: (p.slot, p.start_s, p.end_s) for p in place(jobs, 2, seconds)}
-    assert placements == {"UR-40": (0, 0.0, 40.0), "UR-30": (1, 0.0, 30.0), "UR-20": (1, 30.0, 50.0),
-                          "UR-10": (0, 40.0, 50.0)}
+    assert placements == {
+        "UR-40": (0, 0.0, 40.0),
+        "UR-30": (1, 0.0, 30.0),
+        "UR-20": (1, 30.0, 50.0),
+        "UR-10": (0, 40.0, 50.0),
+    }
 
 
 @pytest.mark.slow

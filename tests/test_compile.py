@@ -21,12 +21,19 @@ from crasplab.compiler import CompileError, compile_program, compile_text
 from crasplab.compiler.folder import load_compiled
 from crasplab.compiler.run import interpreter_definitions, output_table, probe_definitions
 
-CASES = [("UR", W.unique_right, "ape"), ("UR", W.unique_right, "rope"),
-         ("UR", W.first_right_without_positions, "nope"), ("NRFirst", W.first_right, "ape"),
-         ("UF", W.copy_forward, "ape"), ("UF", W.copy_forward_without_positions, "nope"),
-         ("UB", W.copy_backward, "rope"), ("UB", W.copy_backward_without_positions, "nope"),
-         ("Majority", W.majority, "nope"), ("Sort", W.sort, "nope"),
-         ("BinaryMajorityInterleave", W.binary_majority_interleave, "ape")]
+CASES = [
+    ("UR", W.unique_right, "ape"),
+    ("UR", W.unique_right, "rope"),
+    ("UR", W.first_right_without_positions, "nope"),
+    ("NRFirst", W.first_right, "ape"),
+    ("UF", W.copy_forward, "ape"),
+    ("UF", W.copy_forward_without_positions, "nope"),
+    ("UB", W.copy_backward, "rope"),
+    ("UB", W.copy_backward_without_positions, "nope"),
+    ("Majority", W.majority, "nope"),
+    ("Sort", W.sort, "nope"),
+    ("BinaryMajorityInterleave", W.binary_majority_interleave, "ape"),
+]
 
 
 def short_strings(code):
@@ -75,22 +82,28 @@ def test_greedy_generation_equals_the_interpreters():
     model = compile_program(program, "ape", max_length=64).model()
     examples = task.sample(np.random.default_rng(1), 4, 6)
     ids = to_program_ids(examples.tokens, task.vocab, program)
-    generated = model_generate(model, ids, examples.prompt_lengths, max_new_tokens=8,
-                               eos_id=program.alphabet.index("<eos>"), pad_id=0)
+    generated = model_generate(
+        model, ids, examples.prompt_lengths, max_new_tokens=8, eos_id=program.alphabet.index("<eos>"), pad_id=0
+    )
     for row in range(4):
-        prompt = [program.alphabet[k] for k in ids[row, :examples.prompt_lengths[row]]]
+        prompt = [program.alphabet[k] for k in ids[row, : examples.prompt_lengths[row]]]
         expected = generate(program, prompt, 8)
-        got = [program.alphabet[k] for k in np.asarray(generated.tokens_BxN)[row, :int(generated.lengths_B[row])]]
+        got = [program.alphabet[k] for k in np.asarray(generated.tokens_BxN)[row, : int(generated.lengths_B[row])]]
         assert got == expected
 
 
 @settings(max_examples=6, deadline=None)
-@given(op=st.sampled_from(["<", "<=", "=", "!=", ">=", ">"]), shift=st.integers(-2, 2),
-       strings=st.lists(st.lists(st.sampled_from("ab"), min_size=1, max_size=12), min_size=1, max_size=20))
+@given(
+    op=st.sampled_from(["<", "<=", "=", "!=", ">=", ">"]),
+    shift=st.integers(-2, 2),
+    strings=st.lists(st.lists(st.sampled_from("ab"), min_size=1, max_size=12), min_size=1, max_size=20),
+)
 def test_random_count_comparisons_agree_at_every_position(op, shift, strings):
-    text = (f"alphabet: <bos> a b\naccept: more\n"
-            f"more := #[j <= i] Q(\"a\") {op} #[j <= i] Q(\"b\") + {shift}\n") if shift >= 0 else \
-           (f"alphabet: <bos> a b\naccept: more\nmore := #[j <= i] Q(\"a\") {op} #[j <= i] Q(\"b\") - {-shift}\n")
+    text = (
+        (f'alphabet: <bos> a b\naccept: more\nmore := #[j <= i] Q("a") {op} #[j <= i] Q("b") + {shift}\n')
+        if shift >= 0
+        else (f'alphabet: <bos> a b\naccept: more\nmore := #[j <= i] Q("a") {op} #[j <= i] Q("b") - {-shift}\n')
+    )
     compiled = compile_text(text, "random.crasp", "nope", max_length=64)
     ids = encode(compiled.program, [["<bos>", *s] for s in strings])
     table = output_table(compiled.model(), ids)[..., 0]
@@ -98,15 +111,27 @@ def test_random_count_comparisons_agree_at_every_position(op, shift, strings):
     assert (table == probed)[ids >= 0].all()
 
 
-@pytest.mark.parametrize("text, pe, says", [
-    ("alphabet: <bos> a\naccept: low\nn := #[j <= i] Q(\"a\")\nlow := min(n, 2) >= 1\n", "ape",
-     ["min(n, 2)", "definition `low` (prog.crasp:4)", "min"]),
-    ("alphabet: <bos> a\naccept: back\nback := #[j <= i, j = i - 1] Q(\"a\") >= 1\n", "nope",
-     ["definition `back` (prog.crasp:3)", "needs positions", "C-RASP[]"]),
-    ("alphabet: <bos> a\naccept: odd\nodd := MOD(2, 1)\n", "rope", ["MOD(2, 1)", "only the APE table"]),
-    ("alphabet: a b\naccept: seen\nseen := #[j <= i] Q(\"a\") >= 1\n", "nope",
-     ["definition `seen` (prog.crasp:3)", "<bos>", "--pe ape"]),
-])
+@pytest.mark.parametrize(
+    "text, pe, says",
+    [
+        (
+            'alphabet: <bos> a\naccept: low\nn := #[j <= i] Q("a")\nlow := min(n, 2) >= 1\n',
+            "ape",
+            ["min(n, 2)", "definition `low` (prog.crasp:4)", "min"],
+        ),
+        (
+            'alphabet: <bos> a\naccept: back\nback := #[j <= i, j = i - 1] Q("a") >= 1\n',
+            "nope",
+            ["definition `back` (prog.crasp:3)", "needs positions", "C-RASP[]"],
+        ),
+        ("alphabet: <bos> a\naccept: odd\nodd := MOD(2, 1)\n", "rope", ["MOD(2, 1)", "only the APE table"]),
+        (
+            'alphabet: a b\naccept: seen\nseen := #[j <= i] Q("a") >= 1\n',
+            "nope",
+            ["definition `seen` (prog.crasp:3)", "<bos>", "--pe ape"],
+        ),
+    ],
+)
 def test_unsupported_programs_are_refused_naming_the_node_and_its_place(text, pe, says):
     with pytest.raises(CompileError) as error:
         compile_text(text, "prog.crasp", pe, max_length=64)
@@ -127,8 +152,25 @@ O[s] := Q("<sep>") and most[s] or after_answer and s = "<eos>"
 def test_compile_command_writes_a_checkpoint_that_loads_and_scores_the_task(tmp_path, capsys):
     source, out = tmp_path / "majority.crasp", tmp_path / "compiled"
     source.write_text(GENERIC_MAJORITY)
-    status = main(["compile", str(source), "--pe", "nope", "--out", str(out), "--task", "BinaryMajority",
-                   "--lengths", "3", "7", "--samples", "5", "--max-length", "64"])
+    status = main(
+        [
+            "compile",
+            str(source),
+            "--pe",
+            "nope",
+            "--out",
+            str(out),
+            "--task",
+            "BinaryMajority",
+            "--lengths",
+            "3",
+            "7",
+            "--samples",
+            "5",
+            "--max-length",
+            "64",
+        ]
+    )
     printed = capsys.readouterr().out
     assert status == 0
     assert "head 0: average over j <= i" in printed and "most[" in (out / "listing.txt").read_text()
@@ -141,7 +183,7 @@ def test_compile_command_writes_a_checkpoint_that_loads_and_scores_the_task(tmp_
 
 def test_compile_command_refuses_what_it_cannot_build(tmp_path, capsys):
     program = tmp_path / "local.crasp"
-    program.write_text("alphabet: <bos> a\naccept: back\nback := #[j <= i, j = i - 1] Q(\"a\") >= 1\n")
+    program.write_text('alphabet: <bos> a\naccept: back\nback := #[j <= i, j = i - 1] Q("a") >= 1\n')
     assert main(["compile", str(program), "--pe", "nope", "--out", str(tmp_path / "out")]) == 2
     assert f"{program}:3" in capsys.readouterr().err
 
@@ -151,15 +193,20 @@ def test_the_keyed_rewrite_keeps_the_model_linear_in_the_alphabet(make):
     """Unrolled, `any t: Q(t) and #[j <= i] (K[t] and R[s]) >= 1` is one head channel and one step
     per pair (s, t); keyed, one per s: doubling the symbols must not quadruple the width."""
     pe = "nope" if "without" in make.__name__ else "ape"
-    small, large = (compile_program(make(get_task("UF", alphabet_size=n).symbols), pe, max_length=64)
-                    for n in (8, 16))
+    small, large = (compile_program(make(get_task("UF", alphabet_size=n).symbols), pe, max_length=64) for n in (8, 16))
     assert large.config.d_model < 2.2 * small.config.d_model
     assert any(head.group.kind == "keyed" for head in large.heads)
 
 
 @pytest.mark.slow  # strings of 10^4 tokens through the cache: a few minutes on 2 cores
-@pytest.mark.parametrize("code, make, pe", [("Majority", W.majority, "nope"), ("NRFirst", W.first_right, "ape"),
-                                            ("UR", W.first_right_without_positions, "nope")])
+@pytest.mark.parametrize(
+    "code, make, pe",
+    [
+        ("Majority", W.majority, "nope"),
+        ("NRFirst", W.first_right, "ape"),
+        ("UR", W.first_right_without_positions, "nope"),
+    ],
+)
 def test_sampled_strings_of_ten_thousand_tokens_agree_with_the_interpreter(code, make, pe):
     task = get_task(code, alphabet_size=8) if code == "UR" else get_task(code)
     program = make(task.symbols)

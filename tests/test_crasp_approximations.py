@@ -18,16 +18,24 @@ def last_occurrence_distance(inputs: list[str], query: str) -> int:
 
 
 @settings(max_examples=40, deadline=None)
-@given(code=st.sampled_from(sorted(SIDE)), occurrences=st.sampled_from(["iid", (2, 2), (2, None)]),
-       alphabet=st.integers(3, 7), length=st.integers(3, 45), window=st.integers(2, 30),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    code=st.sampled_from(sorted(SIDE)),
+    occurrences=st.sampled_from(["iid", (2, 2), (2, None)]),
+    alphabet=st.integers(3, 7),
+    length=st.integers(3, 45),
+    window=st.integers(2, 30),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_the_window_program_is_right_exactly_when_the_last_occurrence_is_inside_the_window(
-        code, occurrences, alphabet, length, window, seed):
+    code, occurrences, alphabet, length, window, seed
+):
     task = get_task(code, alphabet_size=alphabet, occurrences=occurrences)
     examples = task.sample(np.random.default_rng(seed), 6, length)
     correct_N = correct_answers(task, last_within_window(SIDE[code], window)(task.symbols), examples)
     query_symbols = [task.vocab[q] for q in examples.tokens[np.arange(6), examples.prompt_lengths - 1]]
-    inside_N = [last_occurrence_distance(inputs, query) < window for inputs, query in zip(examples.inputs, query_symbols)]
+    inside_N = [
+        last_occurrence_distance(inputs, query) < window for inputs, query in zip(examples.inputs, query_symbols)
+    ]
     assert correct_N.tolist() == inside_N
 
 
@@ -51,9 +59,15 @@ def test_on_the_iid_sampler_the_window_keeps_its_accuracy_and_with_two_occurrenc
     assert on_two[40] < 0.9 and on_two[150] < 0.4
 
 
-@pytest.mark.parametrize("side, window, message", [("up", 3, "side must be one of"), ("left", 0, "window must be"),
-                                                   ("right", 1, "window must be an integer from 2 to 16384"),
-                                                   ("right", 2.5, "window must be")])
+@pytest.mark.parametrize(
+    "side, window, message",
+    [
+        ("up", 3, "side must be one of"),
+        ("left", 0, "window must be"),
+        ("right", 1, "window must be an integer from 2 to 16384"),
+        ("right", 2.5, "window must be"),
+    ],
+)
 def test_bad_window_arguments_say_what_is_accepted(side, window, message):
     with pytest.raises(ValueError, match=message):
         last_within_window(side, window)

@@ -80,15 +80,20 @@ def test_listing_a_symbol_the_task_lacks_is_an_error_at_that_symbol(tmp_path, ca
 def test_a_fixed_program_must_read_every_task_symbol(capsys):
     assert main(["check", "UF", "--program", "unique_copy"]) == 2  # a..h; UF has 150 symbols
     err = _error(capsys)
-    assert "unique_copy.crasp:5:11: the program reads only <bos> <sep> <eos> a b c .. h (11 symbols), but task UF " \
-           "also has s0 s1 s2 s3 s4 s5 .. s149 (150 symbols); end the alphabet line with `...`" in err
+    assert (
+        "unique_copy.crasp:5:11: the program reads only <bos> <sep> <eos> a b c .. h (11 symbols), but task UF "
+        "also has s0 s1 s2 s3 s4 s5 .. s149 (150 symbols); end the alphabet line with `...`" in err
+    )
 
 
-@pytest.mark.parametrize("alphabet, message, column", [
-    ("a ... b", "`...` ends the alphabet line", 13),
-    ("a b a ...", "symbol a is listed twice in the alphabet", 15),
-    ("...", "list the symbols the program names before `...`, at least one", 11),
-])
+@pytest.mark.parametrize(
+    "alphabet, message, column",
+    [
+        ("a ... b", "`...` ends the alphabet line", 13),
+        ("a b a ...", "symbol a is listed twice in the alphabet", 15),
+        ("...", "list the symbols the program names before `...`, at least one", 11),
+    ],
+)
 def test_bad_alphabet_lines_are_located(alphabet, message, column):
     with pytest.raises(CraspSyntaxError) as error:
         parse(f"alphabet: {alphabet}\naccept: top\ntop := true\n")
@@ -130,8 +135,10 @@ def test_check_program_takes_exactly_one_name(names, capsys):
 
 def test_checking_the_witnesses_of_a_language_points_to_program(capsys):
     assert main(["check", "Dyck1"]) == 2
-    assert "Dyck1 is a language: the lab has no witness for it; check your program against it with " \
-           "`python -m crasp check Dyck1 --program FILE`" in _error(capsys)
+    assert (
+        "Dyck1 is a language: the lab has no witness for it; check your program against it with "
+        "`python -m crasp check Dyck1 --program FILE`" in _error(capsys)
+    )
 
 
 def test_an_unknown_name_lists_tasks_and_languages(capsys):
@@ -188,8 +195,10 @@ def test_the_check_of_a_task_program_reports_the_counterexample_and_its_trace(tm
     program.write_text(UNIQUE_RIGHT.replace("Q(s) and prev[t]", "Q(t) and prev[s]"))
     assert main(["check", "UR", "--program", str(program), "--samples", "10"]) == 1
     out = capsys.readouterr().out
-    assert "shortest counterexample:\n  <bos> a b <sep> a b <eos>\n  position 5 (a): expected b next, but the " \
-           "program predicts <bos>\n" in out
+    assert (
+        "shortest counterexample:\n  <bos> a b <sep> a b <eos>\n  position 5 (a): expected b next, but the "
+        "program predicts <bos>\n" in out
+    )
     assert "\n=> next token |  none    none none  none   <bos>   <eos>  none\n" in out
     assert out.endswith("predicts    nothing: the program disagrees with the task\n")
 
@@ -203,19 +212,28 @@ def test_the_picture_fills_the_true_booleans_and_writes_the_counts(tmp_path):
 
     from crasp.plot import FAMILY_COLOUR, TRUE_COLOUR, save_trace_plot, trace_figure
 
-    program = parse('alphabet: a b c\naccept: doubled\nn_a := #[j <= i] Q("a")\n'
-                    "prev[t] := #[j <= i, j = i - 1] Q(t) >= 1\ndoubled := any t: Q(t) and prev[t]\n")
+    program = parse(
+        'alphabet: a b c\naccept: doubled\nn_a := #[j <= i] Q("a")\n'
+        "prev[t] := #[j <= i, j = i - 1] Q(t) >= 1\ndoubled := any t: Q(t) and prev[t]\n"
+    )
     symbols = "a a b c c a".split()
     axes = trace_figure(program, symbols).axes[0]
-    filled = {tuple(map(int, p.get_gid().split(","))) for p in axes.patches
-              if isinstance(p, Rectangle) and p.get_facecolor() in (to_rgba(TRUE_COLOUR), to_rgba(FAMILY_COLOUR))}
+    filled = {
+        tuple(map(int, p.get_gid().split(",")))
+        for p in axes.patches
+        if isinstance(p, Rectangle) and p.get_facecolor() in (to_rgba(TRUE_COLOUR), to_rgba(FAMILY_COLOUR))
+    }
     values = evaluate(program, np.array([[program.alphabet.index(s) for s in symbols]]))
-    expected = {(row, x) for row, d in enumerate(program.definitions) if d.body.type == BOOL
-                for x in range(len(symbols)) if values[d.name].array[0, x].any()}
+    expected = {
+        (row, x)
+        for row, d in enumerate(program.definitions)
+        if d.body.type == BOOL
+        for x in range(len(symbols))
+        if values[d.name].array[0, x].any()
+    }
     assert filled == expected and expected
     written = [t.get_text() for t in axes.texts]
-    assert written[:len(symbols)] == [str(int(v)) for v in values["n_a"].array[0]]
+    assert written[: len(symbols)] == [str(int(v)) for v in values["n_a"].array[0]]
     picture = tmp_path / "trace.png"
     save_trace_plot(program, symbols, picture)
     assert picture.read_bytes().startswith(b"\x89PNG")
-

@@ -42,7 +42,7 @@ def test_shipped_examples_round_trip_through_the_printer():
 
 def test_bad_program_file_prints_the_located_error(tmp_path, capsys):
     bad = tmp_path / "bad.crasp"
-    bad.write_text("alphabet: a b\naccept: top\ntop := Q(\"a\") andd Q(\"b\")\n")
+    bad.write_text('alphabet: a b\naccept: top\ntop := Q("a") andd Q("b")\n')
     assert main(["run", str(bad), "--input", "a b"]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:3:15: unexpected `andd` after a complete expression" in err
@@ -61,8 +61,9 @@ def test_teacher_forced_check_agrees_with_generation(letters, length):
     full = prompt + generated
     wrong = full.copy()
     wrong[-2] = "<eos>" if length > 1 else wrong[-2]
-    result = check_teacher_forced(program, encode(program, [full, wrong]), np.array([len(prompt)] * 2),
-                                  np.array([len(full)] * 2))
+    result = check_teacher_forced(
+        program, encode(program, [full, wrong]), np.array([len(prompt)] * 2), np.array([len(full)] * 2)
+    )
     assert result.correct[0] and result.correct[1] == (length == 1)
 
 
@@ -79,8 +80,10 @@ def test_unreadable_program_files_are_one_line_errors_naming_the_file(tmp_path, 
     binary = tmp_path / "binary.crasp"
     binary.write_bytes(b"alphabet: a b\n\x00\xff\xfe")
     assert main(["run", str(binary), "--input", "a"]) == 2
-    assert f"{binary}:2:2: byte 0xff is not UTF-8 (is this a binary file?); expected a C-RASP program: " \
-           "a UTF-8 text file (.crasp)" in _one_line_error(capsys)
+    assert (
+        f"{binary}:2:2: byte 0xff is not UTF-8 (is this a binary file?); expected a C-RASP program: "
+        "a UTF-8 text file (.crasp)" in _one_line_error(capsys)
+    )
     assert main(["run", str(tmp_path), "--input", "a"]) == 2
     assert f"cannot read program file {tmp_path}: Is a directory; expected a C-RASP program" in _one_line_error(capsys)
     missing = tmp_path / "missing.crasp"
@@ -100,8 +103,10 @@ def test_empty_input_is_an_error(tmp_path, capsys, given):
     program = tmp_path / "accept.crasp"
     program.write_text(ACCEPT_A)
     assert main(["run", str(program), "--input", given]) == 2
-    assert "the input is empty: a trace needs at least one symbol, separated by spaces, of the program's " \
-           "alphabet (a b)" in _one_line_error(capsys)
+    assert (
+        "the input is empty: a trace needs at least one symbol, separated by spaces, of the program's "
+        "alphabet (a b)" in _one_line_error(capsys)
+    )
 
 
 def test_agreement_of_a_witness_is_complete_and_of_a_window_program_is_what_the_library_measures(capsys):
@@ -110,20 +115,25 @@ def test_agreement_of_a_witness_is_complete_and_of_a_window_program_is_what_the_
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{solution} (C-RASP[])"
     assert lines[3:] == ["     5 | 100.0%", "    40 | 100.0%"]
-    assert main(["agreement", "NLLast", "--window", "4", "--lengths", "12", "30", "--samples", "200", "--seed", "3"]) == 0
+    assert (
+        main(["agreement", "NLLast", "--window", "4", "--lengths", "12", "30", "--samples", "200", "--seed", "3"]) == 0
+    )
     printed = [row.split("|")[1].strip() for row in capsys.readouterr().out.splitlines()[3:]]
     task = get_task("NLLast")
     expected = agreement_by_length(task, last_within_window("left", 4)(task.symbols), [12, 30], 200, seed=3)
     assert printed == [f"{a:.1%}" for a in expected.values()] and max(expected.values()) < 1.0
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["agreement", "UF", "--window", "3"], "window programs exist for NLLast and NRLast"),
-    (["agreement", "NRLast"], "give either --program FILE or --window W"),
-    (["agreement", "NRLast", "--window", "1"], "window must be an integer from 2 to 16384"),
-    (["agreement", "Dyck1", "--window", "3"], "is a language"),
-    (["agreement", "NRLast", "--window", "3", "--lengths", "1"], "accepted lengths"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["agreement", "UF", "--window", "3"], "window programs exist for NLLast and NRLast"),
+        (["agreement", "NRLast"], "give either --program FILE or --window W"),
+        (["agreement", "NRLast", "--window", "1"], "window must be an integer from 2 to 16384"),
+        (["agreement", "Dyck1", "--window", "3"], "is a language"),
+        (["agreement", "NRLast", "--window", "3", "--lengths", "1"], "accepted lengths"),
+    ],
+)
 def test_agreement_refuses_what_it_cannot_measure_and_says_why(argv, message, capsys):
     assert main(argv) == 2
     printed = capsys.readouterr()
@@ -135,21 +145,34 @@ def test_agreement_refuses_what_it_cannot_measure_and_says_why(argv, message, ca
 LONG_INPUT = " ".join(["a"] * 301)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["run", "majority", "--input", "a b", "--plot", "{tmp}/missing/trace.png"],
-     "--plot {tmp}/missing/trace.png: the folder {tmp}/missing does not exist"),
-    (["run", "majority", "--input", "a b", "--plot", "{tmp}/trace.xyz"],
-     "the extension .xyz is not a format written here; accepted extensions: .png, .pdf, .svg"),
-    (["run", "majority", "--input", "a b", "--plot", "{tmp}"], "--plot {tmp}: is a folder"),
-    (["run", "majority", "--input", LONG_INPUT, "--plot", "{tmp}/trace.png"],
-     "the input has 301 positions, and a picture shows at most 300"),
-    (["search", "UR", "--save", "{tmp}/missing/ur.crasp"], "--save {tmp}/missing/ur.crasp: the folder"),
-    (["agreement", "NLLast", "--window", "100000000"],
-     "--window 100000000: longer than the longest of --lengths (150), where it already sees the whole context"),
-    (["agreement", "NLLast", "--window", "3", "--lengths", "-5"],
-     "cannot sample length=-5: inputs have at least one symbol; accepted lengths"),
-    (["agreement", "NLLast", "--window", "3", "--seed", "-1"], "--seed -1: accepted: an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["run", "majority", "--input", "a b", "--plot", "{tmp}/missing/trace.png"],
+            "--plot {tmp}/missing/trace.png: the folder {tmp}/missing does not exist",
+        ),
+        (
+            ["run", "majority", "--input", "a b", "--plot", "{tmp}/trace.xyz"],
+            "the extension .xyz is not a format written here; accepted extensions: .png, .pdf, .svg",
+        ),
+        (["run", "majority", "--input", "a b", "--plot", "{tmp}"], "--plot {tmp}: is a folder"),
+        (
+            ["run", "majority", "--input", LONG_INPUT, "--plot", "{tmp}/trace.png"],
+            "the input has 301 positions, and a picture shows at most 300",
+        ),
+        (["search", "UR", "--save", "{tmp}/missing/ur.crasp"], "--save {tmp}/missing/ur.crasp: the folder"),
+        (
+            ["agreement", "NLLast", "--window", "100000000"],
+            "--window 100000000: longer than the longest of --lengths (150), where it already sees the whole context",
+        ),
+        (
+            ["agreement", "NLLast", "--window", "3", "--lengths", "-5"],
+            "cannot sample length=-5: inputs have at least one symbol; accepted lengths",
+        ),
+        (["agreement", "NLLast", "--window", "3", "--seed", "-1"], "--seed -1: accepted: an integer >= 0"),
+    ],
+)
 def test_what_a_command_cannot_do_is_refused_before_any_work(argv, message, tmp_path, capsys):
     assert main([arg.format(tmp=tmp_path) for arg in argv]) == 2
     assert message.format(tmp=tmp_path) in _one_line_error(capsys)

@@ -9,8 +9,16 @@ import pytest
 from crasp.__main__ import main
 from crasp.approximations import BOUNDED_APPROXIMATIONS, last_within_window_or_count
 from crasp.check import _task_strings_batch, check_witness, correct_answers, exhaustive_strings, small_version
-from crasp.discrimination import (BinScore, DiscriminationError, Request, Row, bins_discriminating, discriminate,
-                                  task_with_sampler, wilson_interval)
+from crasp.discrimination import (
+    BinScore,
+    DiscriminationError,
+    Request,
+    Row,
+    bins_discriminating,
+    discriminate,
+    task_with_sampler,
+    wilson_interval,
+)
 from crasp.fragment import fragment_of
 from crasp.tasks import TASK_CODES, get_task
 
@@ -70,8 +78,9 @@ def test_parity_bins_known_by_hand():
 
 def test_on_far_cells_every_last_occurrence_approximation_fails():
     """Strings with D >= L and k > L are exactly those the window and the window-or-count miss."""
-    request = Request(task_with_sampler("NRLast", "spread"), (1, 6), ((14, 16),), strings=300, far_only=True,
-                      training_samples=50)
+    request = Request(
+        task_with_sampler("NRLast", "spread"), (1, 6), ((14, 16),), strings=300, far_only=True, training_samples=50
+    )
     rows = discriminate(request)
     assert [row.approximation for row in rows] == ["window (L=6)", "window or count (L=6)"]
     assert all(row.exact_on_training for row in rows)
@@ -112,20 +121,31 @@ def test_scores_are_reproducible_and_spread_over_the_bin():
 
     first, again = score_bin(request, program, (11, 13)), score_bin(request, program, (11, 13))
     assert first == again and first.strings == 300
-    manual = [correct_answers(task, program, task.sample(np.random.default_rng((0, 11, 13, m)), 100, m)).sum()
-              for m in (11, 12, 13)]
+    manual = [
+        correct_answers(task, program, task.sample(np.random.default_rng((0, 11, 13, m)), 100, m)).sum()
+        for m in (11, 12, 13)
+    ]
     assert first.correct == sum(manual)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["discriminates", "NLLast", "--train-lengths", "1", "20", "--bins", "10-30"], "test bin 10-30: accepted"),
-    (["discriminates", "NLLast", "--train-lengths", "1", "20", "--bins", "31-40", "--far-cells"],
-     "accepted with far cells: bins from 41"),
-    (["discriminates", "UR", "--train-lengths", "1", "20", "--bins", "31-40", "--sampler", "spread"],
-     "sampler 'spread' exists for NLFirst, NRFirst, NLLast and NRLast"),
-    (["discriminates", "Addition", "--train-lengths", "1", "20", "--bins", "31-40", "--search-seconds", "0"],
-     "no bounded approximation is built for Addition"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["discriminates", "NLLast", "--train-lengths", "1", "20", "--bins", "10-30"], "test bin 10-30: accepted"),
+        (
+            ["discriminates", "NLLast", "--train-lengths", "1", "20", "--bins", "31-40", "--far-cells"],
+            "accepted with far cells: bins from 41",
+        ),
+        (
+            ["discriminates", "UR", "--train-lengths", "1", "20", "--bins", "31-40", "--sampler", "spread"],
+            "sampler 'spread' exists for NLFirst, NRFirst, NLLast and NRLast",
+        ),
+        (
+            ["discriminates", "Addition", "--train-lengths", "1", "20", "--bins", "31-40", "--search-seconds", "0"],
+            "no bounded approximation is built for Addition",
+        ),
+    ],
+)
 def test_the_command_refuses_what_it_cannot_check(argv, message, capsys):
     assert main(argv) == 2
     printed = capsys.readouterr()
@@ -133,8 +153,25 @@ def test_the_command_refuses_what_it_cannot_check(argv, message, capsys):
 
 
 def test_the_command_prints_the_table(capsys):
-    assert main(["discriminates", "Parity", "--train-lengths", "1", "4", "--bins", "5-5", "9-9", "--strings", "2000",
-                 "--search-seconds", "0"]) == 0
+    assert (
+        main(
+            [
+                "discriminates",
+                "Parity",
+                "--train-lengths",
+                "1",
+                "4",
+                "--bins",
+                "5-5",
+                "9-9",
+                "--strings",
+                "2000",
+                "--search-seconds",
+                "0",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Parity: ")
     row = next(line for line in lines if line.startswith("count up to L (L=4)"))

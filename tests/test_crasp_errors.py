@@ -26,11 +26,14 @@ def test_syntax_error_names_line_and_column_and_draws_a_caret():
     assert lines[2] == "  " + " " * 27 + "^"
 
 
-@pytest.mark.parametrize("body, column, message", [
-    ('Q("a") + 1 >= 1', 15, "the left operand of `+` `Q(\"a\")` is a Boolean, but a Count is needed here"),
-    ('#[j <= i] Q("a") and Q("b")', 25, "`and` needs two Booleans, but `#[j <= i] Q(\"a\")` is a Count"),
-    ('#[j <= i] (#[j <= i] Q("a")) >= 1', 8, "the body of a count #[j <= i] `#[j <= i] Q(\"a\")` is a Count"),
-])
+@pytest.mark.parametrize(
+    "body, column, message",
+    [
+        ('Q("a") + 1 >= 1', 15, 'the left operand of `+` `Q("a")` is a Boolean, but a Count is needed here'),
+        ('#[j <= i] Q("a") and Q("b")', 25, '`and` needs two Booleans, but `#[j <= i] Q("a")` is a Count'),
+        ('#[j <= i] (#[j <= i] Q("a")) >= 1', 8, 'the body of a count #[j <= i] `#[j <= i] Q("a")` is a Count'),
+    ],
+)
 def test_type_errors_point_at_the_operation(body, column, message):
     error = _syntax_error(HEADER + f"top := {body}\n")
     assert (error.line, error.column) == (3, column)
@@ -43,7 +46,7 @@ def test_undefined_name():
 
 
 def test_redefinition_points_at_the_second_definition():
-    error = _syntax_error(HEADER + 'top := true\ntop := false\n')
+    error = _syntax_error(HEADER + "top := true\ntop := false\n")
     assert error.line == 4 and "`top` is already defined at line 3" in error.message
 
 
@@ -96,8 +99,9 @@ def test_dsl_scope_errors():
 
 def test_a_program_lists_every_definition_it_uses_before_its_use():
     uses_b = Q("b").named("b_here")
-    with pytest.raises(CraspProgramError, match="`top` uses `b_here`, which is not one of the program's earlier "
-                                                "definitions"):
+    with pytest.raises(
+        CraspProgramError, match="`top` uses `b_here`, which is not one of the program's earlier definitions"
+    ):
         Program(("a", "b"), (Definition("top", (), ~uses_b),), accept="top")
 
 

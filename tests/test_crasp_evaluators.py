@@ -33,7 +33,8 @@ def _assert_agree(program, batch):
                     want = reference_value(program, string, node, i + 1, bindings)
                     assert got == want, (
                         f"{definition.name}{symbols} at position {i + 1} of {' '.join(string)}: "
-                        f"fast {got}, reference {want}\n{print_program(program)}")
+                        f"fast {got}, reference {want}\n{print_program(program)}"
+                    )
 
 
 @settings(max_examples=120, deadline=None)
@@ -70,20 +71,22 @@ def test_keyed_prefix_sum_equals_its_definition(data):
     got = keyed_prefix_sum(keys, values, queries)
     for b in range(B):
         for i in range(T):
-            want = sum((values[b, j] for j in range(i + 1) if keys[b, j] >= 0 and keys[b, j] == queries[b, i]),
-                       np.zeros(2, int))
+            want = sum(
+                (values[b, j] for j in range(i + 1) if keys[b, j] >= 0 and keys[b, j] == queries[b, i]),
+                np.zeros(2, int),
+            )
             assert (got[b, i] == want).all()
 
 
 def test_counts_include_the_current_position_and_local_counts_look_exactly_c_back():
-    program = parse('''
+    program = parse("""
 alphabet: a b
 accept: top
 n_a := #[j <= i] Q("a")
 a_two_back := #[j <= i, j = i - 2] Q("a")
 a_here := #[j <= i, j = i] Q("a")
 top := true
-''')
+""")
     values = evaluate(program, encode(program, [list("aabab")]))
     assert values["n_a"].array[0].tolist() == [1, 2, 2, 3, 3]
     assert values["a_two_back"].array[0].tolist() == [0, 0, 1, 1, 0]
@@ -91,13 +94,13 @@ top := true
 
 
 def test_padding_after_a_string_does_not_change_its_values():
-    program = parse('''
+    program = parse("""
 alphabet: a b
 accept: top
 n_a := #[j <= i] Q("a")
 prev_b := #[j <= i, j = i - 1] Q("b") >= 1
 top := n_a >= 2 and prev_b
-''')
+""")
     short, long = list("aba"), list("abaabb")
     both = evaluate(program, encode(program, [short, long]))
     alone = evaluate(program, encode(program, [short]))

@@ -37,32 +37,44 @@ def test_a_sum_beyond_64_bits_is_an_error_not_a_wrapped_value():
     program = parse(HEADER + "\n".join(lines) + "\ntop := d23 > 0\n")
     assert reference_value(program, ["b", "a"], program.target.use(), 2, {}) is True  # Python ints are exact
     strings = [["b"]] * 9 + [["b", "a"]]
-    with pytest.raises(CraspRangeError, match=r"`d22 \+ d22` leaves the exact range of counts, "
-                                               r"-2\*\*63 .. 2\*\*63 - 1, at position 2 of string 9"):
+    with pytest.raises(
+        CraspRangeError,
+        match=r"`d22 \+ d22` leaves the exact range of counts, "
+        r"-2\*\*63 .. 2\*\*63 - 1, at position 2 of string 9",
+    ):
         evaluate(program, encode(program, strings), memory_budget=1)  # in several chunks
     assert evaluate(program, encode(program, strings[:9]))["top"].array.all()
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: count(Q("a")) + (MAX_CONSTANT + 1), f"the count constant {MAX_CONSTANT + 1} is outside"),
-    (lambda: count(Q("a")) >= -MAX_CONSTANT - 1, f"the count constant {-MAX_CONSTANT - 1} is outside"),
-    (lambda: E.MOD(MAX_CONSTANT + 1, 0), f"the modulus m of MOD\\(m, r\\) {MAX_CONSTANT + 1} is outside"),
-    (lambda: count(Q("a"), offset=MAX_CONSTANT + 1), f"the distance c of j = i - c {MAX_CONSTANT + 1} is outside"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: count(Q("a")) + (MAX_CONSTANT + 1), f"the count constant {MAX_CONSTANT + 1} is outside"),
+        (lambda: count(Q("a")) >= -MAX_CONSTANT - 1, f"the count constant {-MAX_CONSTANT - 1} is outside"),
+        (lambda: E.MOD(MAX_CONSTANT + 1, 0), f"the modulus m of MOD\\(m, r\\) {MAX_CONSTANT + 1} is outside"),
+        (lambda: count(Q("a"), offset=MAX_CONSTANT + 1), f"the distance c of j = i - c {MAX_CONSTANT + 1} is outside"),
+    ],
+)
 def test_constants_beyond_the_bound_are_refused_where_they_are_built(build, message):
-    with pytest.raises(CraspRangeError, match=message + r" the accepted range: integers from -1099511627776 to "
-                                                        r"1099511627776 \(2\*\*40\)"):
+    with pytest.raises(
+        CraspRangeError,
+        match=message + r" the accepted range: integers from -1099511627776 to "
+        r"1099511627776 \(2\*\*40\)",
+    ):
         build()
     count(Q("a"), offset=MAX_CONSTANT) + MAX_CONSTANT >= -MAX_CONSTANT  # the bound itself is accepted
 
 
-@pytest.mark.parametrize("body, column, written", [
-    ('#[j <= i] Q("a") >= 1099511627777', 28, "the count constant 1099511627777"),
-    ('#[j <= i] Q("a") >= -1099511627777', 28, "the count constant -1099511627777"),
-    ('#[j <= i] Q("a") >= ' + "9" * 5000, 28, "the count constant " + "9" * 5000),  # too long for int()
-    ("MOD(99999999999999999999, 0)", 12, "the modulus m of MOD(m, r) 99999999999999999999"),
-    ('#[j <= i, j = i - 1099511627777] Q("a") >= 1', 26, "the distance c of j = i - c 1099511627777"),
-])
+@pytest.mark.parametrize(
+    "body, column, written",
+    [
+        ('#[j <= i] Q("a") >= 1099511627777', 28, "the count constant 1099511627777"),
+        ('#[j <= i] Q("a") >= -1099511627777', 28, "the count constant -1099511627777"),
+        ('#[j <= i] Q("a") >= ' + "9" * 5000, 28, "the count constant " + "9" * 5000),  # too long for int()
+        ("MOD(99999999999999999999, 0)", 12, "the modulus m of MOD(m, r) 99999999999999999999"),
+        ('#[j <= i, j = i - 1099511627777] Q("a") >= 1', 26, "the distance c of j = i - c 1099511627777"),
+    ],
+)
 def test_constants_beyond_the_bound_are_syntax_errors_at_their_place(body, column, written):
     with pytest.raises(CraspSyntaxError) as caught:
         parse(HEADER + f"top := {body}\n", "big.crasp")
@@ -85,8 +97,7 @@ def check_everything_runs(program: Program) -> None:
     assert fragment_of(program).name == "C-RASP[]"
     fast, reference = fast_and_reference(program, STRING)
     assert fast == reference
-    assert format_trace(program, STRING).endswith(f"accepted (top at the last position): "
-                                                  f"{'yes' if fast[-1] else 'no'}")
+    assert format_trace(program, STRING).endswith(f"accepted (top at the last position): {'yes' if fast[-1] else 'no'}")
 
 
 def test_a_chain_of_5000_definitions_written_last_first():
@@ -96,11 +107,14 @@ def test_a_chain_of_5000_definitions_written_last_first():
     check_everything_runs(program)
 
 
-@pytest.mark.parametrize("innermost, nest, outside", [
-    ('#[j <= i] Q("a") >= 2', lambda inner: f'(not ({inner} and Q("b")) or Q("a"))', ""),
-    ('#[j <= i] Q("a")', lambda inner: f"(1 + {inner})", " >= 2002"),
-    ('#[j <= i] Q("a")', lambda inner: f'(Q("a") ? {inner} : 0)', " >= 1"),
-])
+@pytest.mark.parametrize(
+    "innermost, nest, outside",
+    [
+        ('#[j <= i] Q("a") >= 2', lambda inner: f'(not ({inner} and Q("b")) or Q("a"))', ""),
+        ('#[j <= i] Q("a")', lambda inner: f"(1 + {inner})", " >= 2002"),
+        ('#[j <= i] Q("a")', lambda inner: f'(Q("a") ? {inner} : 0)', " >= 1"),
+    ],
+)
 def test_2000_nested_brackets(innermost, nest, outside):
     body = innermost
     for _ in range(2000):
@@ -139,5 +153,7 @@ def test_running_a_chain_of_20000_definitions_visits_each_a_bounded_number_of_ti
     # The quadratic version (a scan of the list per lookup) visits about n^2 / 2 = 2 * 10^8.
     definitions = CountedDefinitions(parsed.definitions, budget=20 * len(parsed.definitions))
     program = Program(parsed.alphabet, definitions, accept=parsed.accept)
-    assert format_trace(program, STRING).endswith("accepted (top at the last position): yes")  # 19,999 negations of Q("a") at a "b"
+    assert format_trace(program, STRING).endswith(
+        "accepted (top at the last position): yes"
+    )  # 19,999 negations of Q("a") at a "b"
     assert definitions.visits >= len(definitions)  # the count saw the run

@@ -39,8 +39,9 @@ def chi_square(observed: Counter, expected: dict) -> float:
 
 
 @settings(max_examples=60, deadline=None)
-@given(code=st.sampled_from(CODES), alphabet=st.integers(2, 7), length=st.integers(4, 60),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    code=st.sampled_from(CODES), alphabet=st.integers(2, 7), length=st.integers(4, 60), seed=st.integers(0, 2**32 - 1)
+)
 def test_spread_strings_are_task_strings_with_d_and_k_in_range(code, alphabet, length, seed):
     task = get_task(code, alphabet_size=alphabet, occurrences="spread")
     examples = task.sample(np.random.default_rng(seed), 8, length)
@@ -53,8 +54,12 @@ def test_spread_strings_are_task_strings_with_d_and_k_in_range(code, alphabet, l
 
 
 @settings(max_examples=30, deadline=None)
-@given(code=st.sampled_from(CODES), occurrences=st.sampled_from(["iid", (2, 2), (2, None)]),
-       length=st.integers(5, 40), seed=st.integers(0, 2**32 - 1))
+@given(
+    code=st.sampled_from(CODES),
+    occurrences=st.sampled_from(["iid", (2, 2), (2, None)]),
+    length=st.integers(5, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_occurrence_cells_read_any_sampler(code, occurrences, length, seed):
     task = get_task(code, occurrences=occurrences)
     examples = task.sample(np.random.default_rng(seed), 8, length)
@@ -81,9 +86,11 @@ def test_the_other_occurrences_are_uniform_beyond_the_retrieved_one():
     task = get_task("NLLast", occurrences="spread")
     examples = task.sample(np.random.default_rng(2), 40_000, 8)
     distances, counts = task.occurrence_cells(examples)
-    pairs = Counter(tuple(i for i, s in enumerate(inputs[:-1]) if s == query)
-                    for inputs, query, d, k in zip(examples.inputs, examples.queries, distances, counts)
-                    if d == 0 and k == 3)
+    pairs = Counter(
+        tuple(i for i, s in enumerate(inputs[:-1]) if s == query)
+        for inputs, query, d, k in zip(examples.inputs, examples.queries, distances, counts)
+        if d == 0 and k == 3
+    )
     expected = {(a, b): sum(pairs.values()) / 21 for a in range(7) for b in range(a + 1, 7)}
     assert chi_square(pairs, expected) < chi_square_bound(20)
 
@@ -91,8 +98,12 @@ def test_the_other_occurrences_are_uniform_beyond_the_retrieved_one():
 def test_the_other_tokens_are_uniform_among_the_symbols_but_the_query():
     task = get_task("NRLast", occurrences="spread")
     examples = task.sample(np.random.default_rng(3), 20_000, 10)
-    others = Counter((task.symbols.index(s) - task.symbols.index(q)) % 5
-                     for inputs, q in zip(examples.inputs, examples.queries) for s in inputs if s != q)
+    others = Counter(
+        (task.symbols.index(s) - task.symbols.index(q)) % 5
+        for inputs, q in zip(examples.inputs, examples.queries)
+        for s in inputs
+        if s != q
+    )
     assert 0 not in others
     assert chi_square(others, {k: sum(others.values()) / 4 for k in range(1, 5)}) < chi_square_bound(3)
 
@@ -101,7 +112,13 @@ def test_the_paper_samplers_draw_what_they_drew_before_the_spread_sampler():
     """The committed runs depend on them: digest of their tokens, computed with the code of 553bd9f."""
     digest = hashlib.sha256()
     for code in CODES:
-        for occurrences, adjacent in [("iid", False), ("iid", True), ((2, 2), False), ((2, None), True), ((3, 7), False)]:
+        for occurrences, adjacent in [
+            ("iid", False),
+            ("iid", True),
+            ((2, 2), False),
+            ((2, None), True),
+            ((3, 7), False),
+        ]:
             task = get_task(code, occurrences=occurrences, non_adjacent=adjacent)
             digest.update(task.sample(np.random.default_rng(7), 50, 40).tokens.tobytes())
     assert digest.hexdigest() == "545793b5994e69bddee8ba933a8e916e8cfa8988032187787f430b5024627a43"

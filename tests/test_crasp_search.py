@@ -49,16 +49,17 @@ def enumerated(sample, grammar=TINY, sizes=3, max_size=10):
 
 # ------------------------------------------------------------------ values computed independently
 
+
 def interpreter_value(node: E.Expr, sample) -> np.ndarray:
     """The node's value by crasp.evaluate, in the search's layout (s axis, t axis, positions)."""
     ids = {s: k for k, s in enumerate(sample.alphabet)}
     width = max(len(s) for s in sample.strings)
     tokens = np.full((len(sample.strings), width), -1)
     for row, string in enumerate(sample.strings):
-        tokens[row, :len(string)] = [ids[x] for x in string]
+        tokens[row, : len(string)] = [ids[x] for x in string]
     axes = tuple(sorted(node.free & {"s", "t"}))
     value = BatchEvaluator(tokens, ids).full(node, axes).array
-    flat = np.concatenate([value[row, :len(s)] for row, s in enumerate(sample.strings)])  # (N, V...)
+    flat = np.concatenate([value[row, : len(s)] for row, s in enumerate(sample.strings)])  # (N, V...)
     V = len(sample.alphabet)
     shape = (len(flat), V if "s" in axes else 1, V if "t" in axes else 1)
     return np.moveaxis(flat.reshape(shape), 0, -1)
@@ -170,8 +171,9 @@ def test_contexts_match_the_interpreter(sample, choice):
     packed = enumerator.stores[category].fetch(np.array([enumerator.table.row[behaviour]]))
     contexts = targets.in_contexts(category.variables, packed)
     for context, values in contexts.items():
-        node = builder.found(Found(context, kind, args, int(enumerator.table.size[behaviour]),
-                                   CATEGORIES.index(category)))
+        node = builder.found(
+            Found(context, kind, args, int(enumerator.table.size[behaviour]), CATEGORIES.index(category))
+        )
         expected = interpreter_value(node, sample)[:, 0, sample.needed]
         assert np.array_equal(values[0], expected if CONTEXTS[context][2] else expected[0]), E.show(node)
 
@@ -180,7 +182,7 @@ def test_the_sample_never_uses_the_symbols_that_stand_for_a_larger_alphabet(samp
     absent = sample.alphabet[-ABSENT_SYMBOLS:]
     assert not any(x in absent for string in sample.strings for x in string)
     small = get_task("UR", alphabet_size=3)  # the task's own strings, up to the names of its symbols
-    assert all(small.answer(list(s[1:s.index("<sep>")]), s[s.index("<sep>") + 1]) == [s[-2]] for s in sample.strings)
+    assert all(small.answer(list(s[1 : s.index("<sep>")]), s[s.index("<sep>") + 1]) == [s[-2]] for s in sample.strings)
 
 
 def test_counterexamples_of_the_task_and_of_its_small_version_are_renamed_in_order(sample):
@@ -191,6 +193,7 @@ def test_counterexamples_of_the_task_and_of_its_small_version_are_renamed_in_ord
 
 
 # ------------------------------------------------------------------ searches
+
 
 @pytest.fixture(scope="module")
 def majority_search():
@@ -224,7 +227,7 @@ def test_a_candidate_refuted_by_the_check_adds_its_counterexample_and_the_search
 def test_search_is_deterministic():
     def run():
         outcome = search(get_task("UL"), Grammar("none"), SearchOptions(max_size=6, sample=TINY_SAMPLE))
-        return [(l.size, l.evaluated, sorted(l.kept.items())) for l in outcome.levels], claim(outcome)
+        return [(level.size, level.evaluated, sorted(level.kept.items())) for level in outcome.levels], claim(outcome)
 
     assert run() == run()
 
@@ -241,8 +244,21 @@ def test_an_exhausted_search_states_its_claim_relative_to_grammar_and_sample():
 
 
 def test_a_budget_stop_reports_what_was_covered(capsys):
-    status = main(["search", "UL", "--max-size", "12", "--max-behaviours", "2000", "--no-progress",
-                   "--exhaustive-length", "2", "--random-strings", "2"])
+    status = main(
+        [
+            "search",
+            "UL",
+            "--max-size",
+            "12",
+            "--max-behaviours",
+            "2000",
+            "--no-progress",
+            "--exhaustive-length",
+            "2",
+            "--random-strings",
+            "2",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 1
     assert "stopped: behaviour limit (2,000)" in out and "no program of size <= 4 in C-RASP[]" in out
@@ -265,6 +281,7 @@ def test_an_interrupted_search_claims_only_the_sizes_it_completed(monkeypatch):
 
 # ------------------------------------------------------------------ verdicts and the command line
 
+
 def test_recorded_results_feed_the_predictions(majority_search, tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_PATH", tmp_path / "search_results.json")
     monkeypatch.setitem(WITNESSES, "Majority", ())
@@ -284,13 +301,18 @@ def test_recorded_results_feed_the_predictions(majority_search, tmp_path, monkey
         prediction.verified_witnesses.cache_clear()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["search", "Nope"], "error: unknown task 'Nope'; accepted codes: UL, UR,"),
-    (["search", "UR", "--max-size", "0"], "error: --max-size must be an integer from 1 to 30, got 0"),
-    (["search", "UR", "--fragment", "local", "--offsets", "0"],
-     "error: --offsets (local distances c) must be integers from 1 to 64, got [0]"),
-    (["search", "UR", "--sample-alphabet", "9"], "error: --sample-alphabet must be an integer from 2 to 6, got 9"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["search", "Nope"], "error: unknown task 'Nope'; accepted codes: UL, UR,"),
+        (["search", "UR", "--max-size", "0"], "error: --max-size must be an integer from 1 to 30, got 0"),
+        (
+            ["search", "UR", "--fragment", "local", "--offsets", "0"],
+            "error: --offsets (local distances c) must be integers from 1 to 64, got [0]",
+        ),
+        (["search", "UR", "--sample-alphabet", "9"], "error: --sample-alphabet must be an integer from 2 to 6, got 9"),
+    ],
+)
 def test_user_errors_name_what_was_wrong_and_what_is_accepted(argv, message, capsys):
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith(message)
@@ -307,7 +329,7 @@ def test_an_unknown_fragment_lists_the_accepted_ones(capsys):
 
 def test_the_found_program_names_no_task_symbol(majority_search):
     text = majority_search.discovery.text
-    body = text[text.index("output:"):]
+    body = text[text.index("output:") :]
     assert not any(f'"{symbol}"' in body for symbol in get_task("Majority").symbols)
     assert parse(text).alphabet[:3] == PROGRAM_SPECIALS
 

@@ -17,8 +17,15 @@ RECORDS = 6
 
 
 def a_record(task: str) -> results.Record:
-    return results.Record(task=task, fragment="none", command=f"python -m crasp search {task}", seconds=1.0,
-                          complete_through=3, behaviours=[1, 2, 3], claim=f"no program of size <= 3 for {task}")
+    return results.Record(
+        task=task,
+        fragment="none",
+        command=f"python -m crasp search {task}",
+        seconds=1.0,
+        complete_through=3,
+        behaviours=[1, 2, 3],
+        claim=f"no program of size <= 3 for {task}",
+    )
 
 
 def save_slowly(path, task: str, start) -> None:
@@ -68,11 +75,14 @@ def test_a_save_replaces_the_file_in_one_step(tmp_path, monkeypatch):
     assert sorted(results.load(path)) == ["UL none", "UR none"]
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('{\n "UL none": {\n  "task": "UL",\n  "fra', "not valid JSON at line 4, column 3"),
-    ("[1, 2]", "holds a JSON list, not an object of records"),
-    ('{"UL none": {"task": "UL"}}', "record 'UL none' is not an object with exactly the fields"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{\n "UL none": {\n  "task": "UL",\n  "fra', "not valid JSON at line 4, column 3"),
+        ("[1, 2]", "holds a JSON list, not an object of records"),
+        ('{"UL none": {"task": "UL"}}', "record 'UL none' is not an object with exactly the fields"),
+    ],
+)
 def test_a_damaged_file_is_one_error_line_in_the_commands_that_read_it(text, problem, tmp_path, monkeypatch, capsys):
     path = tmp_path / "search_results.json"
     path.write_text(text)

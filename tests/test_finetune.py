@@ -31,8 +31,7 @@ def tiny(tmp_path_factory):
 
 
 def _batch(pretrained, code="UF", batch_size=4):
-    items = training_items(code, seed=0, step=0, batch_size=batch_size, lengths=(2, 5), demonstrations=1,
-                           demo_length=3)
+    items = training_items(code, seed=0, step=0, batch_size=batch_size, lengths=(2, 5), demonstrations=1, demo_length=3)
     return items, token_batch(pretrained.tokenizer, items, pad_id=pretrained.tokenizer.encode("\n")[-1])
 
 
@@ -44,13 +43,14 @@ def test_the_loss_mask_covers_exactly_the_answer_line(tiny):
         assert pretrained.tokenizer.decode(targets) == " " + item.expected + "\n"
         # The model reads the prompt exactly as greedy decoding encodes it.
         prompt = pretrained.tokenizer.encode(item.prompt)
-        assert batch.tokens_BxT[row, :len(prompt)].tolist() == prompt
+        assert batch.tokens_BxT[row, : len(prompt)].tolist() == prompt
     assert batch.tokens_BxT.shape[1] % 8 == 0
 
 
 def _steps(model, batch, count, learning_rate=1e-3):
-    config = FinetuneConfig(train_lengths=(2, 5), test_bins=((2, 5),), learning_rate=learning_rate,
-                            warmup_fraction=0.0, max_steps=100).validate()
+    config = FinetuneConfig(
+        train_lengths=(2, 5), test_bins=((2, 5),), learning_rate=learning_rate, warmup_fraction=0.0, max_steps=100
+    ).validate()
     optimizer = make_optimizer(config.optimizer_config())
     graphdef, rest, params_S, opt_state_S = init_stack([model], optimizer)
     step = make_train_step(graphdef, rest, optimizer)
@@ -93,17 +93,47 @@ def test_lora_trains_the_stated_parameters_and_starts_as_the_base_model(tiny):
         np.testing.assert_array_equal(before, after)
 
 
-FLAGS = ["--tasks", "UF", "NB", "--train-lengths", "1", "3", "--test-bins", "1-3,4-5", "--demonstrations", "1",
-         "--demo-length", "3", "--max-steps", "7", "--batch-size", "2", "--learning-rate", "1e-3",
-         "--examples-per-length", "2", "--eval-batch-size", "5", "--log-every", "2", "--checkpoint-every", "4",
-         "--no-progress"]
+FLAGS = [
+    "--tasks",
+    "UF",
+    "NB",
+    "--train-lengths",
+    "1",
+    "3",
+    "--test-bins",
+    "1-3,4-5",
+    "--demonstrations",
+    "1",
+    "--demo-length",
+    "3",
+    "--max-steps",
+    "7",
+    "--batch-size",
+    "2",
+    "--learning-rate",
+    "1e-3",
+    "--examples-per-length",
+    "2",
+    "--eval-batch-size",
+    "5",
+    "--log-every",
+    "2",
+    "--checkpoint-every",
+    "4",
+    "--no-progress",
+]
 
 
 def _files(run):
     """What a run measured, without the timings."""
     answers = [{k: v for k, v in r.items() if k != "seconds"} for r in map(json.loads, (run / "results.jsonl").open())]
-    metrics = {code: [{k: v for k, v in r.items() if k != "elapsed_s"}
-                      for r in map(json.loads, (run / code / "seed0" / "metrics.jsonl").open())] for code in ("UF", "NB")}
+    metrics = {
+        code: [
+            {k: v for k, v in r.items() if k != "elapsed_s"}
+            for r in map(json.loads, (run / code / "seed0" / "metrics.jsonl").open())
+        ]
+        for code in ("UF", "NB")
+    }
     with np.load(run / "NB" / "seed0" / "model.npz") as weights:
         arrays = {name: weights[name] for name in weights.files if name.startswith("leaf")}
     return sorted(answers, key=str), metrics, arrays
@@ -144,15 +174,20 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tiny, tmp_p
         experiment.main(flags + ["--max-steps", "8", "--out", str(tmp_path / "resumed")])
 
 
-@pytest.mark.parametrize("flags, message", [
-    # The quick preset's bins 1-6 / 7-9 / 10-12 move to 1-60 / 61-90 / 91-120.
-    (["--tasks", "UF", "--train-lengths", "1", "60"],
-     "test lengths 53-120: task UF \\(alphabet of 52\\) accepts lengths 1 to 52"),
-    (["--tasks", "NRFirst", "--train-lengths", "1", "6"], "task NRFirst .* accepts lengths 3 or more"),
-    (["--test-bins", "2-6,7-9"], "must equal train_lengths"),
-    (["--test-bins", "1-6,5-9"], "test bin 5-9 starts at or below 6"),
-    (["--method", "lora", "--lora-alpha", "-1"], "lora_alpha must be > 0"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        # The quick preset's bins 1-6 / 7-9 / 10-12 move to 1-60 / 61-90 / 91-120.
+        (
+            ["--tasks", "UF", "--train-lengths", "1", "60"],
+            "test lengths 53-120: task UF \\(alphabet of 52\\) accepts lengths 1 to 52",
+        ),
+        (["--tasks", "NRFirst", "--train-lengths", "1", "6"], "task NRFirst .* accepts lengths 3 or more"),
+        (["--test-bins", "2-6,7-9"], "must equal train_lengths"),
+        (["--test-bins", "1-6,5-9"], "test bin 5-9 starts at or below 6"),
+        (["--method", "lora", "--lora-alpha", "-1"], "lora_alpha must be > 0"),
+    ],
+)
 def test_bad_settings_are_refused_before_the_model_or_the_folder(tmp_path, flags, message):
     with pytest.raises(SystemExit, match=message):
         experiment.main(flags + ["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "run")])
@@ -168,8 +203,21 @@ def test_training_lengths_alone_move_the_presets_test_bins_with_them():
 def test_prompts_beyond_the_models_context_are_refused_before_the_folder(tiny, tmp_path):
     # The tiny Llama (512 positions) reads text byte by byte: NF strings of 200 symbols and their copy do not fit.
     with pytest.raises(SystemExit, match="exceed the context of 512 positions .* lower --train-lengths or --test-bins"):
-        experiment.main(["--model", str(tiny), "--tasks", "NF", "--train-lengths", "1", "3", "--test-bins", "1-3,4-200",
-                         "--out", str(tmp_path / "run")])
+        experiment.main(
+            [
+                "--model",
+                str(tiny),
+                "--tasks",
+                "NF",
+                "--train-lengths",
+                "1",
+                "3",
+                "--test-bins",
+                "1-3,4-200",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -184,19 +232,43 @@ def test_a_file_that_is_not_a_model_is_refused_before_the_folder(tmp_path):
 
 def _write_run(folder: Path, accuracy: dict[tuple[str, str, int], float], n: int = 20):
     settings = FinetuneConfig(train_lengths=(1, 2), test_bins=((1, 2), (3, 4)), examples_per_length=n).to_dict()
-    config = dict(model="m", architecture="gguf/llama", preset="quick", tasks=["UF", "UB"], seed=0, threshold=0.9,
-                  finetune=settings)
+    config = dict(
+        model="m",
+        architecture="gguf/llama",
+        preset="quick",
+        tasks=["UF", "UB"],
+        seed=0,
+        threshold=0.9,
+        finetune=settings,
+    )
     (folder / "config.json").write_text(json.dumps(config))
-    records = [dict(task=task, stage=stage, length=length, index=i, correct=i < round(p * n), seconds=0.1)
-               for (task, stage, length), p in accuracy.items() for i in range(n)]
+    records = [
+        dict(task=task, stage=stage, length=length, index=i, correct=i < round(p * n), seconds=0.1)
+        for (task, stage, length), p in accuracy.items()
+        for i in range(n)
+    ]
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def test_the_report_keeps_did_not_fit_apart_and_measures_the_gaps(tmp_path):
-    accuracy = {("UF", "before", 1): 0.9, ("UF", "before", 2): 0.9, ("UF", "before", 3): 0.8, ("UF", "before", 4): 0.8,
-                ("UB", "before", 1): 0.0, ("UB", "before", 2): 0.0, ("UB", "before", 3): 0.0, ("UB", "before", 4): 0.0,
-                ("UF", "after", 1): 1.0, ("UF", "after", 2): 1.0, ("UF", "after", 3): 0.2, ("UF", "after", 4): 0.0,
-                ("UB", "after", 1): 1.0, ("UB", "after", 2): 0.9, ("UB", "after", 3): 0.1, ("UB", "after", 4): 0.1}
+    accuracy = {
+        ("UF", "before", 1): 0.9,
+        ("UF", "before", 2): 0.9,
+        ("UF", "before", 3): 0.8,
+        ("UF", "before", 4): 0.8,
+        ("UB", "before", 1): 0.0,
+        ("UB", "before", 2): 0.0,
+        ("UB", "before", 3): 0.0,
+        ("UB", "before", 4): 0.0,
+        ("UF", "after", 1): 1.0,
+        ("UF", "after", 2): 1.0,
+        ("UF", "after", 3): 0.2,
+        ("UF", "after", 4): 0.0,
+        ("UB", "after", 1): 1.0,
+        ("UB", "after", 2): 0.9,
+        ("UB", "after", 3): 0.1,
+        ("UB", "after", 4): 0.1,
+    }
     _write_run(tmp_path, accuracy)
     summary = summarize(tmp_path)
     rows = {row["task"]: row for row in summary["rows"]}

@@ -43,12 +43,16 @@ def test_the_wheel_holds_two_import_names_and_every_package_of_the_source():
 
     def source_folder(package):
         mapped = max((p for p in folders if package == p or package.startswith(p + ".")), key=len, default=None)
-        return ROOT / (folders[mapped] + package[len(mapped):] if mapped else package).replace(".", "/")
+        return ROOT / (folders[mapped] + package[len(mapped) :] if mapped else package).replace(".", "/")
 
     listed = {source_folder(package).resolve() for package in packages}
     roots = ["crasp", "crasplab", *folders.values()]
-    on_disk = {init.parent.resolve() for root in roots for init in (ROOT / root).rglob("__init__.py")
-               if "__pycache__" not in init.parts}
+    on_disk = {
+        init.parent.resolve()
+        for root in roots
+        for init in (ROOT / root).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
     assert on_disk == listed, "a package folder is missing from pyproject.toml's list (or listed but absent)"
 
 
@@ -57,10 +61,18 @@ def test_the_worker_pool_runs_from_a_folder_with_its_own_train_py_and_models(tmp
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
     # -P: this test's own process keeps the folder off sys.path; the workers the pool starts must too.
-    run = subprocess.run([sys.executable, "-P", "-c", TINY_RUN, str(tmp_path / "job")], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-P", "-c", TINY_RUN, str(tmp_path / "job")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split()[-1] == "crasplab.models.transformer"
     assert json.loads((tmp_path / "job" / "result.json").read_text())["steps"] == 4
-    assert not [marker for marker in ("TRAIN_PY_RAN", "MODELS_IMPORTED", "RESULTS_IMPORTED", "CRASPLAB_IMPORTED")
-                if (tmp_path / marker).exists()]
+    assert not [
+        marker
+        for marker in ("TRAIN_PY_RAN", "MODELS_IMPORTED", "RESULTS_IMPORTED", "CRASPLAB_IMPORTED")
+        if (tmp_path / marker).exists()
+    ]

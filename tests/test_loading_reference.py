@@ -30,7 +30,9 @@ def randomize(model, seed: int):
             if parameter.ndim == 1:  # norm scales around 1, biases around 0
                 parameter.copy_(1 + 0.2 * noise if "norm" in name or "ln_" in name else 0.2 * noise)
             else:
-                parameter.copy_(noise / parameter.shape[-1] ** 0.5 * (1 if "emb" in name or "wte" in name or "wpe" in name else 1.5))
+                parameter.copy_(
+                    noise / parameter.shape[-1] ** 0.5 * (1 if "emb" in name or "wte" in name or "wpe" in name else 1.5)
+                )
     return model.eval()
 
 
@@ -47,17 +49,29 @@ def random_tokens(vocab: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(vocab, size=(2, 12)).astype(np.int32)
 
 
-LLAMA = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
+LLAMA = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-5,
+)
 CHECKPOINTS = {
     "llama_gqa_untied": lambda: transformers.LlamaForCausalLM(
-        transformers.LlamaConfig(**LLAMA, tie_word_embeddings=False, rope_theta=500.0)),
+        transformers.LlamaConfig(**LLAMA, tie_word_embeddings=False, rope_theta=500.0)
+    ),
     "llama_tied_head_dim": lambda: transformers.LlamaForCausalLM(
-        transformers.LlamaConfig(**LLAMA | dict(head_dim=24), tie_word_embeddings=True)),
+        transformers.LlamaConfig(**LLAMA | dict(head_dim=24), tie_word_embeddings=True)
+    ),
     "qwen2_bias_gqa": lambda: transformers.Qwen2ForCausalLM(
-        transformers.Qwen2Config(**LLAMA, tie_word_embeddings=False, rope_theta=1e6)),
+        transformers.Qwen2Config(**LLAMA, tie_word_embeddings=False, rope_theta=1e6)
+    ),
     "gpt2": lambda: transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=32)),
+        transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=32)
+    ),
 }
 
 
@@ -103,15 +117,25 @@ def test_gpt2_checkpoint_with_the_hub_names_loads(tmp_path):
 def _gguf_name(hf_name: str) -> str | None:
     """The llama.cpp tensor name of a Hugging Face Llama parameter (written out here independently
     of models.loading's table)."""
-    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
+    fixed = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
     if hf_name in fixed:
         return fixed[hf_name]
     _, _, layer, *rest = hf_name.split(".")
-    block = {"self_attn.q_proj.weight": "attn_q", "self_attn.k_proj.weight": "attn_k", "self_attn.v_proj.weight": "attn_v",
-             "self_attn.o_proj.weight": "attn_output", "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up",
-             "mlp.down_proj.weight": "ffn_down", "input_layernorm.weight": "attn_norm",
-             "post_attention_layernorm.weight": "ffn_norm"}[".".join(rest)]
+    block = {
+        "self_attn.q_proj.weight": "attn_q",
+        "self_attn.k_proj.weight": "attn_k",
+        "self_attn.v_proj.weight": "attn_v",
+        "self_attn.o_proj.weight": "attn_output",
+        "mlp.gate_proj.weight": "ffn_gate",
+        "mlp.up_proj.weight": "ffn_up",
+        "mlp.down_proj.weight": "ffn_down",
+        "input_layernorm.weight": "attn_norm",
+        "post_attention_layernorm.weight": "ffn_norm",
+    }[".".join(rest)]
     return f"blk.{layer}.{block}.weight"
 
 
@@ -136,9 +160,16 @@ def test_gguf_logits_match_transformers_on_the_same_dequantized_weights(tmp_path
             elif hf_name.endswith("k_proj.weight"):
                 weights = llama_cpp_permute(weights, config.num_key_value_heads)
             tensors[_gguf_name(hf_name)] = weights
-    hyper = {"block_count": 2, "embedding_length": 64, "feed_forward_length": 128, "attention.head_count": 4,
-             "attention.head_count_kv": 2, "context_length": 64, "rope.freq_base": 10000.0,
-             "attention.layer_norm_rms_epsilon": 1e-5}
+    hyper = {
+        "block_count": 2,
+        "embedding_length": 64,
+        "feed_forward_length": 128,
+        "attention.head_count": 4,
+        "attention.head_count_kv": 2,
+        "context_length": 64,
+        "rope.freq_base": 10000.0,
+        "attention.layer_norm_rms_epsilon": 1e-5,
+    }
     path = write_gguf(tmp_path / "tiny.gguf", tensors, types=types, hyper=hyper)
     tokens_BxT = random_tokens(VOCAB)
     expected = reference_logits(reference, tokens_BxT)

@@ -36,11 +36,17 @@ def previous_token_model() -> Transformer:
         if dim + 1 < POSITIONS:
             k_DxW[dim, dim + 1] = 3.0
     q_bias_W[16], k_DxW[0, 16] = 5.0, 5.0
-    set_params(model, {
-        "embed.embedding": np.eye(VOCAB, D, k=POSITIONS), "pos_embed.embedding": np.eye(POSITIONS, D),
-        "layers.0.attn.q.kernel": q_DxW, "layers.0.attn.q.bias": q_bias_W, "layers.0.attn.k.kernel": k_DxW,
-        "layers.0.attn.k.bias": np.zeros(D),
-    })
+    set_params(
+        model,
+        {
+            "embed.embedding": np.eye(VOCAB, D, k=POSITIONS),
+            "pos_embed.embedding": np.eye(POSITIONS, D),
+            "layers.0.attn.q.kernel": q_DxW,
+            "layers.0.attn.q.bias": q_bias_W,
+            "layers.0.attn.k.kernel": k_DxW,
+            "layers.0.attn.k.bias": np.zeros(D),
+        },
+    )
     return model
 
 
@@ -69,7 +75,7 @@ def test_zero_ablating_a_head_equals_removing_its_output_and_no_ablation_changes
     without = tiny_model(**STYLES["llama_rope_gqa"])
     K = model.config.head_dim
     kernel = np.array(without.layers[1].attn.o.kernel[...])
-    kernel[2 * K:3 * K] = 0.0
+    kernel[2 * K : 3 * K] = 0.0
     set_params(without, {"layers.1.attn.o.kernel": kernel})
     tokens_BxT = random_tokens((2, 6))
     ablated = model(tokens_BxT, interventions=ablation([(1, 2)], None, model.config)).logits_BxTxV
@@ -81,7 +87,13 @@ def test_zero_ablating_a_head_equals_removing_its_output_and_no_ablation_changes
 
 
 @settings(max_examples=60, deadline=None)
-@given(layers=st.integers(1, 4), heads=st.integers(1, 6), draws=st.integers(1, 4), seed=st.integers(0, 10**6), data=st.data())
+@given(
+    layers=st.integers(1, 4),
+    heads=st.integers(1, 6),
+    draws=st.integers(1, 4),
+    seed=st.integers(0, 10**6),
+    data=st.data(),
+)
 def test_random_controls_never_include_the_targeted_heads(layers, heads, draws, seed, data):
     means = {name: np.random.default_rng(seed).random((layers, heads)) for name in SCORES}
     ablate = data.draw(st.lists(st.sampled_from(SCORES), min_size=1, unique=True))
@@ -101,13 +113,41 @@ def test_random_controls_never_include_the_targeted_heads(layers, heads, draws, 
 
 
 def _flags(model, out, *extra):
-    return ["--model", str(model), "--tasks", "UF", "UR", "--lengths", "3", "--n", "3", "--periods", "3", "4",
-            "--sequences", "4", "--k", "1", "2", "--draws", "2", "--batch-size", "4", "--greedy-check", "2",
-            "--out", str(out), *extra]
+    return [
+        "--model",
+        str(model),
+        "--tasks",
+        "UF",
+        "UR",
+        "--lengths",
+        "3",
+        "--n",
+        "3",
+        "--periods",
+        "3",
+        "4",
+        "--sequences",
+        "4",
+        "--k",
+        "1",
+        "2",
+        "--draws",
+        "2",
+        "--batch-size",
+        "4",
+        "--greedy-check",
+        "2",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _records(run):
-    return [{k: v for k, v in r.items() if k != "seconds"} for r in map(json.loads, (run / "ablations.jsonl").read_text().splitlines())]
+    return [
+        {k: v for k, v in r.items() if k != "seconds"}
+        for r in map(json.loads, (run / "ablations.jsonl").read_text().splitlines())
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +197,10 @@ def test_an_interrupted_run_resumes_to_the_same_files(tmp_path, tiny_llama, whol
 def test_the_report_judges_each_claim_from_the_counts(whole_run):
     summary = json.loads((whole_run / "summary.json").read_text())
     assert {(j["score"], j["task"], j["k"]) for j in summary["claims"]} == {
-        (score, task, k) for score, task in [("induction", "UF"), ("induction", "UR"), ("anti_induction", "UF")]
-        for k in (1, 2)}
+        (score, task, k)
+        for score, task in [("induction", "UF"), ("induction", "UR"), ("anti_induction", "UF")]
+        for k in (1, 2)
+    }
     for judgement in summary["claims"]:
         change = judgement["ablated"]
         assert change["change"] == pytest.approx(change["accuracy"] - judgement["base"]["accuracy"])
@@ -166,21 +208,29 @@ def test_the_report_judges_each_claim_from_the_counts(whole_run):
             assert judgement["verdict"] == "untestable"
         elif judgement["verdict"].startswith("drop"):
             assert change["change_high"] < 0
-    random_pooled = [r for r in summary["rows"] if r["ablation"] == "random" and r["draw"] == "pooled" and "pooled" in r]
+    random_pooled = [
+        r for r in summary["rows"] if r["ablation"] == "random" and r["draw"] == "pooled" and "pooled" in r
+    ]
     for row in random_pooled:
-        draws = [r for r in summary["rows"] if r["ablation"] == "random" and r["k"] == row["k"]
-                 and r["task"] == row["task"] and r["draw"] in (0, 1)]
+        draws = [
+            r
+            for r in summary["rows"]
+            if r["ablation"] == "random" and r["k"] == row["k"] and r["task"] == row["task"] and r["draw"] in (0, 1)
+        ]
         assert row["pooled"]["total"] == sum(r["pooled"]["total"] for r in draws)
     assert "removing induction heads drops UF" in (whole_run / "report.md").read_text()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--tasks", "XYZ"], "argument --tasks: invalid choice: 'XYZ'"),
-    (["--task", "XYZ", "--run", "somewhere"], "argument --task: invalid choice: 'XYZ'"),
-    (["--k", "0"], "argument --k: must be at least 1, got 0"),
-    (["--ablate", "induction_score"], "argument --ablate: invalid choice"),
-    (["--model", "m.gguf", "--run", "somewhere"], "give --model (a pretrained model) or --run"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--tasks", "XYZ"], "argument --tasks: invalid choice: 'XYZ'"),
+        (["--task", "XYZ", "--run", "somewhere"], "argument --task: invalid choice: 'XYZ'"),
+        (["--k", "0"], "argument --k: must be at least 1, got 0"),
+        (["--ablate", "induction_score"], "argument --ablate: invalid choice"),
+        (["--model", "m.gguf", "--run", "somewhere"], "give --model (a pretrained model) or --run"),
+    ],
+)
 def test_invalid_flags_are_refused_while_parsing(tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit):
         mechanism.main([*flags, "--out", str(tmp_path / "run")])
@@ -195,10 +245,27 @@ def test_more_heads_than_the_model_has_are_refused_before_writing(tmp_path, tiny
 
 def test_prompts_beyond_the_models_context_are_refused_before_writing(tmp_path, tiny_llama):
     # The tiny Llama (RoPE, 512 positions) reads text byte by byte: 300 symbols and their copy do not fit.
-    with pytest.raises(SystemExit, match="the NF prompts at length 300 take up to .* tokens with their answers; the "
-                                         "model's context is 512 positions; lower --lengths"):
-        mechanism.main(["--model", str(tiny_llama), "--tasks", "NF", "--lengths", "300", "--n", "2", "--k", "1",
-                        "--out", str(tmp_path / "run")])
+    with pytest.raises(
+        SystemExit,
+        match="the NF prompts at length 300 take up to .* tokens with their answers; the "
+        "model's context is 512 positions; lower --lengths",
+    ):
+        mechanism.main(
+            [
+                "--model",
+                str(tiny_llama),
+                "--tasks",
+                "NF",
+                "--lengths",
+                "300",
+                "--n",
+                "2",
+                "--k",
+                "1",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -221,18 +288,69 @@ def test_a_from_scratch_model_is_scored_and_ablated_on_its_own_test_strings(tmp_
     from crasplab.train import engines
     from crasplab.train.workers import run_stacked_in_process
 
-    monkeypatch.setattr(engines, "run_on_cpu_cores", lambda jobs, workers, show_progress: run_stacked_in_process(jobs, False))
+    monkeypatch.setattr(
+        engines, "run_on_cpu_cores", lambda jobs, workers, show_progress: run_stacked_in_process(jobs, False)
+    )
     run = tmp_path / "run"
-    length_gen.main(["--pe", "ape", "--preset", "quick", "--tasks", "UF", "--n-layers", "2", "--n-heads", "2",
-                     "--d-model", "16", "--train-lengths", "1", "4", "--test-bins", "1-4,5-6", "--max-steps", "40",
-                     "--warmup-steps", "1", "--eval-every", "40", "--eval-examples-per-length", "3",
-                     "--greedy-examples-per-bin", "2", "--batch-size", "8", "--no-progress", "--out", str(run)])
+    length_gen.main(
+        [
+            "--pe",
+            "ape",
+            "--preset",
+            "quick",
+            "--tasks",
+            "UF",
+            "--n-layers",
+            "2",
+            "--n-heads",
+            "2",
+            "--d-model",
+            "16",
+            "--train-lengths",
+            "1",
+            "4",
+            "--test-bins",
+            "1-4,5-6",
+            "--max-steps",
+            "40",
+            "--warmup-steps",
+            "1",
+            "--eval-every",
+            "40",
+            "--eval-examples-per-length",
+            "3",
+            "--greedy-examples-per-bin",
+            "2",
+            "--batch-size",
+            "8",
+            "--no-progress",
+            "--out",
+            str(run),
+        ]
+    )
     out = tmp_path / "mechanism"
-    mechanism.main(["--run", str(run), "--task", "UF", "--periods", "2", "3", "--sequences", "4", "--draws", "1",
-                    "--out", str(out)])
+    mechanism.main(
+        [
+            "--run",
+            str(run),
+            "--task",
+            "UF",
+            "--periods",
+            "2",
+            "3",
+            "--sequences",
+            "4",
+            "--draws",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     config = json.loads((out / "config.json").read_text())
     assert config["separator"] == [2] and config["n_layers"] * config["n_heads"] == 4
-    none = next(r for r in map(json.loads, (out / "ablations.jsonl").read_text().splitlines()) if r["ablation"] == "none")
+    none = next(
+        r for r in map(json.loads, (out / "ablations.jsonl").read_text().splitlines()) if r["ablation"] == "none"
+    )
     measured = {cell["cell"]: cell["correct"] / cell["total"] for cell in none["cells"]}
     assert measured == pytest.approx(config["recorded_accuracy"], abs=1e-6)
     assert all(cell["greedy_disagreements"] == 0 for cell in none["cells"])
@@ -247,14 +365,27 @@ def _from_scratch_run(run: Path, n_layers: int, checkpoint: bytes | None = None)
     """A length_gen.py run folder of one UF job whose job.json claims `n_layers` and whose
     checkpoint.npz holds ten small arrays (or the given bytes)."""
     preset = PRESETS["quick"]
-    settings = RunSettings(preset="quick", tasks=("UF",), seeds=(0,), threshold=0.9, model=preset.model,
-                           train={"UF": preset.train_for("UF")}, task_overrides={"UF": preset.overrides_for("UF")})
+    settings = RunSettings(
+        preset="quick",
+        tasks=("UF",),
+        seeds=(0,),
+        threshold=0.9,
+        model=preset.model,
+        train={"UF": preset.train_for("UF")},
+        task_overrides={"UF": preset.overrides_for("UF")},
+    )
     run.mkdir()
     (run / "config.json").write_text(json.dumps(settings.to_dict()))
     folder = run / "UF" / "seed0"
     folder.mkdir(parents=True)
-    job = Job(task_code="UF", seed=0, model=preset.model.replace(n_layers=n_layers), train=settings.train["UF"],
-              task_overrides=settings.task_overrides["UF"], out_dir=str(folder))
+    job = Job(
+        task_code="UF",
+        seed=0,
+        model=preset.model.replace(n_layers=n_layers),
+        train=settings.train["UF"],
+        task_overrides=settings.task_overrides["UF"],
+        out_dir=str(folder),
+    )
     (folder / "job.json").write_text(json.dumps(job.to_dict()))
     if checkpoint is None:
         np.savez(folder / "checkpoint.npz", **{f"leaf_{i:05d}": np.zeros(2) for i in range(10)})
@@ -263,11 +394,15 @@ def _from_scratch_run(run: Path, n_layers: int, checkpoint: bytes | None = None)
     return run
 
 
-@pytest.mark.parametrize("n_layers, checkpoint, message", [
-    (10**8, None, "job.json says the model has 100000000 layers, but checkpoint.npz holds 10 arrays in all"),
-    (2, None, "checkpoint.npz: not a readable checkpoint \\(KeyError: 'structure is not a file in the archive'\\)"),
-    (2, b"not a zip file", "seed0: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it"),
-], ids=["layers-beyond-the-checkpoint", "another-models-checkpoint", "damaged-checkpoint"])
+@pytest.mark.parametrize(
+    "n_layers, checkpoint, message",
+    [
+        (10**8, None, "job.json says the model has 100000000 layers, but checkpoint.npz holds 10 arrays in all"),
+        (2, None, "checkpoint.npz: not a readable checkpoint \\(KeyError: 'structure is not a file in the archive'\\)"),
+        (2, b"not a zip file", "seed0: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it"),
+    ],
+    ids=["layers-beyond-the-checkpoint", "another-models-checkpoint", "damaged-checkpoint"],
+)
 def test_a_job_folder_that_does_not_hold_its_model_is_an_error_line(tmp_path, n_layers, checkpoint, message):
     run = _from_scratch_run(tmp_path / "run", n_layers, checkpoint)
     with pytest.raises(SystemExit, match=f"^error: .*{message}"):

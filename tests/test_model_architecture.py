@@ -9,8 +9,15 @@ from flax import nnx
 
 from crasp.fragment import POSITION_ENCODINGS
 from crasplab.models import (
-    PRESETS, ModelConfig, Transformer, count_params, forward_flops_per_token, param_shapes,
-    parameter_count, preset, set_params,
+    PRESETS,
+    ModelConfig,
+    Transformer,
+    count_params,
+    forward_flops_per_token,
+    param_shapes,
+    parameter_count,
+    preset,
+    set_params,
 )
 from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import LayerNorm
@@ -43,11 +50,12 @@ def test_output_at_t_has_zero_gradient_wrt_later_inputs(style):
     positions_BxT = jnp.broadcast_to(jnp.arange(7), (2, 7))
     x_BxTxD = model.embed_inputs(tokens_BxT, positions_BxT)
     for t in (0, 3, 6):
+
         def output_at_t(x):
             return model.forward_embeddings(x, positions_BxT).logits_BxTxV[:, t].sum()
 
         gradient_BxTxD = jax.grad(output_at_t)(x_BxTxD)
-        assert np.all(np.asarray(gradient_BxTxD[:, t + 1:]) == 0.0)
+        assert np.all(np.asarray(gradient_BxTxD[:, t + 1 :]) == 0.0)
         assert np.all(np.abs(np.asarray(gradient_BxTxD[:, : t + 1])).sum(-1) > 0)
 
 
@@ -83,7 +91,7 @@ def test_rope_is_the_hugging_face_rotate_half_layout():
     cos = np.concatenate([np.cos(angles)] * 2, -1)[:, :, None]
     sin = np.concatenate([np.sin(angles)] * 2, -1)[:, :, None]
     x_rot = x_BxTxHxK[..., :rotary]
-    rotate_half = np.concatenate([-x_rot[..., rotary // 2:], x_rot[..., : rotary // 2]], -1)
+    rotate_half = np.concatenate([-x_rot[..., rotary // 2 :], x_rot[..., : rotary // 2]], -1)
     expected = np.concatenate([x_rot * cos + rotate_half * sin, x_BxTxHxK[..., rotary:]], -1)
     np.testing.assert_allclose(apply_rope(x_BxTxHxK, positions_BxT, base, rotary), expected, atol=1e-5)
 
@@ -91,10 +99,10 @@ def test_rope_is_the_hugging_face_rotate_half_layout():
 def test_alibi_slopes_are_press_et_al_geometric_sequences():
     from crasplab.models.positions import alibi_slopes
 
-    np.testing.assert_allclose(alibi_slopes(8), [2.0 ** -k for k in range(1, 9)])
-    np.testing.assert_allclose(alibi_slopes(4), [2.0 ** -k for k in (2, 4, 6, 8)])
+    np.testing.assert_allclose(alibi_slopes(8), [2.0**-k for k in range(1, 9)])
+    np.testing.assert_allclose(alibi_slopes(4), [2.0**-k for k in (2, 4, 6, 8)])
     # 6 heads: the 4-head slopes, then slopes 1 and 3 of the 8-head sequence.
-    np.testing.assert_allclose(alibi_slopes(6), [2.0 ** -k for k in (2, 4, 6, 8, 1, 3)])
+    np.testing.assert_allclose(alibi_slopes(6), [2.0**-k for k in (2, 4, 6, 8, 1, 3)])
 
 
 def test_alibi_scores_fall_linearly_with_distance_at_each_heads_slope():
@@ -123,7 +131,9 @@ def test_one_layer_nope_last_output_ignores_order_of_earlier_tokens():
     permutation = np.random.default_rng(1).permutation(7)
     permuted_1xT = tokens_1xT.at[0, :7].set(tokens_1xT[0, permutation])
     assert not np.array_equal(permuted_1xT, tokens_1xT)
-    np.testing.assert_allclose(model(permuted_1xT).logits_BxTxV[0, -1], model(tokens_1xT).logits_BxTxV[0, -1], atol=1e-5)
+    np.testing.assert_allclose(
+        model(permuted_1xT).logits_BxTxV[0, -1], model(tokens_1xT).logits_BxTxV[0, -1], atol=1e-5
+    )
     ape_model = tiny_model(n_layers=1, **STYLES["gpt2_ape"])
     difference = ape_model(permuted_1xT).logits_BxTxV[0, -1] - ape_model(tokens_1xT).logits_BxTxV[0, -1]
     assert np.abs(np.asarray(difference)).max() > 1e-3
@@ -173,8 +183,14 @@ def test_out_of_table_ape_position_is_a_clear_error_and_nan_under_jit():
 
 # Every architecture the lab builds: the pretrained shapes, and each from-scratch size with each
 # position encoding (GPT-2 blocks for APE and NoPE, Llama blocks for RoPE).
-ARCHITECTURES = {**PRESETS, **{f"{size}-{pe}": TRAIN_PRESETS[size].model.replace(pe=pe).model_config(128, 512)
-                               for size in TRAIN_PRESETS for pe in POSITIONS}}
+ARCHITECTURES = {
+    **PRESETS,
+    **{
+        f"{size}-{pe}": TRAIN_PRESETS[size].model.replace(pe=pe).model_config(128, 512)
+        for size in TRAIN_PRESETS
+        for pe in POSITIONS
+    },
+}
 
 
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
@@ -234,8 +250,9 @@ def test_layer_norm_equals_flax_layer_norm_in_values_and_gradients(dtype):
     spread_and_mean_rows = rng.uniform(0.01, 100, size=(3, 5, 1)), rng.normal(size=(3, 5, 1)) * 50
     x_BxTxD = jnp.asarray(rng.normal(size=(3, 5, 16)) * spread_and_mean_rows[0] + spread_and_mean_rows[1], dtype)
     ours = LayerNorm(16, epsilon=1e-5, dtype=dtype, param_dtype=jnp.float32, rngs=nnx.Rngs(0))
-    theirs = nnx.LayerNorm(16, epsilon=1e-5, use_fast_variance=False, dtype=dtype, param_dtype=jnp.float32,
-                           rngs=nnx.Rngs(0))
+    theirs = nnx.LayerNorm(
+        16, epsilon=1e-5, use_fast_variance=False, dtype=dtype, param_dtype=jnp.float32, rngs=nnx.Rngs(0)
+    )
     for name in ("scale", "bias"):
         value = jnp.asarray(rng.normal(size=16), jnp.float32)
         getattr(ours, name)[...] = value
@@ -246,11 +263,13 @@ def test_layer_norm_equals_flax_layer_norm_in_values_and_gradients(dtype):
         return (module(x).astype(jnp.float32) * weights_BxTxD).sum()
 
     (ours_param_grads, ours_dx), (theirs_param_grads, theirs_dx) = (
-        nnx.grad(weighted_sum, argnums=(0, 1))(norm, x_BxTxD) for norm in (ours, theirs))
+        nnx.grad(weighted_sum, argnums=(0, 1))(norm, x_BxTxD) for norm in (ours, theirs)
+    )
     assert ours(x_BxTxD).dtype == dtype
     tolerance = dict(rtol=1e-4, atol=1e-4) if dtype == jnp.float32 else dict(rtol=2e-2, atol=2e-2)
     np.testing.assert_allclose(ours(x_BxTxD).astype(jnp.float32), theirs(x_BxTxD).astype(jnp.float32), **tolerance)
     np.testing.assert_allclose(ours_dx.astype(jnp.float32), theirs_dx.astype(jnp.float32), **tolerance)
     for name in ("scale", "bias"):
-        np.testing.assert_allclose(getattr(ours_param_grads, name)[...], getattr(theirs_param_grads, name)[...],
-                                   **tolerance)
+        np.testing.assert_allclose(
+            getattr(ours_param_grads, name)[...], getattr(theirs_param_grads, name)[...], **tolerance
+        )

@@ -28,13 +28,13 @@ def test_cached_logits_equal_full_forward_at_every_step_for_a_padded_batch(style
     cached_logits = [prefill.logits_BxTxV[:, -1]]
     cache = prefill.cache
     for step in range(steps):
-        output = model(continuation_BxC[:, step:step + 1], (PROMPT_LENGTHS + step)[:, None], cache=cache)
+        output = model(continuation_BxC[:, step : step + 1], (PROMPT_LENGTHS + step)[:, None], cache=cache)
         cached_logits.append(output.logits_BxTxV[:, 0])
         cache = output.cache
 
     # Each row alone, unpadded, in one full forward pass: the logits after every prefix.
     for row, length in enumerate(PROMPT_LENGTHS):
-        sequence_1xS = np.concatenate([tokens_BxT[row, 6 - length:], continuation_BxC[row]])[None]
+        sequence_1xS = np.concatenate([tokens_BxT[row, 6 - length :], continuation_BxC[row]])[None]
         full_1xSxV = model(jnp.asarray(sequence_1xS)).logits_BxTxV
         for step in range(steps + 1):
             np.testing.assert_allclose(cached_logits[step][row], full_1xSxV[0, length - 1 + step], atol=1e-5)
@@ -48,7 +48,7 @@ def greedy_alone(model, prompt, max_new_tokens, eos_id):
         sequence.append(token)
         if token == eos_id:
             break
-    return sequence[len(prompt):]
+    return sequence[len(prompt) :]
 
 
 @pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa", "gpt2_alibi"])

@@ -37,7 +37,9 @@ def test_knocked_out_edge_gets_zero_attention_and_the_rest_renormalizes():
     edges_LxBxHxTxS[0, :, :, 5, :5] = True  # layer 0, every head: query 5 sees only itself
     base = model(tokens_BxT, return_attention=True).attention_LxBxHxTxS
     attention = model(
-        tokens_BxT, interventions=Interventions(attn_bias_LxBxHxTxS=knockout_bias(edges_LxBxHxTxS)), return_attention=True
+        tokens_BxT,
+        interventions=Interventions(attn_bias_LxBxHxTxS=knockout_bias(edges_LxBxHxTxS)),
+        return_attention=True,
     ).attention_LxBxHxTxS
     assert np.all(np.asarray(attention[1, :, 2, 4, 1]) == 0.0)
     assert np.all(np.asarray(attention[0, :, :, 5, :5]) == 0.0)
@@ -53,13 +55,17 @@ def test_mean_ablation_replaces_a_head_output_by_its_reference_mean(style):
     reference_BxT = random_tokens((4, 6), seed=9)
     mask_BxT = np.arange(6) < np.array([6, 5, 3, 6])[:, None]
     means_LxHxK = mean_head_outputs(model, reference_BxT, mask_BxT=mask_BxT)
-    heads_LxBxTxHxK = np.asarray(model(reference_BxT, mask_BxT=mask_BxT, return_head_outputs=True).head_outputs_LxBxTxHxK)
+    heads_LxBxTxHxK = np.asarray(
+        model(reference_BxT, mask_BxT=mask_BxT, return_head_outputs=True).head_outputs_LxBxTxHxK
+    )
     np.testing.assert_allclose(means_LxHxK, heads_LxBxTxHxK[:, mask_BxT].mean(axis=1), atol=1e-6)
 
     tokens_BxT = random_tokens((2, 6))
     head_mask_LxH = jnp.ones((LAYERS, HEADS)).at[0, 1].set(0.0)
     interventions = Interventions(head_mask_LxH=head_mask_LxH, head_mean_LxHxK=means_LxHxK)
-    ablated = np.asarray(model(tokens_BxT, interventions=interventions, return_head_outputs=True).head_outputs_LxBxTxHxK)
+    ablated = np.asarray(
+        model(tokens_BxT, interventions=interventions, return_head_outputs=True).head_outputs_LxBxTxHxK
+    )
     clean = np.asarray(model(tokens_BxT, return_head_outputs=True).head_outputs_LxBxTxHxK)
     np.testing.assert_allclose(ablated[0, :, :, 1], np.broadcast_to(means_LxHxK[0, 1], (2, 6, 32 // HEADS)), atol=1e-6)
     np.testing.assert_array_equal(ablated[0, :, :, [0, 2, 3]], clean[0, :, :, [0, 2, 3]])

@@ -19,8 +19,11 @@ def numpy_state(hf_model) -> dict[str, np.ndarray]:
 
 
 def llama_arrays(state, qkv_bias: bool) -> dict[str, np.ndarray]:
-    arrays = {"embed.embedding": state["model.embed_tokens.weight"], "final_norm.scale": state["model.norm.weight"],
-              "lm_head.kernel": state["lm_head.weight"].T}
+    arrays = {
+        "embed.embedding": state["model.embed_tokens.weight"],
+        "final_norm.scale": state["model.norm.weight"],
+        "lm_head.kernel": state["lm_head.weight"].T,
+    }
     for i in range(LAYERS):
         hf, ours = f"model.layers.{i}.", f"layers.{i}."
         for name in ("q", "k", "v", "o"):
@@ -37,9 +40,17 @@ def llama_arrays(state, qkv_bias: bool) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("architecture", ["llama", "qwen2"])
 def test_llama_and_qwen2_blocks_match_hugging_face(architecture):
     qkv_bias = architecture == "qwen2"
-    shape = dict(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                 num_key_value_heads=KV_HEADS, intermediate_size=D_FF, rope_theta=500.0, rms_norm_eps=1e-6,
-                 tie_word_embeddings=False)
+    shape = dict(
+        vocab_size=VOCAB,
+        hidden_size=D,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        intermediate_size=D_FF,
+        rope_theta=500.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     if qkv_bias:
         hf_model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**shape))
@@ -49,12 +60,26 @@ def test_llama_and_qwen2_blocks_match_hugging_face(architecture):
     if qkv_bias:  # Qwen2 initializes biases to zero; make them matter
         for i in range(LAYERS):
             for name in ("q", "k", "v"):
-                state[f"model.layers.{i}.self_attn.{name}_proj.bias"] = np.random.default_rng(i).normal(
-                    size=state[f"model.layers.{i}.self_attn.{name}_proj.bias"].shape).astype(np.float32)
+                state[f"model.layers.{i}.self_attn.{name}_proj.bias"] = (
+                    np.random.default_rng(i)
+                    .normal(size=state[f"model.layers.{i}.self_attn.{name}_proj.bias"].shape)
+                    .astype(np.float32)
+                )
         hf_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    config = ModelConfig(vocab_size=VOCAB, d_model=D, n_layers=LAYERS, n_heads=HEADS, n_kv_heads=KV_HEADS, d_ff=D_FF,
-                         block="llama", position="rope", rope_base=500.0, norm_eps=1e-6, qkv_bias=qkv_bias,
-                         tie_embeddings=False)
+    config = ModelConfig(
+        vocab_size=VOCAB,
+        d_model=D,
+        n_layers=LAYERS,
+        n_heads=HEADS,
+        n_kv_heads=KV_HEADS,
+        d_ff=D_FF,
+        block="llama",
+        position="rope",
+        rope_base=500.0,
+        norm_eps=1e-6,
+        qkv_bias=qkv_bias,
+        tie_embeddings=False,
+    )
     model = Transformer(config, rngs=nnx.Rngs(0))
     set_params(model, llama_arrays(state, qkv_bias), require_all=True)
     tokens_BxT = np.asarray(random_tokens((2, 7)))
@@ -65,17 +90,30 @@ def test_llama_and_qwen2_blocks_match_hugging_face(architecture):
 
 def test_gpt2_block_matches_hugging_face():
     torch.manual_seed(0)
-    hf_config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_positions=32,
-                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    hf_config = transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=D,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_positions=32,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     hf_model = transformers.GPT2LMHeadModel(hf_config).eval()
     state = numpy_state(hf_model)
-    arrays = {"embed.embedding": state["transformer.wte.weight"], "pos_embed.embedding": state["transformer.wpe.weight"],
-              "final_norm.scale": state["transformer.ln_f.weight"], "final_norm.bias": state["transformer.ln_f.bias"]}
+    arrays = {
+        "embed.embedding": state["transformer.wte.weight"],
+        "pos_embed.embedding": state["transformer.wpe.weight"],
+        "final_norm.scale": state["transformer.ln_f.weight"],
+        "final_norm.bias": state["transformer.ln_f.bias"],
+    }
     for i in range(LAYERS):
         hf, ours = f"transformer.h.{i}.", f"layers.{i}."
         # GPT-2's Conv1D stores [in, out] already; c_attn holds q, k, v side by side.
-        for name, kernel, bias in zip("qkv", np.split(state[hf + "attn.c_attn.weight"], 3, axis=1),
-                                      np.split(state[hf + "attn.c_attn.bias"], 3)):
+        for name, kernel, bias in zip(
+            "qkv", np.split(state[hf + "attn.c_attn.weight"], 3, axis=1), np.split(state[hf + "attn.c_attn.bias"], 3)
+        ):
             arrays[ours + f"attn.{name}.kernel"], arrays[ours + f"attn.{name}.bias"] = kernel, bias
         for hf_name, our_name in (("attn.c_proj", "attn.o"), ("mlp.c_fc", "mlp.fc"), ("mlp.c_proj", "mlp.proj")):
             arrays[ours + our_name + ".kernel"] = state[hf + hf_name + ".weight"]

@@ -122,8 +122,11 @@ def _write_run(folder, accuracy: dict[str, float], n=40):
     settings = PretrainedSettings(model="m", tasks=tuple(accuracy), lengths=(10,), n=n)
     config = dict(settings.to_config(), architecture="gguf/llama")
     (folder / "config.json").write_text(json.dumps(config))
-    records = [dict(task=task, length=10, index=i, correct=i < round(p * n), seconds=0.5)
-               for task, p in accuracy.items() for i in range(n)]
+    records = [
+        dict(task=task, length=10, index=i, correct=i < round(p * n), seconds=0.5)
+        for task, p in accuracy.items()
+        for i in range(n)
+    ]
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -142,12 +145,30 @@ def write_tiny_llama(folder, seed=0):
     """A random Llama checkpoint in Hugging Face's names and layout (Linear weights [out, in])."""
     rng = np.random.default_rng(seed)
     vocab, d, ff, layers = len(BYTE_LEVEL_ALPHABET) + 1, 32, 64, 2
-    config = dict(model_type="llama", vocab_size=vocab, hidden_size=d, intermediate_size=ff, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
-                  rope_theta=10000.0, tie_word_embeddings=True, hidden_act="silu")
+    config = dict(
+        model_type="llama",
+        vocab_size=vocab,
+        hidden_size=d,
+        intermediate_size=ff,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+    )
     tensors = {"model.embed_tokens.weight": rng.normal(size=(vocab, d)), "model.norm.weight": np.ones(d)}
-    shapes = {"self_attn.q_proj": (d, d), "self_attn.k_proj": (d // 2, d), "self_attn.v_proj": (d // 2, d),
-              "self_attn.o_proj": (d, d), "mlp.gate_proj": (ff, d), "mlp.up_proj": (ff, d), "mlp.down_proj": (d, ff)}
+    shapes = {
+        "self_attn.q_proj": (d, d),
+        "self_attn.k_proj": (d // 2, d),
+        "self_attn.v_proj": (d // 2, d),
+        "self_attn.o_proj": (d, d),
+        "mlp.gate_proj": (ff, d),
+        "mlp.up_proj": (ff, d),
+        "mlp.down_proj": (d, ff),
+    }
     for layer in range(layers):
         for name, shape in shapes.items():
             tensors[f"model.layers.{layer}.{name}.weight"] = rng.normal(size=shape) / np.sqrt(shape[1])
@@ -160,7 +181,10 @@ def write_tiny_llama(folder, seed=0):
 
 
 def _records(run):
-    return [{k: v for k, v in r.items() if k != "seconds"} for r in map(json.loads, (run / "results.jsonl").read_text().splitlines())]
+    return [
+        {k: v for k, v in r.items() if k != "seconds"}
+        for r in map(json.loads, (run / "results.jsonl").read_text().splitlines())
+    ]
 
 
 def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
@@ -204,8 +228,20 @@ def test_prompts_beyond_the_models_context_are_refused_before_the_folder_is_writ
 
 def test_running_out_of_memory_says_what_to_lower_and_keeps_the_answered_batches(tmp_path, monkeypatch):
     model = write_tiny_llama(tmp_path)
-    flags = ["--model", str(model), "--tasks", "UR", "--lengths", "6", "--n", "3", "--batch-size", "2",
-             "--out", str(tmp_path / "run")]
+    flags = [
+        "--model",
+        str(model),
+        "--tasks",
+        "UR",
+        "--lengths",
+        "6",
+        "--n",
+        "3",
+        "--batch-size",
+        "2",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     real_generate, calls = greedy.generate, []
 
     def generate_until_memory_runs_out(*args, **kwargs):
@@ -215,8 +251,11 @@ def test_running_out_of_memory_says_what_to_lower_and_keeps_the_answered_batches
         return real_generate(*args, **kwargs)
 
     monkeypatch.setattr(greedy, "generate", generate_until_memory_runs_out)
-    with pytest.raises(SystemExit, match=r"^error: out of memory decoding a batch of 3 rows \(batch size 2 plus one\) "
-                                         r".*run the same command again with a smaller batch \(--batch-size"):
+    with pytest.raises(
+        SystemExit,
+        match=r"^error: out of memory decoding a batch of 3 rows \(batch size 2 plus one\) "
+        r".*run the same command again with a smaller batch \(--batch-size",
+    ):
         pretrained.main(flags)
     assert len(_records(tmp_path / "run")) == 2  # the first batch's two prompts
     monkeypatch.setattr(greedy, "generate", real_generate)
@@ -230,8 +269,20 @@ def test_other_runtime_errors_of_the_model_are_not_called_a_lack_of_memory(tmp_p
 
     monkeypatch.setattr(greedy, "generate", failing_generate)
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL: something else"):
-        pretrained.main(["--model", str(write_tiny_llama(tmp_path)), "--tasks", "UR", "--lengths", "6", "--n", "1",
-                         "--out", str(tmp_path / "run")])
+        pretrained.main(
+            [
+                "--model",
+                str(write_tiny_llama(tmp_path)),
+                "--tasks",
+                "UR",
+                "--lengths",
+                "6",
+                "--n",
+                "1",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
 
 
 def test_lengths_a_task_cannot_sample_are_refused_before_loading(tmp_path):
@@ -251,8 +302,20 @@ def test_the_tasks_are_the_papers_ten_in_the_order_that_seeds_their_prompts():
 def test_a_bad_demonstration_count_writes_nothing_and_the_corrected_command_runs(tmp_path, capsys):
     (tmp_path / "model").mkdir()
     out = tmp_path / "run"
-    flags = ["--model", str(write_tiny_llama(tmp_path / "model")), "--tasks", "UR", "--lengths", "6", "--n", "1",
-             "--batch-size", "1", "--out", str(out)]
+    flags = [
+        "--model",
+        str(write_tiny_llama(tmp_path / "model")),
+        "--tasks",
+        "UR",
+        "--lengths",
+        "6",
+        "--n",
+        "1",
+        "--batch-size",
+        "1",
+        "--out",
+        str(out),
+    ]
     with pytest.raises(SystemExit):
         pretrained.main(flags + ["--retrieval-demonstrations", "-1"])
     assert "argument --retrieval-demonstrations: must be at least 1, got -1" in capsys.readouterr().err
@@ -295,7 +358,9 @@ def test_an_out_that_is_a_file_is_refused_before_loading(tmp_path):
         pretrained.main(["--model", str(tmp_path / "absent"), "--tasks", "UR", "--out", str(tmp_path / "notes.txt")])
 
 
-@pytest.mark.parametrize("config", [None, "{broken", '{"model": "m"}'], ids=["absent", "invalid-json", "other-settings"])
+@pytest.mark.parametrize(
+    "config", [None, "{broken", '{"model": "m"}'], ids=["absent", "invalid-json", "other-settings"]
+)
 def test_report_only_on_a_folder_without_a_run_is_a_clear_error(tmp_path, config):
     if config is not None:
         (tmp_path / "config.json").write_text(config)

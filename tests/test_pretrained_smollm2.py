@@ -32,7 +32,9 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def reference_tokenizer():
-    transformers = pytest.importorskip("transformers", reason="the reference tokenizer needs transformers (pip install -e '.[reference]')")
+    transformers = pytest.importorskip(
+        "transformers", reason="the reference tokenizer needs transformers (pip install -e '.[reference]')"
+    )
     path = resolve_model_path("smollm2")
     return transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
@@ -40,13 +42,17 @@ def reference_tokenizer():
 def test_greedy_continuation_names_paris(smollm2):
     tokenizer = smollm2.tokenizer
     ids = tokenizer.encode("The capital of France is")
-    generation = generate(smollm2.model, np.array([ids]), np.array([len(ids)]), max_new_tokens=4, eos_id=tokenizer.eos_id)
+    generation = generate(
+        smollm2.model, np.array([ids]), np.array([len(ids)]), max_new_tokens=4, eos_id=tokenizer.eos_id
+    )
     continuation = tokenizer.decode(np.asarray(generation.tokens_BxN[0]).tolist())
     assert continuation.startswith(" Paris"), continuation
 
 
 def test_logits_match_transformers_on_the_same_gguf(smollm2):
-    torch = pytest.importorskip("torch", reason="the reference implementation needs torch (pip install -e '.[reference]')")
+    torch = pytest.importorskip(
+        "torch", reason="the reference implementation needs torch (pip install -e '.[reference]')"
+    )
     transformers = pytest.importorskip("transformers", reason="the reference implementation needs transformers")
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 

@@ -24,10 +24,12 @@ def test_the_first_processors_model_and_flags_are_read():
 def test_jobs_are_grouped_by_what_decides_their_bits():
     here = provenance()
     other_cpu = dict(here, cpu=cpu_description(CPUINFO))
-    records = [dict(here, kind="provenance", task="UL", seed=0, from_step=0),
-               dict(here, kind="provenance", task="UR", seed=0, from_step=0),
-               dict(other_cpu, kind="provenance", task="UR", seed=0, from_step=500),  # resumed elsewhere
-               dict(kind="eval", task="UL", seed=0, step=500, bins=[])]
+    records = [
+        dict(here, kind="provenance", task="UL", seed=0, from_step=0),
+        dict(here, kind="provenance", task="UR", seed=0, from_step=0),
+        dict(other_cpu, kind="provenance", task="UR", seed=0, from_step=500),  # resumed elsewhere
+        dict(kind="eval", task="UL", seed=0, step=500, bins=[]),
+    ]
     groups = environments(records)
     assert bits_key(here) != bits_key(other_cpu)
     assert [group["jobs"] for group in groups] == [[("UL", 0), ("UR", 0)], [("UR", 0)]]

@@ -23,8 +23,12 @@ def _settings(seed=0, repeat_word=0.15, repeat_sentence=0.15, demonstrations=2):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10**6), length=st.integers(1, 300), index=st.integers(0, 50),
-       count=st.sampled_from(sorted(COUNTS)))
+@given(
+    seed=st.integers(0, 10**6),
+    length=st.integers(1, 300),
+    index=st.integers(0, 50),
+    count=st.sampled_from(sorted(COUNTS)),
+)
 def test_a_paragraph_is_the_shortest_word_prefix_reaching_the_requested_tokens(seed, length, index, count):
     count_tokens = COUNTS[count]
     text, demos = _settings(seed).paragraphs(length, index, count_tokens)
@@ -107,6 +111,7 @@ def test_prompts_ask_for_the_same_paragraph_in_both_directions():
 
 # Alignment ---------------------------------------------------------------------------------------
 
+
 def test_ambiguity_labels_on_a_hand_made_reference():
     # successors: START -> a; a -> b, c; b -> a; c -> END
     assert ambiguous_tokens("abac") == {"a"}
@@ -119,8 +124,12 @@ def test_ambiguity_labels_on_a_hand_made_reference():
 @given(st.lists(st.sampled_from("abcd"), max_size=30))
 def test_ambiguity_matches_its_definition(reference):
     extended = [START, *reference, END]
-    expected = {extended[i] for i in range(len(extended) - 1) for j in range(len(extended) - 1)
-                if extended[i] == extended[j] and extended[i + 1] != extended[j + 1]}
+    expected = {
+        extended[i]
+        for i in range(len(extended) - 1)
+        for j in range(len(extended) - 1)
+        if extended[i] == extended[j] and extended[i + 1] != extended[j + 1]
+    }
     assert ambiguous_tokens(reference) == expected
 
 
@@ -183,6 +192,7 @@ def test_every_transition_is_reached_or_follows_an_error(reference, output):
 
 
 # git ---------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10**6), commits=st.integers(1, 60))

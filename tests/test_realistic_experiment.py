@@ -40,7 +40,20 @@ def killed_at_call(number: int, function):
     return wrapped
 
 
-LOREM = ["lorem", "--lengths", "8", "20", "--n", "3", "--batch-size", "2", "--demonstrations", "1", "--demo-length", "8"]
+LOREM = [
+    "lorem",
+    "--lengths",
+    "8",
+    "20",
+    "--n",
+    "3",
+    "--batch-size",
+    "2",
+    "--demonstrations",
+    "1",
+    "--demo-length",
+    "8",
+]
 
 
 def test_an_interrupted_lorem_run_resumes_to_the_same_records(tiny_model, tmp_path, monkeypatch):
@@ -70,10 +83,28 @@ def test_an_interrupted_lorem_run_resumes_to_the_same_records(tiny_model, tmp_pa
 
 def test_a_git_run_answers_every_command_and_size(tiny_model, tmp_path):
     out = tmp_path / "git"
-    realistic.main(["git", "--model", str(tiny_model), "--commits", "1", "3", "--n", "2", "--examples", "1",
-                    "--example-commits", "2", "--out", str(out)])
+    realistic.main(
+        [
+            "git",
+            "--model",
+            str(tiny_model),
+            "--commits",
+            "1",
+            "3",
+            "--n",
+            "2",
+            "--examples",
+            "1",
+            "--example-commits",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     records = _records(out)
-    assert {(r["command"], r["commits"]) for r in records} == {(c, n) for c in ("revert", "cherry-pick") for n in (1, 3)}
+    assert {(r["command"], r["commits"]) for r in records} == {
+        (c, n) for c in ("revert", "cherry-pick") for n in (1, 3)
+    }
     assert all(r["correct"] == (r["output"].split() == r["expected"].split()) for r in records)
     assert "| revert | UF yes | 3 | 2 |" in (out / "report.md").read_text()
 
@@ -102,7 +133,10 @@ def test_a_value_given_twice_is_refused(tmp_path, capsys):
     for flags in (["git", "--commits", "4", "8", "4"], ["lorem", "--directions", "forward", "forward"]):
         with pytest.raises(SystemExit):
             realistic.main([*flags, "--out", str(tmp_path / "run")])
-        assert f"argument {flags[1]}: {flags[2 if flags[0] == 'git' else 3]} given more than once" in capsys.readouterr().err
+        assert (
+            f"argument {flags[1]}: {flags[2 if flags[0] == 'git' else 3]} given more than once"
+            in capsys.readouterr().err
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -121,15 +155,23 @@ def test_prompts_beyond_the_models_context_are_refused_before_the_folder_is_writ
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("flags, message", [
-    # 205 tokens of paragraph and up to 307.5 of copy cannot fit in 512, whatever the text.
-    (["lorem", "--lengths", "8", "205"], "--lengths 205: the context of 512 positions of .* holds paragraphs of at "
-                                         "most 204 tokens \\(each token needs 2.5 positions"),
-    # Building these prompts used to run for minutes before the context was checked.
-    (["lorem", "--lengths", "99999999"], "--lengths 99999999: .* holds paragraphs of at most 204 tokens"),
-    (["git", "--commits", "4", "100000"], "--commits 100000: the context of 512 positions of .* holds at most 256 "
-                                          "commits"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        # 205 tokens of paragraph and up to 307.5 of copy cannot fit in 512, whatever the text.
+        (
+            ["lorem", "--lengths", "8", "205"],
+            "--lengths 205: the context of 512 positions of .* holds paragraphs of at "
+            "most 204 tokens \\(each token needs 2.5 positions",
+        ),
+        # Building these prompts used to run for minutes before the context was checked.
+        (["lorem", "--lengths", "99999999"], "--lengths 99999999: .* holds paragraphs of at most 204 tokens"),
+        (
+            ["git", "--commits", "4", "100000"],
+            "--commits 100000: the context of 512 positions of .* holds at most 256 commits",
+        ),
+    ],
+)
 def test_sizes_that_cannot_fit_the_context_are_refused_before_any_prompt_is_built(tmp_path, flags, message):
     model = write_tiny_llama(tmp_path)  # 512 positions
     with pytest.raises(SystemExit, match=message):
@@ -139,8 +181,11 @@ def test_sizes_that_cannot_fit_the_context_are_refused_before_any_prompt_is_buil
 
 @pytest.mark.parametrize("experiment", ["lorem", "git"])
 def test_report_only_on_a_folder_without_a_run_is_a_clear_error(tmp_path, experiment):
-    cases = [(None, "holds no run: it has no config.json"), ("{broken", "is not the settings of a run"),
-             ('{"model": "m", "n": 1}', f"is not the settings of a run of experiments/realistic.py {experiment}")]
+    cases = [
+        (None, "holds no run: it has no config.json"),
+        ("{broken", "is not the settings of a run"),
+        ('{"model": "m", "n": 1}', f"is not the settings of a run of experiments/realistic.py {experiment}"),
+    ]
     for config, expected in cases:
         if config is not None:
             (tmp_path / "config.json").write_text(config)
@@ -156,9 +201,11 @@ def _write(folder, settings, records: list[dict]):
 def test_the_lorem_summary_counts_transitions_from_the_records(tmp_path):
     # Reference tokens 1 2 1 3: token 1 has successors 2 and 3 (ambiguous).
     reference = dict(reference_ids=[1, 2, 1, 3], reference_pieces=["a", "b", "a", "c"])
-    records = [dict(direction="forward", length=4, index=0, output_ids=[1, 2, 1, 3], **reference),
-               dict(direction="forward", length=4, index=1, output_ids=[1, 2, 1, 2], **reference),  # slot 3 after "a"
-               dict(direction="backward", length=4, index=0, output_ids=[1, 9, 1, 3], **reference)]  # slot 1 after "a"
+    records = [
+        dict(direction="forward", length=4, index=0, output_ids=[1, 2, 1, 3], **reference),
+        dict(direction="forward", length=4, index=1, output_ids=[1, 2, 1, 2], **reference),  # slot 3 after "a"
+        dict(direction="backward", length=4, index=0, output_ids=[1, 9, 1, 3], **reference),
+    ]  # slot 1 after "a"
     _write(tmp_path, LoremRunSettings(model="m", n=2, directions=("forward", "backward"), lengths=(4,)), records)
     summary = summarize_lorem(tmp_path)
     forward = summary["pooled"]["forward"]
@@ -166,7 +213,9 @@ def test_the_lorem_summary_counts_transitions_from_the_records(tmp_path):
     # Reached transitions: exact item 2 ambiguous + 3 unambiguous; the other 2 + 2, one of them wrong.
     assert (forward["after_ambiguous"]["correct"], forward["after_ambiguous"]["total"]) == (3, 4)
     assert (forward["after_unambiguous"]["correct"], forward["after_unambiguous"]["total"]) == (5, 5)
-    assert forward["token_accuracy"] == pytest.approx(9 / 10) and forward["errors_per_100_tokens"] == pytest.approx(12.5)
+    assert forward["token_accuracy"] == pytest.approx(9 / 10) and forward["errors_per_100_tokens"] == pytest.approx(
+        12.5
+    )
     assert forward["top_transitions"] == [("a", 1)]
     assert summary["pooled"]["backward"]["first_errors_after_ambiguous_share"] == 1.0
     assert summary["gaps"][-1]["value"] == pytest.approx(0.5)
@@ -175,15 +224,31 @@ def test_the_lorem_summary_counts_transitions_from_the_records(tmp_path):
 
 def test_the_git_summary_and_gap_follow_the_records(tmp_path):
     def record(command, index, expected, output):
-        return dict(command=command, commits=2, index=index, expected=expected, output=output,
-                    correct=output.split() == expected.split())
-    records = [record("revert", 0, "aaaaaaa bbbbbbb", "aaaaaaa bbbbbbb"), record("revert", 1, "ccccccc ddddddd", "ccccccc ddddddd"),
-               record("cherry-pick", 0, "bbbbbbb aaaaaaa", "bbbbbbb"), record("cherry-pick", 1, "ddddddd ccccccc", "ddddddd ccccccc")]
+        return dict(
+            command=command,
+            commits=2,
+            index=index,
+            expected=expected,
+            output=output,
+            correct=output.split() == expected.split(),
+        )
+
+    records = [
+        record("revert", 0, "aaaaaaa bbbbbbb", "aaaaaaa bbbbbbb"),
+        record("revert", 1, "ccccccc ddddddd", "ccccccc ddddddd"),
+        record("cherry-pick", 0, "bbbbbbb aaaaaaa", "bbbbbbb"),
+        record("cherry-pick", 1, "ddddddd ccccccc", "ddddddd ccccccc"),
+    ]
     _write(tmp_path, GitRunSettings(model="m", n=2, commands=("revert", "cherry-pick"), commits=(2,)), records)
     summary = summarize_git(tmp_path)
-    assert summary["pooled"]["revert"]["exact"]["value"] == 1.0 and summary["pooled"]["cherry-pick"]["exact"]["value"] == 0.5
+    assert (
+        summary["pooled"]["revert"]["exact"]["value"] == 1.0
+        and summary["pooled"]["cherry-pick"]["exact"]["value"] == 0.5
+    )
     assert summary["pooled"]["cherry-pick"]["hash_errors_per_100"] == pytest.approx(25.0)
-    assert [gap["size"] for gap in summary["gaps"]] == [2, "pooled"] and summary["gaps"][-1]["value"] == pytest.approx(0.5)
+    assert [gap["size"] for gap in summary["gaps"]] == [2, "pooled"] and summary["gaps"][-1]["value"] == pytest.approx(
+        0.5
+    )
 
 
 @pytest.mark.slow

@@ -15,10 +15,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasplab.results import files, run_folder
-from crasplab.results.files import (ResultFileError, append_jsonl, read_jsonl, remove_stale_temporaries, write_json,
-                                    write_jsonl)
-from crasplab.results.run_folder import (RunFolderError, holding_run_folders, open_run_folder, read_run_config,
-                                         read_run_settings)
+from crasplab.results.files import (
+    ResultFileError,
+    append_jsonl,
+    read_jsonl,
+    remove_stale_temporaries,
+    write_json,
+    write_jsonl,
+)
+from crasplab.results.run_folder import (
+    RunFolderError,
+    holding_run_folders,
+    open_run_folder,
+    read_run_config,
+    read_run_settings,
+)
 from crasplab.results.settings import ExperimentSettings, SettingsError
 
 SETTINGS = dict(pe="ape", tasks=["UF"], seeds=[0, 1], threshold=0.9, bins=((1, 10), (11, 20)))
@@ -56,15 +67,16 @@ def test_a_folder_without_a_run_and_an_out_that_is_a_file_are_refused(tmp_path):
 
 
 @settings(max_examples=30, deadline=None)
-@given(records=st.lists(st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3),
-                        max_size=5),
-       cut=st.integers(1, 40))
+@given(
+    records=st.lists(st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3), max_size=5),
+    cut=st.integers(1, 40),
+)
 def test_a_torn_last_line_is_ignored_and_complete_records_kept(tmp_path_factory, records, cut):
     path = tmp_path_factory.mktemp("jsonl") / "metrics.jsonl"
     write_jsonl(path, records)
     append_jsonl(path, {"last": "x" * 50})
     whole = path.read_bytes()
-    path.write_bytes(whole[:len(whole) - cut])  # a writer killed during its last append
+    path.write_bytes(whole[: len(whole) - cut])  # a writer killed during its last append
     assert read_jsonl(path) == records
 
 
@@ -77,13 +89,16 @@ def test_a_corrupt_line_in_the_middle_names_the_file_and_line(tmp_path):
 
 # --- one process per run folder ---------------------------------------------------------------------
 
-HOLD_THE_LOCK = ("import sys; from crasplab.results.run_folder import lock_run_folder; lock_run_folder(sys.argv[1]); "
-                 "print('locked', flush=True); sys.stdin.read()")
+HOLD_THE_LOCK = (
+    "import sys; from crasplab.results.run_folder import lock_run_folder; lock_run_folder(sys.argv[1]); "
+    "print('locked', flush=True); sys.stdin.read()"
+)
 
 
 def test_a_second_process_on_a_run_folder_is_refused_until_the_first_ends(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline() == "locked\n"
         with pytest.raises(RunFolderError, match=f"^{re.escape(str(tmp_path))} is in use by another process"):
@@ -99,9 +114,11 @@ def test_a_second_process_on_a_run_folder_is_refused_until_the_first_ends(tmp_pa
 
 # --- temporaries left by killed writers ----------------------------------------------------------------
 
-WRITE_FOREVER = ("import sys, time; from crasplab.results.files import atomic_write; "
-                 "atomic_write(sys.argv[1], lambda f: (f.write(b'x' * 4096), f.flush(), print('writing', flush=True), "
-                 "time.sleep(600)))")
+WRITE_FOREVER = (
+    "import sys, time; from crasplab.results.files import atomic_write; "
+    "atomic_write(sys.argv[1], lambda f: (f.write(b'x' * 4096), f.flush(), print('writing', flush=True), "
+    "time.sleep(600)))"
+)
 
 
 def test_a_temporary_left_by_a_writer_killed_mid_write_is_removed_on_the_next_start(tmp_path):
@@ -125,14 +142,17 @@ def test_a_temporary_left_by_a_writer_killed_mid_write_is_removed_on_the_next_st
 
 # --- folders that cannot be written --------------------------------------------------------------------
 
+
 def _read_only(*args, **kwargs):
     raise PermissionError(errno.EACCES, "Permission denied")
 
 
 def test_a_read_only_folder_is_an_error_naming_the_file_not_a_traceback(tmp_path, monkeypatch):
     monkeypatch.setattr(files.tempfile, "mkstemp", _read_only)
-    with pytest.raises(ResultFileError, match=f"^cannot write {re.escape(str(tmp_path))}/summary.json: Permission "
-                                              "denied; make its folder writable"):
+    with pytest.raises(
+        ResultFileError,
+        match=f"^cannot write {re.escape(str(tmp_path))}/summary.json: Permission denied; make its folder writable",
+    ):
         write_json(tmp_path / "summary.json", {})
     with pytest.raises(RunFolderError, match="cannot write .*config.json: Permission denied"):
         with holding_run_folders():
@@ -143,6 +163,7 @@ def test_a_read_only_folder_is_an_error_naming_the_file_not_a_traceback(tmp_path
 
 
 # --- config.json edited by hand ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ToySettings(ExperimentSettings):
@@ -157,14 +178,21 @@ class ToySettings(ExperimentSettings):
         self.require(0 <= self.threshold <= 1, "threshold", "a number from 0 to 1")
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda c: c.pop("seed"), "is not the settings of a run of the toy \\(a JSON object with tasks, seed, threshold\\)"),
-    (lambda c: c.update(tasks="UF"), "setting tasks = 'UF' is not accepted; expected a list"),
-    (lambda c: c.update(threshold="high"), "setting threshold = 'high' is not accepted; expected a finite number"),
-    (lambda c: c.update(threshold=2), "setting threshold = 2.0 is not accepted; expected a number from 0 to 1"),
-    (lambda c: c.update(seed=True), "setting seed = True is not accepted; expected an integer"),
-    (lambda c: c.update(tasks=["UF", "UF"]), "setting tasks = \\[\"UF\", \"UF\"\\] lists UF more than once"),
-], ids=["missing-seed", "tasks-a-string", "threshold-a-word", "threshold-out-of-range", "seed-a-boolean", "repeated"])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda c: c.pop("seed"),
+            "is not the settings of a run of the toy \\(a JSON object with tasks, seed, threshold\\)",
+        ),
+        (lambda c: c.update(tasks="UF"), "setting tasks = 'UF' is not accepted; expected a list"),
+        (lambda c: c.update(threshold="high"), "setting threshold = 'high' is not accepted; expected a finite number"),
+        (lambda c: c.update(threshold=2), "setting threshold = 2.0 is not accepted; expected a number from 0 to 1"),
+        (lambda c: c.update(seed=True), "setting seed = True is not accepted; expected an integer"),
+        (lambda c: c.update(tasks=["UF", "UF"]), 'setting tasks = \\["UF", "UF"\\] lists UF more than once'),
+    ],
+    ids=["missing-seed", "tasks-a-string", "threshold-a-word", "threshold-out-of-range", "seed-a-boolean", "repeated"],
+)
 def test_a_hand_edited_config_is_refused_naming_the_setting(tmp_path, edit, message):
     config = ToySettings().to_config()
     del config["batch_size"]  # a setting that does not change the numbers may be absent (older runs)

@@ -23,16 +23,22 @@ def test_every_sweep_run_is_evaluated_on_the_training_bin_and_the_validation_bin
     assert all(job.model.d_ff == 0 and job.model.pe == "ape" for job in jobs)
     # The preset's per-task budgets are kept: copying trains its whole budget, retrieval stops early.
     assert {(job.task_code, job.train.max_steps, job.train.stop_after_perfect_evals) for job in jobs} == {
-        ("UL", 16000, 1), ("NF", 10000, 0)}
+        ("UL", 16000, 1),
+        ("NF", 10000, 0),
+    }
     assert len({job.folder for job in jobs}) == len(jobs)
 
 
 def test_the_verdict_trains_each_task_s_chosen_configuration_with_the_preset_s_bins():
     config = config_for("--tasks", "UL", "NF", "UR", "--seeds", "0", "1", "2")
     chosen = Configuration(n_layers=1, n_heads=2, d_model=16, learning_rate=1e-4)
-    selection = dict(tasks={"UL": dict(status=SELECTED, selected=vars(chosen)),
-                            "NF": dict(status=NONE_FITS, selected=None),
-                            "UR": dict(status=SELECTED, selected=vars(Configuration(4, 4, 256, 1e-3)))})
+    selection = dict(
+        tasks={
+            "UL": dict(status=SELECTED, selected=vars(chosen)),
+            "NF": dict(status=NONE_FITS, selected=None),
+            "UR": dict(status=SELECTED, selected=vars(Configuration(4, 4, 256, 1e-3))),
+        }
+    )
     settings = sweep.verdict_settings(config, selection)
     assert settings.tasks == ("UL", "UR") and settings.seeds == (0, 1, 2)  # NF: nothing fit, no verdict
     model = settings.model_for("UL")
@@ -41,10 +47,13 @@ def test_the_verdict_trains_each_task_s_chosen_configuration_with_the_preset_s_b
     assert settings.train["UL"].test_bins == QUICK.train.test_bins
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--layers", "1", "--heads", "3", "--d-model", "16"], "no configuration whose d_model the heads divide"),
-    (["--validation-bin", "21-30,31-40"], "takes one LO-HI bin"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--layers", "1", "--heads", "3", "--d-model", "16"], "no configuration whose d_model the heads divide"),
+        (["--validation-bin", "21-30,31-40"], "takes one LO-HI bin"),
+    ],
+)
 def test_a_grid_or_bin_that_cannot_run_is_refused(flags, message):
     with pytest.raises(ValueError, match=message):
         config_for(*flags)

@@ -15,8 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasplab.results.files import ResultFileError, write_json
-from crasplab.results.selection import (GRIDS, NONE_FITS, PENDING, SELECTED, Candidate, Configuration, grid, select,
-                                        select_per_task, selection_markdown, sweep_folder)
+from crasplab.results.selection import (
+    GRIDS,
+    NONE_FITS,
+    PENDING,
+    SELECTED,
+    Candidate,
+    Configuration,
+    grid,
+    select,
+    select_per_task,
+    selection_markdown,
+    sweep_folder,
+)
 
 TRAIN_BIN, VALIDATION_BIN = (1, 20), (21, 30)
 SMALL = Configuration(n_layers=1, n_heads=2, d_model=16, learning_rate=1e-3)
@@ -24,8 +35,9 @@ MEDIUM = Configuration(n_layers=2, n_heads=4, d_model=64, learning_rate=1e-3)
 LARGE = Configuration(n_layers=4, n_heads=4, d_model=256, learning_rate=1e-4)
 
 
-def write_result(sweep: Path, task: str, configuration: Configuration, seed: int, train: float,
-                 validation: float | None) -> None:
+def write_result(
+    sweep: Path, task: str, configuration: Configuration, seed: int, train: float, validation: float | None
+) -> None:
     bins = [dict(lo=TRAIN_BIN[0], hi=TRAIN_BIN[1], accuracy=train)]
     if validation is not None:
         bins.append(dict(lo=VALIDATION_BIN[0], hi=VALIDATION_BIN[1], accuracy=validation))
@@ -58,8 +70,9 @@ def test_a_configuration_fits_on_the_mean_over_its_seeds(tmp_path):
 @given(order=st.permutations([SMALL, MEDIUM, LARGE]))
 @settings(max_examples=12, deadline=None)
 def test_ties_go_to_the_smaller_model_whatever_the_listing_order(order):
-    candidates = [Candidate(configuration, finished=True, train_accuracy=1.0, validation_accuracy=0.9)
-                  for configuration in order]
+    candidates = [
+        Candidate(configuration, finished=True, train_accuracy=1.0, validation_accuracy=0.9) for configuration in order
+    ]
     assert select(candidates) == (SELECTED, next(c for c in candidates if c.configuration == SMALL))
 
 
@@ -75,15 +88,17 @@ def test_no_selection_when_no_configuration_fits_and_the_closest_is_named(tmp_pa
     entry = choose(tmp_path, [SMALL, MEDIUM], task="UR")
     assert (entry["status"], entry["selected"], entry["closest_on_training_bin"]) == (NONE_FITS, None, MEDIUM.name)
     assert "no configuration fits (closest: L2-H4-D64-lr0.001)" in selection_markdown(
-        dict(fit_threshold=0.99, seeds=[0], tasks={"UR": entry}))
+        dict(fit_threshold=0.99, seeds=[0], tasks={"UR": entry})
+    )
 
 
 def test_an_unfinished_run_holds_the_selection_back(tmp_path):
     write_result(tmp_path, "UL", SMALL, 0, train=1.00, validation=1.00)
     entry = choose(tmp_path, [SMALL, MEDIUM])  # MEDIUM has no result.json yet
     assert (entry["status"], entry["selected"]) == (PENDING, None)
-    assert entry["candidates"][1] == dict(configuration=MEDIUM.name, finished=False, fits=False,
-                                          train_accuracy=None, validation_accuracy=None)
+    assert entry["candidates"][1] == dict(
+        configuration=MEDIUM.name, finished=False, fits=False, train_accuracy=None, validation_accuracy=None
+    )
 
 
 def test_a_run_without_the_validation_bin_is_refused_with_its_path_and_bins(tmp_path):

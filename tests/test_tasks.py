@@ -13,8 +13,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crasp.tasks import (BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, TASK_CODES, UNBOUNDED, Claim, InvalidInputError,
-                         ParameterError, SamplerError, UnknownTaskError, Expressibility, get_task, parameters_of, TASKS)
+from crasp.tasks import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SEP_ID,
+    SPECIAL_TOKENS,
+    TASK_CODES,
+    UNBOUNDED,
+    Claim,
+    InvalidInputError,
+    ParameterError,
+    SamplerError,
+    UnknownTaskError,
+    Expressibility,
+    get_task,
+    parameters_of,
+    TASKS,
+)
 
 RETRIEVAL = {"UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast"}
 NON_UNIQUE_RETRIEVAL = {"NLFirst", "NRFirst", "NLLast", "NRLast"}
@@ -25,10 +41,14 @@ def expected_answer(task, inputs, query):
     """The definitions of spec/tasks.md, restated."""
     code = task.code
     if code in RETRIEVAL:
-        occurrence = {"UL": inputs.index(query), "UR": inputs.index(query),
-                      "NLFirst": inputs.index(query), "NRFirst": inputs.index(query),
-                      "NLLast": len(inputs) - 1 - inputs[::-1].index(query),
-                      "NRLast": len(inputs) - 1 - inputs[::-1].index(query)}[code]
+        occurrence = {
+            "UL": inputs.index(query),
+            "UR": inputs.index(query),
+            "NLFirst": inputs.index(query),
+            "NRFirst": inputs.index(query),
+            "NLLast": len(inputs) - 1 - inputs[::-1].index(query),
+            "NRLast": len(inputs) - 1 - inputs[::-1].index(query),
+        }[code]
         neighbour = occurrence - 1 if code in {"UL", "NLFirst", "NLLast"} else occurrence + 1
         assert 0 <= neighbour < len(inputs), "the answer position must lie inside the context"
         return [inputs[neighbour]]
@@ -116,11 +136,11 @@ def test_samples_have_the_format_constraints_and_reference_answers(request):
         assert prompt_length == length + 2 + query_width
         assert row[0] == BOS_ID and row[length + 1] == SEP_ID and row[total - 1] == EOS_ID
         assert all(t == PAD_ID for t in row[total:])
-        content = row[1:length + 1] + row[length + 2:total - 1]
+        content = row[1 : length + 1] + row[length + 2 : total - 1]
         assert all(t >= len(SPECIAL_TOKENS) for t in content), "no special token inside input, query or answer"
-        inputs = [task.vocab[t] for t in row[1:length + 1]]
+        inputs = [task.vocab[t] for t in row[1 : length + 1]]
         query = task.vocab[row[length + 2]] if query_width else None
-        answer = [task.vocab[t] for t in row[prompt_length:total - 1]]
+        answer = [task.vocab[t] for t in row[prompt_length : total - 1]]
         assert examples.inputs[r] == inputs and examples.answers[r] == answer
         assert (examples.queries[r] if query_width else examples.queries) == query
         check_constraints(task, inputs, query, length)
@@ -200,8 +220,9 @@ def test_unique_query_reaches_every_position_that_has_the_neighbour(code, allowe
 
 
 def test_symbol_names():
-    assert get_task("UR", alphabet_size=62).symbols == tuple(string.ascii_lowercase + string.ascii_uppercase
-                                                            + string.digits)
+    assert get_task("UR", alphabet_size=62).symbols == tuple(
+        string.ascii_lowercase + string.ascii_uppercase + string.digits
+    )
     assert get_task("UF", alphabet_size=52).symbols == tuple(string.ascii_letters)
     assert get_task("Majority").symbols == tuple(string.ascii_lowercase)
     assert get_task("RepeatCopy").symbols == ("a", "b")
@@ -210,13 +231,34 @@ def test_symbol_names():
     assert get_task("Addition").symbols == ("0", "1", "+")
     for code in TASK_CODES:
         vocab = get_task(code).vocab
-        assert vocab[PAD_ID] == "<pad>" and vocab[BOS_ID] == "<bos>" and vocab[SEP_ID] == "<sep>" and vocab[EOS_ID] == "<eos>"
+        assert (
+            vocab[PAD_ID] == "<pad>"
+            and vocab[BOS_ID] == "<bos>"
+            and vocab[SEP_ID] == "<sep>"
+            and vocab[EOS_ID] == "<eos>"
+        )
 
 
 def test_registry_codes_names_and_descriptions():
-    assert TASK_CODES == ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB",
-                          "BinaryMajority", "Majority", "Sort", "RepeatCopy", "Parity", "Addition",
-                          "BinaryMajorityInterleave")
+    assert TASK_CODES == (
+        "UL",
+        "UR",
+        "NLFirst",
+        "NRFirst",
+        "NLLast",
+        "NRLast",
+        "UF",
+        "UB",
+        "NF",
+        "NB",
+        "BinaryMajority",
+        "Majority",
+        "Sort",
+        "RepeatCopy",
+        "Parity",
+        "Addition",
+        "BinaryMajorityInterleave",
+    )
     for code in TASK_CODES:
         task = get_task(code)
         assert task.code == code and get_task(task.name) == task
@@ -226,11 +268,22 @@ def test_registry_codes_names_and_descriptions():
 
 # The spec's tables (spec/tasks.md): code -> (C-RASP[pos], C-RASP[]).
 SPEC_TABLE = {
-    "UL": (True, False), "UR": (True, False), "NLFirst": (True, False), "NRFirst": (True, False),
-    "NLLast": (False, False), "NRLast": (False, False),
-    "UF": (True, False), "UB": (True, False), "NF": (False, False), "NB": (False, False),
-    "BinaryMajority": (True, True), "Majority": (True, True), "Sort": (True, True),
-    "RepeatCopy": (False, False), "Parity": (False, False), "Addition": (False, False),
+    "UL": (True, False),
+    "UR": (True, False),
+    "NLFirst": (True, False),
+    "NRFirst": (True, False),
+    "NLLast": (False, False),
+    "NRLast": (False, False),
+    "UF": (True, False),
+    "UB": (True, False),
+    "NF": (False, False),
+    "NB": (False, False),
+    "BinaryMajority": (True, True),
+    "Majority": (True, True),
+    "Sort": (True, True),
+    "RepeatCopy": (False, False),
+    "Parity": (False, False),
+    "Addition": (False, False),
     "BinaryMajorityInterleave": (True, False),
 }
 
@@ -242,18 +295,27 @@ def test_literature_claims_follow_the_spec_table(code):
     assert (claims["pos"].table_says_expressible, claims["none"].table_says_expressible) == SPEC_TABLE[code]
     for claim in claims.values():
         assert claim.argument and claim.source
-        assert claim.expressible is {Expressibility.EXPRESSIBLE: True, Expressibility.NOT_EXPRESSIBLE: False,
-                                     Expressibility.NO_PROGRAM_KNOWN: None}[claim.verdict]
+        assert (
+            claim.expressible
+            is {
+                Expressibility.EXPRESSIBLE: True,
+                Expressibility.NOT_EXPRESSIBLE: False,
+                Expressibility.NO_PROGRAM_KNOWN: None,
+            }[claim.verdict]
+        )
     # Whatever is impossible with positions is impossible without them.
     if claims["pos"].verdict is Expressibility.NOT_EXPRESSIBLE:
         assert claims["none"].verdict is Expressibility.NOT_EXPRESSIBLE
 
 
-@pytest.mark.parametrize("codes, cited", [
-    (("NLLast", "NRLast"), ["Lemma 6", "Lemmas 35-36"]),
-    (("NF", "NB", "RepeatCopy"), ["Theorem 12", "Lemma 8"]),
-    (("Parity", "Addition"), ["not a checked citation"]),
-])
+@pytest.mark.parametrize(
+    "codes, cited",
+    [
+        (("NLLast", "NRLast"), ["Lemma 6", "Lemmas 35-36"]),
+        (("NF", "NB", "RepeatCopy"), ["Theorem 12", "Lemma 8"]),
+        (("Parity", "Addition"), ["not a checked citation"]),
+    ],
+)
 def test_impossibility_claims_cite_their_proofs(codes, cited):
     for code in codes:
         claim = get_task(code).literature["pos"]
@@ -271,44 +333,74 @@ def test_a_claim_cannot_contradict_the_table_or_lack_an_argument():
         Claim(Expressibility.NOT_EXPRESSIBLE, False, "", "source")
 
 
-@pytest.mark.parametrize("code, params, pattern", [
-    ("Nope", {}, r"unknown task 'Nope'; accepted codes: UL, UR"),
-    ("UF", {"foo": 1}, r"task UF: unknown parameter\(s\) foo; accepted: alphabet_size \(default 150\)"),
-    ("Parity", {"alphabet_size": 3}, r"task Parity: unknown parameter\(s\) alphabet_size; accepted: none"),
-    ("UR", {"alphabet_size": 1}, r"task UR: parameter alphabet_size=1 is invalid; accepted: an integer >= 2"),
-    ("NF", {"alphabet_size": "5"}, r"task NF: parameter alphabet_size='5' is invalid"),
-    ("NLLast", {"occurrences": (1, 3)}, r"task NLLast: parameter occurrences=\(1, 3\) is invalid; accepted: \"iid\""),
-    ("NLLast", {"occurrences": (4, 3)}, r"parameter occurrences=\(4, 3\) is invalid"),
-    ("NLLast", {"occurrences": "often"}, r"parameter occurrences='often' is invalid"),
-    ("NRFirst", {"non_adjacent": "yes"}, r"task NRFirst: parameter non_adjacent='yes' is invalid; accepted: True"),
-    ("UL", {"alphabet_size": 10**12},
-     r"task UL: parameter alphabet_size=1000000000000 is invalid; accepted: an integer >= 2 and <= 4096"),
-    ("NLLast", {"occurrences": (9000, 9000), "non_adjacent": True},
-     r"task NLLast: no input length from 1 to 16384 can be sampled with alphabet_size=5, "
-     r"occurrences=\(9000, 9000\), non_adjacent=True"),
-    (["UL"], {}, r"a task code is a string, got \['UL'\] \(list\); accepted codes: UL, UR, NLFirst"),
-])
+@pytest.mark.parametrize(
+    "code, params, pattern",
+    [
+        ("Nope", {}, r"unknown task 'Nope'; accepted codes: UL, UR"),
+        ("UF", {"foo": 1}, r"task UF: unknown parameter\(s\) foo; accepted: alphabet_size \(default 150\)"),
+        ("Parity", {"alphabet_size": 3}, r"task Parity: unknown parameter\(s\) alphabet_size; accepted: none"),
+        ("UR", {"alphabet_size": 1}, r"task UR: parameter alphabet_size=1 is invalid; accepted: an integer >= 2"),
+        ("NF", {"alphabet_size": "5"}, r"task NF: parameter alphabet_size='5' is invalid"),
+        (
+            "NLLast",
+            {"occurrences": (1, 3)},
+            r"task NLLast: parameter occurrences=\(1, 3\) is invalid; accepted: \"iid\"",
+        ),
+        ("NLLast", {"occurrences": (4, 3)}, r"parameter occurrences=\(4, 3\) is invalid"),
+        ("NLLast", {"occurrences": "often"}, r"parameter occurrences='often' is invalid"),
+        ("NRFirst", {"non_adjacent": "yes"}, r"task NRFirst: parameter non_adjacent='yes' is invalid; accepted: True"),
+        (
+            "UL",
+            {"alphabet_size": 10**12},
+            r"task UL: parameter alphabet_size=1000000000000 is invalid; accepted: an integer >= 2 and <= 4096",
+        ),
+        (
+            "NLLast",
+            {"occurrences": (9000, 9000), "non_adjacent": True},
+            r"task NLLast: no input length from 1 to 16384 can be sampled with alphabet_size=5, "
+            r"occurrences=\(9000, 9000\), non_adjacent=True",
+        ),
+        (["UL"], {}, r"a task code is a string, got \['UL'\] \(list\); accepted codes: UL, UR, NLFirst"),
+    ],
+)
 def test_bad_task_requests_name_the_task_and_parameter(code, params, pattern):
     error = UnknownTaskError if code in ("Nope", ["UL"]) else ParameterError
     with pytest.raises(error, match=pattern):
         get_task(code, **params)
 
 
-@pytest.mark.parametrize("code, params, length, pattern", [
-    ("UF", {}, 151, r"task UF: cannot sample length=151: an input of 151 distinct symbols needs alphabet_size >= 151"),
-    ("Sort", {"alphabet_size": 10}, 11, r"task Sort: cannot sample length=11: .*alphabet_size=10"),
-    ("UL", {}, 1, r"task UL: cannot sample length=1: the query needs a neighbour"),
-    ("NLFirst", {"occurrences": (2, None), "non_adjacent": True}, 3,
-     r"task NLFirst: cannot sample length=3: 2 occurrences of the query \(non-adjacent"),
-    ("NRLast", {}, 2, r"task NRLast: cannot sample length=2"),
-    ("NLLast", {"occurrences": (5, 5)}, 4, r"task NLLast: cannot sample length=4: 5 occurrences"),
-    ("Addition", {}, 2, r"task Addition: cannot sample length=2: the input x\+y"),
-    ("BinaryMajorityInterleave", {}, 2, r"task BinaryMajorityInterleave: cannot sample length=2"),
-    ("Parity", {}, 0, r"task Parity: cannot sample length=0: inputs have at least one symbol; accepted lengths"),
-    ("Majority", {}, 2.5, r"task Majority: length=2.5 is not an integer"),
-    ("NF", {}, 10**9, r"task NF: cannot sample length=1000000000: inputs have at most MAX_LENGTH=16384 symbols; "
-                      r"accepted lengths with alphabet_size=5: 1 to 16384"),
-])
+@pytest.mark.parametrize(
+    "code, params, length, pattern",
+    [
+        (
+            "UF",
+            {},
+            151,
+            r"task UF: cannot sample length=151: an input of 151 distinct symbols needs alphabet_size >= 151",
+        ),
+        ("Sort", {"alphabet_size": 10}, 11, r"task Sort: cannot sample length=11: .*alphabet_size=10"),
+        ("UL", {}, 1, r"task UL: cannot sample length=1: the query needs a neighbour"),
+        (
+            "NLFirst",
+            {"occurrences": (2, None), "non_adjacent": True},
+            3,
+            r"task NLFirst: cannot sample length=3: 2 occurrences of the query \(non-adjacent",
+        ),
+        ("NRLast", {}, 2, r"task NRLast: cannot sample length=2"),
+        ("NLLast", {"occurrences": (5, 5)}, 4, r"task NLLast: cannot sample length=4: 5 occurrences"),
+        ("Addition", {}, 2, r"task Addition: cannot sample length=2: the input x\+y"),
+        ("BinaryMajorityInterleave", {}, 2, r"task BinaryMajorityInterleave: cannot sample length=2"),
+        ("Parity", {}, 0, r"task Parity: cannot sample length=0: inputs have at least one symbol; accepted lengths"),
+        ("Majority", {}, 2.5, r"task Majority: length=2.5 is not an integer"),
+        (
+            "NF",
+            {},
+            10**9,
+            r"task NF: cannot sample length=1000000000: inputs have at most MAX_LENGTH=16384 symbols; "
+            r"accepted lengths with alphabet_size=5: 1 to 16384",
+        ),
+    ],
+)
 def test_unsatisfiable_lengths_raise_sampler_errors(code, params, length, pattern):
     with pytest.raises(SamplerError, match=pattern):
         get_task(code, **params).sample(np.random.default_rng(0), 4, length)
@@ -318,28 +410,34 @@ def test_bad_sample_arguments():
     task = get_task("UF")
     with pytest.raises(SamplerError, match="task UF: n=0 is not a valid number of examples"):
         task.sample(np.random.default_rng(0), 0, 5)
-    with pytest.raises(SamplerError, match=r"task UF: n=1000000000 is not a valid number of examples; accepted: "
-                                           r"integers from 1 to 111848 at length=5 \(at most MAX_SAMPLE_ELEMENTS="):
+    with pytest.raises(
+        SamplerError,
+        match=r"task UF: n=1000000000 is not a valid number of examples; accepted: "
+        r"integers from 1 to 111848 at length=5 \(at most MAX_SAMPLE_ELEMENTS=",
+    ):
         task.sample(np.random.default_rng(0), 10**9, 5)
     with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
         task.sample(0, 1, 5)
 
 
-@pytest.mark.parametrize("code, inputs, query, pattern", [
-    ("UR", ["a", "b"], "c", "must occur exactly once in the context, it occurs 0 times"),
-    ("UR", ["a", "b", "a"], "a", "must occur exactly once"),
-    ("UR", ["a", "b"], "b", "right neighbour of the query occurrence at context position 1 lies outside"),
-    ("NLFirst", ["a", "b", "a"], "a", "left neighbour of the query occurrence at context position 0 lies outside"),
-    ("NRLast", ["a", "b"], "a", "must occur at least twice"),
-    ("UL", ["a", "b"], None, "needs the query symbol"),
-    ("UF", ["a", "a"], None, "must be distinct"),
-    ("NF", ["a", "z"], None, r"unknown symbols \['z'\]"),
-    ("NF", ["a"], "a", "takes no query"),
-    ("Majority", ["a", "b"], None, "2 symbols tie as most frequent"),
-    ("BinaryMajority", ["0", "1"], None, "has no majority"),
-    ("BinaryMajorityInterleave", ["0", "1", "1", "1"], None, "has no majority"),
-    ("Addition", ["1", "+"], None, r"two non-empty bit strings joined by one '\+'"),
-])
+@pytest.mark.parametrize(
+    "code, inputs, query, pattern",
+    [
+        ("UR", ["a", "b"], "c", "must occur exactly once in the context, it occurs 0 times"),
+        ("UR", ["a", "b", "a"], "a", "must occur exactly once"),
+        ("UR", ["a", "b"], "b", "right neighbour of the query occurrence at context position 1 lies outside"),
+        ("NLFirst", ["a", "b", "a"], "a", "left neighbour of the query occurrence at context position 0 lies outside"),
+        ("NRLast", ["a", "b"], "a", "must occur at least twice"),
+        ("UL", ["a", "b"], None, "needs the query symbol"),
+        ("UF", ["a", "a"], None, "must be distinct"),
+        ("NF", ["a", "z"], None, r"unknown symbols \['z'\]"),
+        ("NF", ["a"], "a", "takes no query"),
+        ("Majority", ["a", "b"], None, "2 symbols tie as most frequent"),
+        ("BinaryMajority", ["0", "1"], None, "has no majority"),
+        ("BinaryMajorityInterleave", ["0", "1", "1", "1"], None, "has no majority"),
+        ("Addition", ["1", "+"], None, r"two non-empty bit strings joined by one '\+'"),
+    ],
+)
 def test_reference_answer_rejects_inputs_outside_the_task(code, inputs, query, pattern):
     task = get_task(code, alphabet_size=5) if "alphabet_size" in parameters_of(TASKS[code]) else get_task(code)
     with pytest.raises(InvalidInputError, match=f"task {code}: .*{pattern}"):

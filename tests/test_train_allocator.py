@@ -19,7 +19,10 @@ from crasplab.train.allocator import keep_freed_memory
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+                (
+                    "arena", "ordblks", "smblks", "hblks", "hblkhd",
+                    "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+                )]
 
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.malloc.restype = ctypes.c_void_p
@@ -45,7 +48,9 @@ def heap_bytes_after_free(mode: str) -> int:
     return int(result.stdout)
 
 
-needs_glibc = pytest.mark.skipif(not hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallinfo2"), reason="needs glibc >= 2.33")
+needs_glibc = pytest.mark.skipif(
+    not hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallinfo2"), reason="needs glibc >= 2.33"
+)
 
 
 @needs_glibc
@@ -53,7 +58,9 @@ needs_glibc = pytest.mark.skipif(not hasattr(ctypes.CDLL(ctypes.util.find_librar
 def test_freed_heap_is_kept_only_with_the_setting():
     kept, default = heap_bytes_after_free("keep"), heap_bytes_after_free("default")
     assert kept >= 64 << 20, f"the heap shrank to {kept} bytes although the setting asks glibc to keep it"
-    assert default < 16 << 20, f"without the setting glibc kept {default} bytes: the test no longer shows the difference"
+    assert default < 16 << 20, (
+        f"without the setting glibc kept {default} bytes: the test no longer shows the difference"
+    )
 
 
 # Touch a 256 MB block (65,536 pages of 4 kB) and print the page faults it took.
@@ -70,11 +77,18 @@ TRANSPARENT_HUGE_PAGES = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabl
 
 @needs_glibc
 @pytest.mark.machine_dependent
-@pytest.mark.skipif(not TRANSPARENT_HUGE_PAGES.exists() or "[never]" in TRANSPARENT_HUGE_PAGES.read_text(),
-                    reason="the kernel gives no transparent huge pages")
+@pytest.mark.skipif(
+    not TRANSPARENT_HUGE_PAGES.exists() or "[never]" in TRANSPARENT_HUGE_PAGES.read_text(),
+    reason="the kernel gives no transparent huge pages",
+)
 def test_a_child_given_the_tunable_maps_large_blocks_on_huge_pages():
-    result = subprocess.run([sys.executable, "-c", FAULTS_TOUCHING_A_LARGE_BLOCK], capture_output=True, text=True,
-                            check=True, env=with_huge_page_blocks(dict(os.environ)))
+    result = subprocess.run(
+        [sys.executable, "-c", FAULTS_TOUCHING_A_LARGE_BLOCK],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=with_huge_page_blocks(dict(os.environ)),
+    )
     faults = int(result.stdout)
     assert faults < 4096, f"touching 256 MB took {faults} page faults: the block is on 4 kB pages, not 2 MB ones"
 
@@ -88,28 +102,34 @@ def test_the_tunable_joins_those_already_set():
 
 # A script as the experiments use the restart: a line before it (printed once per start), then its
 # arguments, the tunables it runs under and the page faults of touching a large block.
-RESTARTING_SCRIPT = """
+RESTARTING_SCRIPT = (
+    """
 import os, sys
 print("started", flush=True)
 from crasplab.train.allocator import restart_with_huge_page_blocks
 restart_with_huge_page_blocks()
 print(sys.argv[1:], os.environ.get("GLIBC_TUNABLES"))
-""" + FAULTS_TOUCHING_A_LARGE_BLOCK
+"""
+    + FAULTS_TOUCHING_A_LARGE_BLOCK
+)
 
 
 def run_restarting_script(tmp_path, tunables: str) -> list[str]:
     script = tmp_path / "experiment.py"
     script.write_text(RESTARTING_SCRIPT)
     env = dict(os.environ, GLIBC_TUNABLES=tunables)
-    result = subprocess.run([sys.executable, str(script), "--tasks", "UF"], capture_output=True, text=True,
-                            check=True, env=env)
+    result = subprocess.run(
+        [sys.executable, str(script), "--tasks", "UF"], capture_output=True, text=True, check=True, env=env
+    )
     return result.stdout.splitlines()
 
 
 @needs_glibc
 @pytest.mark.machine_dependent
-@pytest.mark.skipif(not TRANSPARENT_HUGE_PAGES.exists() or "[never]" in TRANSPARENT_HUGE_PAGES.read_text(),
-                    reason="the kernel gives no transparent huge pages")
+@pytest.mark.skipif(
+    not TRANSPARENT_HUGE_PAGES.exists() or "[never]" in TRANSPARENT_HUGE_PAGES.read_text(),
+    reason="the kernel gives no transparent huge pages",
+)
 def test_a_script_restarts_once_with_huge_pages_and_its_arguments(tmp_path):
     started_1, started_2, arguments, faults = run_restarting_script(tmp_path, "glibc.malloc.arena_max=4")
     assert (started_1, started_2) == ("started", "started"), "the script did not start exactly twice"

@@ -32,8 +32,14 @@ def fresh_cache(monkeypatch, tmp_path):
 
 def test_a_second_identical_job_compiles_nothing_new_and_ends_with_the_same_numbers(fresh_cache, tmp_path):
     def job(name: str) -> Job:
-        return Job(task_code="UR", seed=3, model=TINY_MODEL, train=tiny_config(), task_overrides=dict(alphabet_size=8),
-                   out_dir=str(tmp_path / name))
+        return Job(
+            task_code="UR",
+            seed=3,
+            model=TINY_MODEL,
+            train=tiny_config(),
+            task_overrides=dict(alphabet_size=8),
+            out_dir=str(tmp_path / name),
+        )
 
     first = run_job(job("first"))
     entries = sorted(path.name for path in fresh_cache.iterdir())

@@ -12,8 +12,15 @@ from crasp.tasks import PAD_ID, get_task
 from crasplab.results.files import read_jsonl
 from crasplab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from crasplab.train.config import ConfigError, ModelSettings, TrainConfig, bins_for_train_lengths
-from crasplab.train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_batch, sample_training_batch,
-                        sequence_length)
+from crasplab.train.data import (
+    TRAIN_STREAM,
+    LengthBuckets,
+    batch_rng,
+    effective_range,
+    sample_batch,
+    sample_training_batch,
+    sequence_length,
+)
 from crasplab.train.steps import learning_rate_schedule
 
 TASKS = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
@@ -55,8 +62,17 @@ def test_offsets_cover_the_whole_position_table():
 
 def test_batches_depend_only_on_seed_and_step():
     task = get_task("NF")
-    make = lambda seed, step: sample_batch(task, batch_rng(seed, TRAIN_STREAM, step), 8, (1, 6),  # noqa: E731
-                                           sequence_length(task, 6), 20, True).tokens_BxT
+    make = lambda seed, step: (  # noqa: E731
+        sample_batch(
+            task,
+            batch_rng(seed, TRAIN_STREAM, step),
+            8,
+            (1, 6),  # noqa: E731
+            sequence_length(task, 6),
+            20,
+            True,
+        ).tokens_BxT
+    )
     assert np.array_equal(make(3, 17), make(3, 17))
     assert not np.array_equal(make(3, 17), make(3, 18))
     assert not np.array_equal(make(3, 17), make(4, 17))
@@ -89,13 +105,16 @@ def test_every_training_length_keeps_its_share_and_batches_are_tight():
     for step in range(100):
         batch = sample_training_batch(task, batch_rng(0, TRAIN_STREAM, step), 32, buckets, 80, True)
         input_lengths = (batch.lengths_B - 3) // 2  # copying: BOS, input, SEP, copy, EOS
-        assert any(lo <= input_lengths.min() and input_lengths.max() <= hi and batch.tokens_BxT.shape[1] == pad
-                   for (lo, hi), pad in zip(buckets.ranges, buckets.padded_lengths))
+        assert any(
+            lo <= input_lengths.min() and input_lengths.max() <= hi and batch.tokens_BxT.shape[1] == pad
+            for (lo, hi), pad in zip(buckets.ranges, buckets.padded_lengths)
+        )
 
 
 def test_schedule_warms_up_then_decays_to_zero():
-    config = TrainConfig(train_lengths=(1, 5), test_bins=((1, 5),), learning_rate=1e-3, warmup_steps=10,
-                         max_steps=110).validate()
+    config = TrainConfig(
+        train_lengths=(1, 5), test_bins=((1, 5),), learning_rate=1e-3, warmup_steps=10, max_steps=110
+    ).validate()
     schedule = learning_rate_schedule(config)
     assert float(schedule(0)) == 0.0
     assert float(schedule(5)) == pytest.approx(5e-4)
@@ -123,8 +142,11 @@ def test_config_errors_name_the_setting():
 
 def test_a_length_range_must_lie_within_what_the_sampler_produces():
     unique_copy = get_task("UF", alphabet_size=8)  # distinct symbols: inputs of 1 to 8
-    with pytest.raises(ValueError, match=r"task UF, test bin 9-12: not within the lengths its sampler produces "
-                                         r"\(1 to 8, with alphabet_size=8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"task UF, test bin 9-12: not within the lengths its sampler produces "
+        r"\(1 to 8, with alphabet_size=8\)",
+    ):
         effective_range(unique_copy, 9, 12, what="test bin")
     with pytest.raises(ValueError, match="1 to 8"):  # partly beyond: refused, not silently cut to 5-8
         effective_range(unique_copy, 5, 12)

@@ -24,7 +24,14 @@ from crasplab.train.trained import load_trained_model
 from crasplab.train.data import sample_batch, sequence_length
 from crasplab.train.loop import Job, run_stack
 from tests.tiny import TINY_MODEL, tiny_config
-from crasplab.train.steps import _answer_scores, init_stack, make_eval_step, make_optimizer, make_train_step, part_bounds
+from crasplab.train.steps import (
+    _answer_scores,
+    init_stack,
+    make_eval_step,
+    make_optimizer,
+    make_train_step,
+    part_bounds,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,8 +80,9 @@ def test_a_batch_trained_in_parts_takes_the_step_of_the_whole_batch(parts):
         step = make_train_step(graphdef, rest, optimizer, batch_parts)
         for index in range(3):
             batch = sample_batch(task, np.random.default_rng([7, index]), 9, (1, 4), sequence_length(task, 4), 16, True)
-            params_S, opt_state_S, loss_S, accuracy_S = step(params_S, opt_state_S,
-                                                             {k: v[None] for k, v in batch.as_dict().items()})
+            params_S, opt_state_S, loss_S, accuracy_S = step(
+                params_S, opt_state_S, {k: v[None] for k, v in batch.as_dict().items()}
+            )
         results[batch_parts] = (params_S, float(loss_S[0]), float(accuracy_S[0]))
     (whole, whole_loss, whole_accuracy), (cut, cut_loss, cut_accuracy) = results[1], results[parts]
     assert cut_loss == pytest.approx(whole_loss, rel=1e-5)
@@ -96,8 +104,12 @@ def test_stacked_training_equals_separate_runs():
         opt_state_S = jax.vmap(optimizer.init)(params_S)
         step = make_train_step(graphdef, rest, optimizer)
         for index in range(3):
-            batches = [sample_batch(task, np.random.default_rng([seed, index]), 8, (1, 4), sequence_length(task, 4),
-                                    16, True).as_dict() for seed in seeds]
+            batches = [
+                sample_batch(
+                    task, np.random.default_rng([seed, index]), 8, (1, 4), sequence_length(task, 4), 16, True
+                ).as_dict()
+                for seed in seeds
+            ]
             stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
             params_S, opt_state_S, loss_S, _ = step(params_S, opt_state_S, stacked)
         return params_S
@@ -117,14 +129,24 @@ def comparable(folder: Path) -> tuple[list[dict], dict]:
 
 
 def run_worker(folder: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "crasplab.train.workers", str(folder)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "crasplab.train.workers", str(folder)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def write_job(folder: Path, config: TrainConfig) -> None:
     folder.mkdir(parents=True)
-    job = Job(task_code="UR", seed=5, model=TINY_MODEL, train=config,
-              task_overrides=dict(alphabet_size=8), out_dir=str(folder))
+    job = Job(
+        task_code="UR",
+        seed=5,
+        model=TINY_MODEL,
+        train=config,
+        task_overrides=dict(alphabet_size=8),
+        out_dir=str(folder),
+    )
     (folder / "job.json").write_text(json.dumps(job.to_dict()))
 
 
@@ -159,8 +181,9 @@ def assert_reloaded_model_reproduces_the_result(folder: Path, result: dict) -> N
     trained = load_trained_model(folder)
     assert trained.step == result["steps"]
     config = trained.job.train
-    eval_sets = build_eval_sets(trained.task, trained.job.seed, trained.setup.bins, config.eval_examples_per_length,
-                                trained.setup.max_positions)
+    eval_sets = build_eval_sets(
+        trained.task, trained.job.seed, trained.setup.bins, config.eval_examples_per_length, trained.setup.max_positions
+    )
     graphdef, rest, params_S, _ = init_stack([trained.model], make_optimizer(config))
     eval_step = make_eval_step(graphdef, rest)
     for eval_set, recorded in zip(eval_sets, result["bins"]):
@@ -169,8 +192,9 @@ def assert_reloaded_model_reproduces_the_result(folder: Path, result: dict) -> N
         # Cached greedy decoding gives every string the teacher-forced verdict, and a verdict that
         # differs from it is counted as a disagreement.
         exact_N = exact_SxN[0].astype(bool)
-        greedy_N = greedy_exact_match(trained.model, eval_set.batch.tokens_BxT, eval_set.prompt_lengths_N,
-                                      eval_set.batch.lengths_B)
+        greedy_N = greedy_exact_match(
+            trained.model, eval_set.batch.tokens_BxT, eval_set.prompt_lengths_N, eval_set.batch.lengths_B
+        )
         assert np.array_equal(greedy_N, exact_N)
         assert greedy_disagreements(trained.model, eval_set, ~exact_N, 8) == 8
 
@@ -197,8 +221,14 @@ def test_two_devices_give_the_same_loss_as_one(tmp_path):
     for devices in (1, 2):
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
         folder = tmp_path / f"devices{devices}"
-        done = subprocess.run([sys.executable, "-c", SHARDED_SCRIPT, json.dumps(values), str(folder)], cwd=ROOT,
-                              env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", SHARDED_SCRIPT, json.dumps(values), str(folder)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout.splitlines()[-1])["devices"] == devices
         outputs[devices] = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
@@ -210,8 +240,10 @@ def test_two_devices_give_the_same_loss_as_one(tmp_path):
 
 
 def test_stack_rejects_jobs_that_differ_in_more_than_the_seed(tmp_path):
-    jobs = [Job(task_code=code, seed=0, model=TINY_MODEL, train=tiny_config(), out_dir=str(tmp_path / code))
-            for code in ("UF", "UB")]
+    jobs = [
+        Job(task_code=code, seed=0, model=TINY_MODEL, train=tiny_config(), out_dir=str(tmp_path / code))
+        for code in ("UF", "UB")
+    ]
     with pytest.raises(ValueError, match="differ in more than the seed"):
         run_stack(jobs)
 
@@ -223,9 +255,17 @@ def test_accelerator_path_stacks_seeds_and_matches_single_runs(tmp_path):
     config = tiny_config(max_steps=16, eval_every=8, checkpoint_every=8)
 
     def jobs(folder):
-        return [Job(task_code="UB", seed=seed, model=TINY_MODEL.replace(pe="nope"), train=config,
-                    task_overrides=dict(alphabet_size=8), out_dir=str(tmp_path / folder / f"seed{seed}"))
-                for seed in (0, 1)]
+        return [
+            Job(
+                task_code="UB",
+                seed=seed,
+                model=TINY_MODEL.replace(pe="nope"),
+                train=config,
+                task_overrides=dict(alphabet_size=8),
+                out_dir=str(tmp_path / folder / f"seed{seed}"),
+            )
+            for seed in (0, 1)
+        ]
 
     run_stacked_in_process(jobs("stacked"), show_progress=False)
     for stacked, alone in zip(jobs("stacked"), jobs("alone")):
@@ -233,8 +273,11 @@ def test_accelerator_path_stacks_seeds_and_matches_single_runs(tmp_path):
         together_records, together_result = comparable(stacked.folder)
         alone_records, alone_result = comparable(alone.folder)
         assert [r["step"] for r in together_records] == [r["step"] for r in alone_records]
-        np.testing.assert_allclose([r["loss"] for r in together_records if r["kind"] == "train"],
-                                   [r["loss"] for r in alone_records if r["kind"] == "train"], rtol=1e-4)
+        np.testing.assert_allclose(
+            [r["loss"] for r in together_records if r["kind"] == "train"],
+            [r["loss"] for r in alone_records if r["kind"] == "train"],
+            rtol=1e-4,
+        )
         assert together_result["steps"] == alone_result["steps"] == 16
 
 
@@ -256,8 +299,7 @@ def test_workers_take_the_idlest_cores_first():
     before = "cpu  300 0 100 600 0\ncpu0 200 0 50 250 0\ncpu1 100 0 50 350 0\ncpu2 0 0 0 0 0\n"
     # Between the readings core 0 was fully busy, core 1 idle, core 2 half idle and half waiting for
     # the disk (which counts as idle), core 3 busy for a third of the time.
-    after = ("cpu  500 0 100 900 100\ncpu0 400 0 50 250 0\ncpu1 100 0 50 550 0\ncpu2 0 0 0 100 100\n"
-             "cpu3 100 0 0 200 0\n")
+    after = "cpu  500 0 100 900 100\ncpu0 400 0 50 250 0\ncpu1 100 0 50 550 0\ncpu2 0 0 0 100 100\ncpu3 100 0 0 200 0\n"
     before += "cpu3 0 0 0 0 0\n"
     assert idlest_first([0, 1, 2, 3], before, after) == [1, 2, 3, 0]
     assert idlest_first([0, 1], before, after) == [1, 0]
@@ -270,17 +312,27 @@ class KilledBeforeResult(Exception):
 
 @pytest.mark.parametrize("stops_early", [False, True])
 def test_a_kill_between_the_final_checkpoint_and_result_json_is_finished_on_rerun(
-        tmp_path, monkeypatch, stops_early, tiny_train_config, tiny_model_settings):
+    tmp_path, monkeypatch, stops_early, tiny_train_config, tiny_model_settings
+):
     import crasplab.train.loop as loop
 
     config = tiny_train_config(stop_after_perfect_evals=int(stops_early))
     if stops_early:  # every string right: the stopping rule is met at the first evaluation (step 8 of 24)
-        monkeypatch.setattr(loop, "teacher_forced_exact",
-                            lambda step, params_S, sets, *_: np.ones((len(sets), sets[0].batch.lengths_B.shape[0])))
+        monkeypatch.setattr(
+            loop,
+            "teacher_forced_exact",
+            lambda step, params_S, sets, *_: np.ones((len(sets), sets[0].batch.lengths_B.shape[0])),
+        )
 
     def job(name):
-        return Job(task_code="UR", seed=5, model=tiny_model_settings, train=config,
-                   task_overrides=dict(alphabet_size=8), out_dir=str(tmp_path / name))
+        return Job(
+            task_code="UR",
+            seed=5,
+            model=tiny_model_settings,
+            train=config,
+            task_overrides=dict(alphabet_size=8),
+            out_dir=str(tmp_path / name),
+        )
 
     loop.run_job(job("whole"))
     write_json = loop.write_json

@@ -15,24 +15,35 @@ from crasplab.train.config import PRESETS, ConfigError, ModelSettings, RunSettin
 def verdicts(monkeypatch):
     """Fixed predictions, so that the report is tested apart from the interpreter: UF generalizes,
     NF does not, NB unknown."""
-    table = {"UF": Prediction(True, "yes (C-RASP[local] witness)", ""),
-             "NF": Prediction(False, "no (not in C-RASP[pos])", ""),
-             "NB": Prediction(None, "unknown", "")}
+    table = {
+        "UF": Prediction(True, "yes (C-RASP[local] witness)", ""),
+        "NF": Prediction(False, "no (not in C-RASP[pos])", ""),
+        "NB": Prediction(None, "unknown", ""),
+    }
     monkeypatch.setattr(length_gen_report, "predict", lambda task_code, pe: table[task_code])
 
 
 def eval_record(task, seed, step, accuracies):
-    bins = [dict(lo=1 + 10 * k, hi=10 * (k + 1), accuracy=a, n=100, greedy_checked=8, greedy_disagreements=0)
-            for k, a in enumerate(accuracies)]
+    bins = [
+        dict(lo=1 + 10 * k, hi=10 * (k + 1), accuracy=a, n=100, greedy_checked=8, greedy_disagreements=0)
+        for k, a in enumerate(accuracies)
+    ]
     return dict(kind="eval", task=task, seed=seed, step=step, bins=bins)
 
 
 @pytest.fixture
 def run_dir(tmp_path):
     train = TrainConfig(train_lengths=(1, 10), test_bins=((1, 10), (11, 20), (21, 30))).to_dict()
-    config = dict(preset="quick", tasks=["UF", "NF", "NB"], seeds=[0, 1], threshold=0.9,
-                  train={task: train for task in ("UF", "NF", "NB")}, model=ModelSettings(pe="ape").to_dict(),
-                  task_overrides={task: {} for task in ("UF", "NF", "NB")}, model_overrides={"NB": dict(n_layers=6)})
+    config = dict(
+        preset="quick",
+        tasks=["UF", "NF", "NB"],
+        seeds=[0, 1],
+        threshold=0.9,
+        train={task: train for task in ("UF", "NF", "NB")},
+        model=ModelSettings(pe="ape").to_dict(),
+        task_overrides={task: {} for task in ("UF", "NF", "NB")},
+        model_overrides={"NB": dict(n_layers=6)},
+    )
     (tmp_path / "config.json").write_text(json.dumps(config))
     records = [
         eval_record("UF", 0, 500, [0.5, 0.0, 0.0]),  # superseded by the later evaluation
@@ -67,6 +78,7 @@ def test_a_model_that_did_not_fit_is_not_judged(run_dir, verdicts):
     """Below 0.99 on its training lengths a model says nothing about length generalization: its
     seed is left out of the verdict, and a task none of whose seeds fit is reported as such and
     left out of the agreement count, whatever its longer bins show."""
+
     def add(record):
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -102,8 +114,10 @@ def test_rebuilding_the_report_never_loses_records_of_a_missing_job_folder(run_d
 def test_report_only_rebuilds_files_and_prints_the_table(run_dir, verdicts, capsys):
     length_gen.main(["--report-only", str(run_dir)])
     table = capsys.readouterr().out
-    assert ("| UF | yes (C-RASP[local] witness) | 1.000 ± 0.000 | 0.930 ± 0.030 | 0.910 ± 0.030 | generalizes "
-            "| yes (1 of 2 fit seeds) |") in table
+    assert (
+        "| UF | yes (C-RASP[local] witness) | 1.000 ± 0.000 | 0.930 ± 0.030 | 0.910 ± 0.030 | generalizes "
+        "| yes (1 of 2 fit seeds) |"
+    ) in table
     assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(summarize(run_dir)))
     assert "2 of 2" in (run_dir / "report.md").read_text()
     assert (run_dir / "accuracy_by_length.png").read_bytes()[:4] == b"\x89PNG"
@@ -113,9 +127,30 @@ def test_every_flag_is_explained_and_overrides_apply(tmp_path):
     parser = length_gen.build_parser()
     for action in parser._actions:
         assert action.help, f"flag {action.option_strings} has no help text"
-    args = parser.parse_args(["--pe", "rope", "--preset", "quick", "--tasks", "UF", "--seeds", "3", "4",
-                              "--train-lengths", "1", "8", "--test-bins", "1-8,9-16", "--d-model", "32",
-                              "--learning-rate", "0.01", "--max-steps", "300"])
+    args = parser.parse_args(
+        [
+            "--pe",
+            "rope",
+            "--preset",
+            "quick",
+            "--tasks",
+            "UF",
+            "--seeds",
+            "3",
+            "4",
+            "--train-lengths",
+            "1",
+            "8",
+            "--test-bins",
+            "1-8,9-16",
+            "--d-model",
+            "32",
+            "--learning-rate",
+            "0.01",
+            "--max-steps",
+            "300",
+        ]
+    )
     settings = length_gen.run_settings(args)
     train = settings.train["UF"]
     assert train.train_lengths == (1, 8) and train.test_bins == ((1, 8), (9, 16))
@@ -131,16 +166,19 @@ def test_every_flag_is_explained_and_overrides_apply(tmp_path):
 def test_training_lengths_alone_move_the_presets_test_bins_with_them():
     """--train-lengths 1 30 on the quick preset tests 1.5x and 2x of 30, as 21-30 and 31-40 do of 20
     (it used to keep 21-30 and 31-40, inside the new training range)."""
-    args = length_gen.build_parser().parse_args(["--preset", "quick", "--tasks", "UF", "NF",
-                                                 "--train-lengths", "1", "30"])
+    args = length_gen.build_parser().parse_args(
+        ["--preset", "quick", "--tasks", "UF", "NF", "--train-lengths", "1", "30"]
+    )
     settings = length_gen.run_settings(args)
     assert {task: train.test_bins for task, train in settings.train.items()} == {
-        "UF": ((1, 30), (31, 45), (46, 60)), "NF": ((1, 30), (31, 45), (46, 60))}
+        "UF": ((1, 30), (31, 45), (46, 60)),
+        "NF": ((1, 30), (31, 45), (46, 60)),
+    }
 
 
 def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_sets_it(tmp_path):
     quick = PRESETS["quick"]
-    (task, changes), = quick.model_overrides.items()
+    ((task, changes),) = quick.model_overrides.items()
     other = next(code for code in quick.tasks if code != task)
     parser = length_gen.build_parser()
     settings = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", other, task]))
@@ -164,8 +202,10 @@ def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_s
 
 def test_the_report_names_the_model_and_each_task_whose_model_differs(run_dir, verdicts):
     length_gen_report.write_report(run_dir)
-    assert "Model: 4 layers x 4 heads x d_model 256 (d_ff 1024, float32); NB: n_layers 6." in (
-        run_dir / "report.md").read_text()
+    assert (
+        "Model: 4 layers x 4 heads x d_model 256 (d_ff 1024, float32); NB: n_layers 6."
+        in (run_dir / "report.md").read_text()
+    )
 
 
 def test_a_compile_cache_that_names_a_file_is_refused_before_anything_is_written(tmp_path, monkeypatch):
@@ -182,23 +222,28 @@ def test_bad_bins_are_refused(capsys):
     assert "expected LO-HI" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--tasks", "ZZ"], "invalid choice: 'ZZ'"),
-    (["--seeds", "0", "0"], "argument --seeds: 0 given more than once"),
-    (["--workers", "0"], "argument --workers: must be at least 1, got 0"),  # 0 used to mean the default
-    (["--seeds", "-1"], "argument --seeds: must be at least 0, got -1"),
-    (["--tasks", "UF", "--test-bins", "1-20,400-500"], "task UF, test bin 400-500: not within the lengths its "
-                                                       "sampler produces (1 to 64, with alphabet_size=64)"),
-    # The quick preset's UF has 64 symbols: 1-80 used to be cut silently to 1-64.
-    (["--tasks", "UF", "--train-lengths", "1", "80"], "task UF, training lengths 1-80: not within"),
-    (["--test-bins", "1-20,15-30"], "test bin 15-30 starts at or below 20"),
-    # Sizes that used to pass validation and fail inside the worker, after config.json was written.
-    (["--tasks", "UL", "--batch-size", "1000000000"], "lower --batch-size"),
-    (["--tasks", "UL", "--max-positions", "1000000000000"], "lower --max-positions"),
-    (["--tasks", "UL", "--eval-examples-per-length", "1000000000"], "lower --eval-examples-per-length"),
-    (["--tasks", "UL", "--threshold", "nan"], "argument --threshold: must be a finite number"),
-    (["--tasks", "UL", "--learning-rate", "inf"], "must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--tasks", "ZZ"], "invalid choice: 'ZZ'"),
+        (["--seeds", "0", "0"], "argument --seeds: 0 given more than once"),
+        (["--workers", "0"], "argument --workers: must be at least 1, got 0"),  # 0 used to mean the default
+        (["--seeds", "-1"], "argument --seeds: must be at least 0, got -1"),
+        (
+            ["--tasks", "UF", "--test-bins", "1-20,400-500"],
+            "task UF, test bin 400-500: not within the lengths its sampler produces (1 to 64, with alphabet_size=64)",
+        ),
+        # The quick preset's UF has 64 symbols: 1-80 used to be cut silently to 1-64.
+        (["--tasks", "UF", "--train-lengths", "1", "80"], "task UF, training lengths 1-80: not within"),
+        (["--test-bins", "1-20,15-30"], "test bin 15-30 starts at or below 20"),
+        # Sizes that used to pass validation and fail inside the worker, after config.json was written.
+        (["--tasks", "UL", "--batch-size", "1000000000"], "lower --batch-size"),
+        (["--tasks", "UL", "--max-positions", "1000000000000"], "lower --max-positions"),
+        (["--tasks", "UL", "--eval-examples-per-length", "1000000000"], "lower --eval-examples-per-length"),
+        (["--tasks", "UL", "--threshold", "nan"], "argument --threshold: must be a finite number"),
+        (["--tasks", "UL", "--learning-rate", "inf"], "must be a finite number"),
+    ],
+)
 def test_bad_settings_are_refused_before_anything_is_written(tmp_path, capsys, flags, message):
     """A typo must not leave a config.json behind that then refuses the corrected command."""
     out = tmp_path / "run"
@@ -217,10 +262,47 @@ def test_an_out_that_is_a_file_is_refused(tmp_path):
 def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdicts):
     """A tiny end-to-end run through the worker pool; the second invocation finds every job done."""
     out = tmp_path / "run"
-    argv = ["--pe", "ape", "--preset", "quick", "--tasks", "UF", "NF", "--seeds", "0", "--out", str(out),
-            "--n-layers", "1", "--n-heads", "2", "--d-model", "16", "--d-ff", "32", "--train-lengths", "1", "4",
-            "--test-bins", "1-4,5-8", "--max-steps", "20", "--warmup-steps", "2", "--eval-every", "10", "--eval-examples-per-length", "5",
-            "--greedy-examples-per-bin", "4", "--checkpoint-every", "10", "--workers", "2", "--no-progress"]
+    argv = [
+        "--pe",
+        "ape",
+        "--preset",
+        "quick",
+        "--tasks",
+        "UF",
+        "NF",
+        "--seeds",
+        "0",
+        "--out",
+        str(out),
+        "--n-layers",
+        "1",
+        "--n-heads",
+        "2",
+        "--d-model",
+        "16",
+        "--d-ff",
+        "32",
+        "--train-lengths",
+        "1",
+        "4",
+        "--test-bins",
+        "1-4,5-8",
+        "--max-steps",
+        "20",
+        "--warmup-steps",
+        "2",
+        "--eval-every",
+        "10",
+        "--eval-examples-per-length",
+        "5",
+        "--greedy-examples-per-bin",
+        "4",
+        "--checkpoint-every",
+        "10",
+        "--workers",
+        "2",
+        "--no-progress",
+    ]
     length_gen.main(argv)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert {(r["task"], r["kind"]) for r in records} >= {("UF", "eval"), ("NF", "eval"), ("UF", "result")}

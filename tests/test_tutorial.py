@@ -52,8 +52,9 @@ def _difference(command, printed: str) -> str:
 
 def test_every_command_is_one_the_tests_run():
     for command in _commands(TUTORIAL.read_text()):
-        assert command.command.startswith((CRASP_COMMAND, TRAINING_COMMAND)), \
+        assert command.command.startswith((CRASP_COMMAND, TRAINING_COMMAND)), (
             f"docs/tutorial.md:{command.line}: no test runs `{command.command}`"
+        )
 
 
 def test_rewriting_the_outputs_as_they_are_leaves_the_tutorial_unchanged():
@@ -87,8 +88,11 @@ def test_every_crasp_command_prints_what_the_tutorial_shows(tmp_path, monkeypatc
 
 
 def _table_rows(text: str) -> list[list[str]]:
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
-            if line.startswith("|") and not line.startswith("|---")]
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("|") and not line.startswith("|---")
+    ]
 
 
 def _same_cell(shown: str, printed: str) -> bool:
@@ -107,8 +111,13 @@ def test_the_training_run_prints_the_tutorial_table(tmp_path):
     arguments = shlex.split(command.command)[2:]
     out = arguments.index("--out") + 1
     run_folder, arguments[out] = arguments[out], str(tmp_path / "run")  # fresh: an existing one would resume
-    result = subprocess.run([sys.executable, "experiments/length_gen.py", *arguments], cwd=REPOSITORY,
-                            capture_output=True, text=True, timeout=3600)
+    result = subprocess.run(
+        [sys.executable, "experiments/length_gen.py", *arguments],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert result.returncode == 0, result.stderr
     [wall_time] = [line for line in result.stderr.splitlines() if WALL_TIME_LINE.match(line)]
     # As a terminal shows it: the stderr line first (length_gen.py prints it before the table).

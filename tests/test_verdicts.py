@@ -7,8 +7,20 @@ import pytest
 from hypothesis import given, strategies as st
 
 from crasplab.results.protocol import next_seeds, protocol_rows
-from crasplab.results.verdicts import (FAILS, GENERALIZES, INCONCLUSIVE, MIXED, PASS, TOO_FEW, Protocol, SeedAtBin,
-                                       agrees, judge_seed, seed_fits, task_verdict)
+from crasplab.results.verdicts import (
+    FAILS,
+    GENERALIZES,
+    INCONCLUSIVE,
+    MIXED,
+    PASS,
+    TOO_FEW,
+    Protocol,
+    SeedAtBin,
+    agrees,
+    judge_seed,
+    seed_fits,
+    task_verdict,
+)
 
 PROTOCOL = Protocol()
 
@@ -17,8 +29,10 @@ def seeds_with(outcomes):
     return [SeedAtBin(seed, 0, 1000, 0.0, 1.0, outcome) for seed, outcome in enumerate(outcomes)]
 
 
-@pytest.mark.parametrize("correct, outcome", [(1000, "pass"), (925, "pass"), (905, "inconclusive"),
-                                              (890, "inconclusive"), (870, "fail"), (0, "fail")])
+@pytest.mark.parametrize(
+    "correct, outcome",
+    [(1000, "pass"), (925, "pass"), (905, "inconclusive"), (890, "inconclusive"), (870, "fail"), (0, "fail")],
+)
 def test_a_seed_passes_or_fails_a_bin_only_when_its_wilson_interval_is_clear_of_the_threshold(correct, outcome):
     judged = judge_seed(PROTOCOL, 7, correct, 1000)
     assert judged.outcome == outcome
@@ -31,16 +45,19 @@ def test_a_bin_below_the_protocols_size_and_a_fit_on_too_few_strings_are_refused
     assert seed_fits(PROTOCOL, 500, 500) and not seed_fits(PROTOCOL, 499, 499) and not seed_fits(PROTOCOL, 999, 1000)
 
 
-@pytest.mark.parametrize("outcomes, verdict", [
-    (["pass"] * 5, GENERALIZES),
-    (["pass"] * 4 + ["fail"], GENERALIZES),
-    (["pass"] * 3 + ["fail"] * 2, MIXED),
-    (["pass"] + ["fail"] * 4, FAILS),
-    (["pass"] * 3 + ["inconclusive", "fail"], INCONCLUSIVE),  # 3 of 5 (mixed) or 4 of 5 (generalizes)
-    (["pass"] * 4 + ["inconclusive"], GENERALIZES),  # 4 or 5 of 5 either way
-    (["inconclusive"] + ["fail"] * 4, FAILS),  # 0 or 1 of 5 either way
-    (["pass"] * 4, TOO_FEW),
-])
+@pytest.mark.parametrize(
+    "outcomes, verdict",
+    [
+        (["pass"] * 5, GENERALIZES),
+        (["pass"] * 4 + ["fail"], GENERALIZES),
+        (["pass"] * 3 + ["fail"] * 2, MIXED),
+        (["pass"] + ["fail"] * 4, FAILS),
+        (["pass"] * 3 + ["inconclusive", "fail"], INCONCLUSIVE),  # 3 of 5 (mixed) or 4 of 5 (generalizes)
+        (["pass"] * 4 + ["inconclusive"], GENERALIZES),  # 4 or 5 of 5 either way
+        (["inconclusive"] + ["fail"] * 4, FAILS),  # 0 or 1 of 5 either way
+        (["pass"] * 4, TOO_FEW),
+    ],
+)
 def test_the_task_verdict_counts_fitted_seeds(outcomes, verdict):
     assert task_verdict(PROTOCOL, seeds_with(outcomes)) == verdict
 
@@ -48,8 +65,10 @@ def test_the_task_verdict_counts_fitted_seeds(outcomes, verdict):
 @given(st.lists(st.sampled_from(["pass", "fail", "inconclusive"]), min_size=5, max_size=12))
 def test_an_inconclusive_seed_is_never_rounded_into_a_verdict(outcomes):
     verdict = task_verdict(PROTOCOL, seeds_with(outcomes))
-    resolved = {task_verdict(PROTOCOL, seeds_with([o if o != "inconclusive" else choice for o in outcomes]))
-                for choice in ("pass", "fail")}
+    resolved = {
+        task_verdict(PROTOCOL, seeds_with([o if o != "inconclusive" else choice for o in outcomes]))
+        for choice in ("pass", "fail")
+    }
     if verdict != INCONCLUSIVE:
         assert resolved == {verdict}
     else:
@@ -65,17 +84,30 @@ def test_agreement_needs_a_prediction_and_a_clear_verdict():
     assert agrees(None, GENERALIZES) is None and agrees(True, MIXED) is None and agrees(False, INCONCLUSIVE) is None
 
 
-@pytest.mark.parametrize("bad", [dict(threshold=math.nan), dict(threshold=1.0), dict(min_fitted_seeds=0),
-                                 dict(pass_fraction=0.2, fail_fraction=0.2)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(threshold=math.nan),
+        dict(threshold=1.0),
+        dict(min_fitted_seeds=0),
+        dict(pass_fraction=0.2, fail_fraction=0.2),
+    ],
+)
 def test_protocol_rules_are_validated_when_made(bad):
     with pytest.raises(ValueError, match="Protocol:"):
         Protocol(**bad)
 
 
 def final(seed, train_correct, test_correct, finished=True, step=3000, n_train=2000, n_test=1000):
-    return dict(seed=seed, step=step, finished=finished, bins=[
-        dict(lo=1, hi=20, accuracy=train_correct / n_train, n=n_train),
-        dict(lo=21, hi=30, accuracy=test_correct / n_test, n=n_test)])
+    return dict(
+        seed=seed,
+        step=step,
+        finished=finished,
+        bins=[
+            dict(lo=1, hi=20, accuracy=train_correct / n_train, n=n_train),
+            dict(lo=21, hi=30, accuracy=test_correct / n_test, n=n_test),
+        ],
+    )
 
 
 def test_next_seeds_resume_unfinished_jobs_then_replace_seeds_that_did_not_fit():
@@ -90,16 +122,33 @@ def test_next_seeds_resume_unfinished_jobs_then_replace_seeds_that_did_not_fit()
 
 
 def test_protocol_rows_judge_seeds_and_leave_out_a_bin_that_cannot_discriminate():
-    bimodal = {1000: final(1000, 2000, 996), 1001: final(1001, 2000, 364), 1002: final(1002, 2000, 999),
-               1003: final(1003, 2000, 1000), 1004: final(1004, 2000, 998), 1005: final(1005, 1200, 0, step=16000)}
+    bimodal = {
+        1000: final(1000, 2000, 996),
+        1001: final(1001, 2000, 364),
+        1002: final(1002, 2000, 999),
+        1003: final(1003, 2000, 1000),
+        1004: final(1004, 2000, 998),
+        1005: final(1005, 1200, 0, step=16000),
+    }
     failing = {1000 + s: final(1000 + s, 2000, 100) for s in range(5)}
-    evals = [dict(final(1005, 1000, 0, step=15500), kind="eval", task="UB"),
-             dict(bimodal[1005], kind="eval", task="UB")]
-    predictions = {"UB": dict(prediction=dict(label="yes", generalizes=True), discrimination=None),
-                   "NLLast": dict(prediction=dict(label="no", generalizes=False),
-                                  discrimination=dict(checked=True, discriminates=[False]))}
-    rows = protocol_rows(PROTOCOL, evals, {"UB": bimodal, "NLLast": failing}, ["UB", "NLLast"], predictions,
-                         {"UB": 16000, "NLLast": 16000})
+    evals = [
+        dict(final(1005, 1000, 0, step=15500), kind="eval", task="UB"),
+        dict(bimodal[1005], kind="eval", task="UB"),
+    ]
+    predictions = {
+        "UB": dict(prediction=dict(label="yes", generalizes=True), discrimination=None),
+        "NLLast": dict(
+            prediction=dict(label="no", generalizes=False), discrimination=dict(checked=True, discriminates=[False])
+        ),
+    }
+    rows = protocol_rows(
+        PROTOCOL,
+        evals,
+        {"UB": bimodal, "NLLast": failing},
+        ["UB", "NLLast"],
+        predictions,
+        {"UB": 16000, "NLLast": 16000},
+    )
     ub, nllast = rows
     assert ub["fitted"] == [1000, 1001, 1002, 1003, 1004] and ub["still_improving"] == [1005]
     assert ub["bins"][0]["verdict"] == GENERALIZES and ub["bins"][0]["agrees"] is True  # 4 of 5 pass

@@ -49,12 +49,17 @@ def load_checkpoint(path: Path, template):
         raise CheckpointError(
             f"{path}: not a readable checkpoint ({type(error).__name__}: {error}); expected the .npz file "
             "that training writes. To recover, delete it and run the same command again: that job then "
-            "trains again from scratch (same seed, same result), or restore the file from a copy") from None
+            "trains again from scratch (same seed, same result), or restore the file from a copy"
+        ) from None
     if saved_structure != str(jax.tree.structure(template)):
-        raise CheckpointError(f"{path}: the checkpoint was written for a different model or optimizer "
-                              "structure; delete the run folder or use the settings it was made with")
+        raise CheckpointError(
+            f"{path}: the checkpoint was written for a different model or optimizer "
+            "structure; delete the run folder or use the settings it was made with"
+        )
     for i, (saved, expected) in enumerate(zip(leaves, template_leaves)):
         if saved.shape != np.shape(expected):
-            raise CheckpointError(f"{path}: leaf {i} has shape {saved.shape}, the model expects "
-                                  f"{np.shape(expected)}; delete the run folder or use its original settings")
+            raise CheckpointError(
+                f"{path}: leaf {i} has shape {saved.shape}, the model expects "
+                f"{np.shape(expected)}; delete the run folder or use its original settings"
+            )
     return jax.tree.unflatten(jax.tree.structure(template), leaves), meta

@@ -34,8 +34,10 @@ def compile_cache_folder() -> Path | None:
     if chosen:
         folder = Path(chosen).expanduser()
         if folder.exists() and not folder.is_dir():
-            raise ValueError(f"{CACHE_ENV}={chosen} names a file, not a folder; give a folder (made if missing) for "
-                             "compiled programs, or 'off'")
+            raise ValueError(
+                f"{CACHE_ENV}={chosen} names a file, not a folder; give a folder (made if missing) for "
+                "compiled programs, or 'off'"
+            )
         return folder
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "crasp-lab" / "xla"
 

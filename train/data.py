@@ -24,19 +24,24 @@ def batch_rng(seed: int, stream: int, index: int) -> np.random.Generator:
 class Batch:
     """Model inputs and loss targets; logits at position t predict token t + 1."""
 
-    tokens_BxT: np.ndarray      # int32 vocab ids, right-padded with PAD
-    positions_BxT: np.ndarray   # int32 position ids (offset + t; clipped inside the table on padding)
-    valid_BxT: np.ndarray       # bool: t < length (the padding mask)
-    targets_BxT: np.ndarray     # int32: tokens shifted left by one
-    loss_mask_BxT: np.ndarray   # float32: 1 where t + 1 is an answer token or EOS
+    tokens_BxT: np.ndarray  # int32 vocab ids, right-padded with PAD
+    positions_BxT: np.ndarray  # int32 position ids (offset + t; clipped inside the table on padding)
+    valid_BxT: np.ndarray  # bool: t < length (the padding mask)
+    targets_BxT: np.ndarray  # int32: tokens shifted left by one
+    loss_mask_BxT: np.ndarray  # float32: 1 where t + 1 is an answer token or EOS
 
     @property
     def lengths_B(self) -> np.ndarray:
         return self.valid_BxT.sum(axis=1)
 
     def as_dict(self) -> dict[str, np.ndarray]:
-        return dict(tokens_BxT=self.tokens_BxT, positions_BxT=self.positions_BxT, valid_BxT=self.valid_BxT,
-                    targets_BxT=self.targets_BxT, loss_mask_BxT=self.loss_mask_BxT)
+        return dict(
+            tokens_BxT=self.tokens_BxT,
+            positions_BxT=self.positions_BxT,
+            valid_BxT=self.valid_BxT,
+            targets_BxT=self.targets_BxT,
+            loss_mask_BxT=self.loss_mask_BxT,
+        )
 
 
 def effective_range(task, lo: int, hi: int, what: str = "length range") -> tuple[int, int]:
@@ -45,8 +50,10 @@ def effective_range(task, lo: int, hi: int, what: str = "length range") -> tuple
     produce inputs of length hi or nothing is left."""
     shortest, longest = task.min_length(), min(task.max_length(), MAX_LENGTH)
     if hi > longest or max(lo, shortest) > hi:
-        raise ValueError(f"task {task.code}, {what} {lo}-{hi}: not within the lengths its sampler produces "
-                         f"({shortest} to {longest}, with {task.parameter_summary()}); choose lengths in that range")
+        raise ValueError(
+            f"task {task.code}, {what} {lo}-{hi}: not within the lengths its sampler produces "
+            f"({shortest} to {longest}, with {task.parameter_summary()}); choose lengths in that range"
+        )
     return max(lo, shortest), hi
 
 
@@ -90,16 +97,25 @@ class LengthBuckets:
         return int(rng.choice(len(sizes), p=sizes / sizes.sum()))
 
 
-def sample_training_batch(task, rng: np.random.Generator, batch_size: int, buckets: LengthBuckets,
-                          max_positions: int, random_offset: bool) -> Batch:
+def sample_training_batch(
+    task, rng: np.random.Generator, batch_size: int, buckets: LengthBuckets, max_positions: int, random_offset: bool
+) -> Batch:
     """A batch from one length bucket (drawn first), padded to that bucket's longest string."""
     index = buckets.draw(rng)
-    return sample_batch(task, rng, batch_size, buckets.ranges[index], buckets.padded_lengths[index],
-                        max_positions, random_offset)
+    return sample_batch(
+        task, rng, batch_size, buckets.ranges[index], buckets.padded_lengths[index], max_positions, random_offset
+    )
 
 
-def sample_batch(task, rng: np.random.Generator, batch_size: int, length_range: tuple[int, int],
-                 padded_length: int, max_positions: int, random_offset: bool) -> Batch:
+def sample_batch(
+    task,
+    rng: np.random.Generator,
+    batch_size: int,
+    length_range: tuple[int, int],
+    padded_length: int,
+    max_positions: int,
+    random_offset: bool,
+) -> Batch:
     """`batch_size` examples with input lengths uniform in `length_range`, padded to `padded_length`.
 
     With `random_offset`, example i starts at position o_i ~ U{0 .. max_positions - length_i}
@@ -115,29 +131,44 @@ def sample_batch(task, rng: np.random.Generator, batch_size: int, length_range: 
         examples = task.sample(rng, len(rows), int(input_length))
         width = examples.tokens.shape[1]
         if width > padded_length:
-            raise ValueError(f"task {task.code}: an example of input length {input_length} has {width} tokens, "
-                             f"more than the padded length {padded_length}")
+            raise ValueError(
+                f"task {task.code}: an example of input length {input_length} has {width} tokens, "
+                f"more than the padded length {padded_length}"
+            )
         tokens_BxT[rows, :width] = examples.tokens
         prompt_lengths_B[rows] = examples.prompt_lengths
         lengths_B[rows] = examples.lengths
     if lengths_B.max() > max_positions:
-        raise ValueError(f"task {task.code}: a {lengths_B.max()}-token example does not fit in "
-                         f"max_positions={max_positions}; raise max_positions")
-    offsets_B = (rng.integers(0, max_positions - lengths_B + 1) if random_offset
-                 else np.zeros(batch_size, dtype=np.int64))
+        raise ValueError(
+            f"task {task.code}: a {lengths_B.max()}-token example does not fit in "
+            f"max_positions={max_positions}; raise max_positions"
+        )
+    offsets_B = (
+        rng.integers(0, max_positions - lengths_B + 1) if random_offset else np.zeros(batch_size, dtype=np.int64)
+    )
     return make_batch(tokens_BxT, prompt_lengths_B, lengths_B, offsets_B, max_positions)
 
 
-def make_batch(tokens_BxT: np.ndarray, prompt_lengths_B: np.ndarray, lengths_B: np.ndarray,
-               offsets_B: np.ndarray, max_positions: int) -> Batch:
+def make_batch(
+    tokens_BxT: np.ndarray,
+    prompt_lengths_B: np.ndarray,
+    lengths_B: np.ndarray,
+    offsets_B: np.ndarray,
+    max_positions: int,
+) -> Batch:
     t_T = np.arange(tokens_BxT.shape[1])
     valid_BxT = t_T[None, :] < lengths_B[:, None]
     positions_BxT = np.minimum(offsets_B[:, None] + t_T[None, :], max_positions - 1).astype(np.int32)
     targets_BxT = np.concatenate([tokens_BxT[:, 1:], np.full_like(tokens_BxT[:, :1], PAD_ID)], axis=1)
     # Position t predicts token t + 1; the answer and EOS are tokens prompt_length .. length - 1.
     loss_mask_BxT = (t_T[None, :] >= prompt_lengths_B[:, None] - 1) & (t_T[None, :] <= lengths_B[:, None] - 2)
-    return Batch(tokens_BxT=tokens_BxT.astype(np.int32), positions_BxT=positions_BxT, valid_BxT=valid_BxT,
-                 targets_BxT=targets_BxT.astype(np.int32), loss_mask_BxT=loss_mask_BxT.astype(np.float32))
+    return Batch(
+        tokens_BxT=tokens_BxT.astype(np.int32),
+        positions_BxT=positions_BxT,
+        valid_BxT=valid_BxT,
+        targets_BxT=targets_BxT.astype(np.int32),
+        loss_mask_BxT=loss_mask_BxT.astype(np.float32),
+    )
 
 
 def stack_batches(batches: list[Batch]) -> Batch:

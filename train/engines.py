@@ -33,8 +33,18 @@ from pathlib import Path
 from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.train.loop import Job, is_done
-from crasplab.train.workers import (TaskBars, worker_command, WorkerError, _read_progress, _tail, available_cores,
-                                    expected_cost, run_on_cpu_cores, run_stacked_in_process, worker_env)
+from crasplab.train.workers import (
+    TaskBars,
+    worker_command,
+    WorkerError,
+    _read_progress,
+    _tail,
+    available_cores,
+    expected_cost,
+    run_on_cpu_cores,
+    run_stacked_in_process,
+    worker_env,
+)
 
 ENGINES = ("local", "ray")
 PLACEMENTS_FILE = "placements.jsonl"
@@ -70,20 +80,33 @@ class EngineSettings:
 
 def add_engine_flags(parser) -> None:
     """--engine, --ray-address and --gpu-share (the job scripts already have --workers)."""
-    parser.add_argument("--engine", choices=ENGINES, default="local",
-                        help="local: this machine's cores, one pinned single-threaded process per job; ray: each job "
-                             "a Ray task (pip install -e '.[cluster]'; docs/cluster.md)")
-    parser.add_argument("--ray-address", default=None, metavar="ADDRESS",
-                        help="with --engine ray: the cluster to join (host:port, or 'auto' for the one running on "
-                             "this machine); default: a private cluster on this machine, stopped at the end")
-    parser.add_argument("--gpu-share", type=float, default=0.0, metavar="FRACTION",
-                        help="with --engine ray: the fraction of a GPU each job takes (0.25 packs four jobs on one "
-                             "GPU); 0: CPU jobs")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="local: this machine's cores, one pinned single-threaded process per job; ray: each job "
+        "a Ray task (pip install -e '.[cluster]'; docs/cluster.md)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDRESS",
+        help="with --engine ray: the cluster to join (host:port, or 'auto' for the one running on "
+        "this machine); default: a private cluster on this machine, stopped at the end",
+    )
+    parser.add_argument(
+        "--gpu-share",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="with --engine ray: the fraction of a GPU each job takes (0.25 packs four jobs on one GPU); 0: CPU jobs",
+    )
 
 
 def engine_settings(args) -> EngineSettings:
-    return EngineSettings(engine=args.engine, ray_address=args.ray_address, workers=args.workers,
-                          gpu_share=args.gpu_share)
+    return EngineSettings(
+        engine=args.engine, ray_address=args.ray_address, workers=args.workers, gpu_share=args.gpu_share
+    )
 
 
 def run_jobs_on(settings: EngineSettings, jobs: list[Job], show_progress: bool = True) -> None:
@@ -133,17 +156,26 @@ def run_job_folder(folder: str, gpu_share: float) -> dict:
 
     core, core_lock = claim_core()
     env = job_environment(gpu_share)
-    placement = dict(node=ray.get_runtime_context().get_node_id(), host=socket.gethostname(), pid=os.getpid(),
-                     core=core, cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"), xla_flags=env["XLA_FLAGS"])
+    placement = dict(
+        node=ray.get_runtime_context().get_node_id(),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        core=core,
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        xla_flags=env["XLA_FLAGS"],
+    )
     append_jsonl(Path(folder) / PLACEMENTS_FILE, dict(placement, event="start", time=time.time()))
     try:
         with open(JobFolder(Path(folder)).log_file, "ab") as log:
-            returncode = subprocess.run(worker_command(folder, core, "--die-with-parent"), env=env, stdout=log,
-                                        stderr=subprocess.STDOUT).returncode
+            returncode = subprocess.run(
+                worker_command(folder, core, "--die-with-parent"), env=env, stdout=log, stderr=subprocess.STDOUT
+            ).returncode
     finally:
         core_lock.close()
     append_jsonl(Path(folder) / PLACEMENTS_FILE, dict(placement, event="end", time=time.time(), returncode=returncode))
-    return dict(returncode=returncode, log_tail=_tail(JobFolder(Path(folder)).log_file) if returncode else "", **placement)
+    return dict(
+        returncode=returncode, log_tail=_tail(JobFolder(Path(folder)).log_file) if returncode else "", **placement
+    )
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -173,9 +205,11 @@ def connect(settings: EngineSettings) -> bool:
         ray.init(address=settings.ray_address, **options)
         return False
     except (ConnectionError, RuntimeError) as error:
-        raise EngineError(f"cannot reach the Ray cluster at {settings.ray_address!r}: {error}. Start it with "
-                          "`ray start --head` (export RAY_AUTH_MODE=token on every node and here if the cluster "
-                          "uses token authentication), or leave out --ray-address for a private local cluster") from None
+        raise EngineError(
+            f"cannot reach the Ray cluster at {settings.ray_address!r}: {error}. Start it with "
+            "`ray start --head` (export RAY_AUTH_MODE=token on every node and here if the cluster "
+            "uses token authentication), or leave out --ray-address for a private local cluster"
+        ) from None
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -186,9 +220,11 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as error:
-        raise EngineError(f"cannot reach the Ray cluster at {address!r} ({error.strerror or error}). Start it with "
-                          "`ray start --head` and give the address it prints, or leave out --ray-address for a "
-                          "private local cluster") from None
+        raise EngineError(
+            f"cannot reach the Ray cluster at {address!r} ({error.strerror or error}). Start it with "
+            "`ray start --head` and give the address it prints, or leave out --ray-address for a "
+            "private local cluster"
+        ) from None
 
 
 def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = True) -> None:
@@ -196,8 +232,9 @@ def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = 
     folders as the local pool does, and stop at the first job that fails."""
     ray = import_ray()
     started_cluster = connect(settings)
-    task = ray.remote(run_job_folder).options(num_cpus=1, num_gpus=settings.gpu_share or 0,
-                                              max_retries=NODE_LOSS_RETRIES, retry_exceptions=False)
+    task = ray.remote(run_job_folder).options(
+        num_cpus=1, num_gpus=settings.gpu_share or 0, max_retries=NODE_LOSS_RETRIES, retry_exceptions=False
+    )
     bars = TaskBars(jobs, enabled=show_progress)
     pending = {}
     try:
@@ -217,9 +254,11 @@ def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = 
                 job = pending.pop(ref)
                 outcome = _outcome(ray, ref, job)
                 if outcome["returncode"] != 0:
-                    raise WorkerError(f"the worker for {job.task_code} seed {job.seed} (node {outcome['host']}, core "
-                                      f"{outcome['core']}) exited with code {outcome['returncode']}; its log:\n"
-                                      f"{outcome['log_tail']}")
+                    raise WorkerError(
+                        f"the worker for {job.task_code} seed {job.seed} (node {outcome['host']}, core "
+                        f"{outcome['core']}) exited with code {outcome['returncode']}; its log:\n"
+                        f"{outcome['log_tail']}"
+                    )
                 bars.finish(job)
     finally:
         for ref in pending:
@@ -233,5 +272,7 @@ def _outcome(ray, ref, job: Job) -> dict:
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as error:  # retries exhausted on lost nodes, or the task could not run
-        raise WorkerError(f"the Ray task for {job.task_code} seed {job.seed} failed ({type(error).__name__}); its "
-                          f"log:\n{_tail(job.files.log_file)}\n{error}") from None
+        raise WorkerError(
+            f"the Ray task for {job.task_code} seed {job.seed} failed ({type(error).__name__}); its "
+            f"log:\n{_tail(job.files.log_file)}\n{error}"
+        ) from None

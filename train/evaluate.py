@@ -34,12 +34,15 @@ class EvalSet:
     def by_length(self, exact_N: np.ndarray) -> dict:
         """{"lengths": [...], "length_accuracy": [...]}: exact match at each input length of the bin."""
         lengths = np.arange(self.lo, self.hi + 1)
-        return dict(lengths=[int(n) for n in lengths],
-                    length_accuracy=[round(float(exact_N[self.input_lengths_N == n].mean()), 6) for n in lengths])
+        return dict(
+            lengths=[int(n) for n in lengths],
+            length_accuracy=[round(float(exact_N[self.input_lengths_N == n].mean()), 6) for n in lengths],
+        )
 
 
-def build_eval_sets(task, seed: int, bins: list[tuple[int, int]], examples_per_length: int,
-                    max_positions: int) -> list[EvalSet]:
+def build_eval_sets(
+    task, seed: int, bins: list[tuple[int, int]], examples_per_length: int, max_positions: int
+) -> list[EvalSet]:
     sets = []
     for index, (lo, hi) in enumerate(bins):
         rng = batch_rng(seed, EVAL_STREAM, index)
@@ -49,11 +52,20 @@ def build_eval_sets(task, seed: int, bins: list[tuple[int, int]], examples_per_l
         prompt_lengths_N = np.concatenate([p.prompt_lengths for p in parts]).astype(np.int64)
         lengths_N = np.concatenate([p.lengths for p in parts]).astype(np.int64)
         if lengths_N.max() > max_positions:
-            raise ValueError(f"task {task.code}: test bin {lo}-{hi} has {lengths_N.max()}-token strings, "
-                             f"more than max_positions={max_positions}")
+            raise ValueError(
+                f"task {task.code}: test bin {lo}-{hi} has {lengths_N.max()}-token strings, "
+                f"more than max_positions={max_positions}"
+            )
         batch = make_batch(tokens_NxT, prompt_lengths_N, lengths_N, np.zeros_like(lengths_N), max_positions)
-        sets.append(EvalSet(lo=lo, hi=hi, batch=batch, prompt_lengths_N=prompt_lengths_N,
-                            input_lengths_N=np.repeat(np.arange(lo, hi + 1), examples_per_length)))
+        sets.append(
+            EvalSet(
+                lo=lo,
+                hi=hi,
+                batch=batch,
+                prompt_lengths_N=prompt_lengths_N,
+                input_lengths_N=np.repeat(np.arange(lo, hi + 1), examples_per_length),
+            )
+        )
     return sets
 
 
@@ -77,10 +89,17 @@ def greedy_exact_match(model, tokens_NxT: np.ndarray, prompts_N: np.ndarray, len
     """exact_N under the model's KV-cache greedy decoding: the answer is right when the first
     (length - prompt length) tokens generated equal the reference answer and EOS."""
     answers_N = lengths_N - prompts_N
-    generated_NxM = np.asarray(generate(model, tokens_NxT, prompts_N, max_new_tokens=int(answers_N.max()),
-                                        eos_id=EOS_ID, pad_id=PAD_ID).tokens_BxN)
-    return np.array([np.array_equal(generated_NxM[i, :answers_N[i]], tokens_NxT[i, prompts_N[i]:lengths_N[i]])
-                     for i in range(len(tokens_NxT))])
+    generated_NxM = np.asarray(
+        generate(
+            model, tokens_NxT, prompts_N, max_new_tokens=int(answers_N.max()), eos_id=EOS_ID, pad_id=PAD_ID
+        ).tokens_BxN
+    )
+    return np.array(
+        [
+            np.array_equal(generated_NxM[i, : answers_N[i]], tokens_NxT[i, prompts_N[i] : lengths_N[i]])
+            for i in range(len(tokens_NxT))
+        ]
+    )
 
 
 def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: int) -> int:
@@ -90,8 +109,9 @@ def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: i
     if count == 0:
         return 0
     rows = np.linspace(0, len(exact_N) - 1, count).round().astype(int)
-    greedy_N = greedy_exact_match(model, eval_set.batch.tokens_BxT[rows], eval_set.prompt_lengths_N[rows],
-                                  eval_set.batch.lengths_B[rows])
+    greedy_N = greedy_exact_match(
+        model, eval_set.batch.tokens_BxT[rows], eval_set.prompt_lengths_N[rows], eval_set.batch.lengths_B[rows]
+    )
     return int(np.sum(greedy_N != exact_N[rows].astype(bool)))
 
 

@@ -45,7 +45,15 @@ from crasplab.train.data import stack_batches
 from crasplab.train.evaluate import unstack
 from crasplab.train.finetune_config import FinetuneConfig
 from crasplab.train.finetune_data import eval_items, token_batch, training_items
-from crasplab.train.steps import check_divisible, data_mesh, init_stack, make_optimizer, make_train_step, replicate, shard_batch
+from crasplab.train.steps import (
+    check_divisible,
+    data_mesh,
+    init_stack,
+    make_optimizer,
+    make_train_step,
+    replicate,
+    shard_batch,
+)
 
 CHECKPOINT_FILE, MODEL_FILE, RESULT_FILE, METRICS_FILE = "checkpoint.npz", "model.npz", "result.json", "metrics.jsonl"
 
@@ -105,15 +113,29 @@ class TaskTraining:
         step, elapsed_s, tokens, state = self._resume_or_start(state)
         pad_id = tokenizer.encode("\n")[-1]
         window_losses, window_accuracies = [], []
-        bar = tqdm(total=config.max_steps, initial=step, desc=f"{self.code} fine-tune", unit="step",
-                   disable=not show_progress, dynamic_ncols=True)
+        bar = tqdm(
+            total=config.max_steps,
+            initial=step,
+            desc=f"{self.code} fine-tune",
+            unit="step",
+            disable=not show_progress,
+            dynamic_ncols=True,
+        )
         clock = time.monotonic()
         while step < config.max_steps:
-            items = training_items(self.code, self.seed, step, config.batch_size, config.train_lengths,
-                                   config.demonstrations, config.demo_length)
+            items = training_items(
+                self.code,
+                self.seed,
+                step,
+                config.batch_size,
+                config.train_lengths,
+                config.demonstrations,
+                config.demo_length,
+            )
             batch = token_batch(tokenizer, items, pad_id)
             params_S, opt_state_S, loss_S, accuracy_S = train_step(
-                *state, shard_batch(mesh, stack_batches([batch]).as_dict()))
+                *state, shard_batch(mesh, stack_batches([batch]).as_dict())
+            )
             state = (params_S, opt_state_S)
             # Reading the loss waits for the step, so the time below is the step's, not its dispatch's.
             window_losses.append(float(loss_S[0]))
@@ -125,9 +147,17 @@ class TaskTraining:
             bar.update(1)
             if step % config.log_every == 0 or step == config.max_steps:
                 loss = float(np.mean(window_losses))
-                append_jsonl(self.folder / METRICS_FILE, dict(
-                    kind="train", step=step, loss=round(loss, 6), tokens=tokens, elapsed_s=round(elapsed_s, 2),
-                    sequence_accuracy=round(float(np.mean(window_accuracies)), 6)))
+                append_jsonl(
+                    self.folder / METRICS_FILE,
+                    dict(
+                        kind="train",
+                        step=step,
+                        loss=round(loss, 6),
+                        tokens=tokens,
+                        elapsed_s=round(elapsed_s, 2),
+                        sequence_accuracy=round(float(np.mean(window_accuracies)), 6),
+                    ),
+                )
                 window_losses, window_accuracies = [], []
                 bar.set_postfix(loss=f"{loss:.3f}")
             if step % config.checkpoint_every == 0 or step == config.max_steps:
@@ -149,12 +179,11 @@ class TaskTraining:
             leaf.delete()
         state, meta = load_checkpoint(path, template)
         # Records written after the checkpoint are written again by the resumed run.
-        write_jsonl(self.folder / METRICS_FILE, read_jsonl(self.folder / METRICS_FILE)[:meta["records"]])
+        write_jsonl(self.folder / METRICS_FILE, read_jsonl(self.folder / METRICS_FILE)[: meta["records"]])
         return meta["step"], meta["elapsed_s"], meta["tokens"], replicate(data_mesh(), state)
 
     def _checkpoint(self, state, step: int, elapsed_s: float, tokens: int) -> None:
-        meta = dict(step=step, elapsed_s=elapsed_s, tokens=tokens,
-                    records=len(read_jsonl(self.folder / METRICS_FILE)))
+        meta = dict(step=step, elapsed_s=elapsed_s, tokens=tokens, records=len(read_jsonl(self.folder / METRICS_FILE)))
         # The stack of one as it is: taking model 0 out first would copy the state (1.6 GB for
         # SmolLM2 with AdamW) just to write it.
         save_checkpoint(self.folder / CHECKPOINT_FILE, state, meta)
@@ -164,10 +193,19 @@ class TaskTraining:
         params = unstack(state[0], 0)
         save_checkpoint(self.folder / MODEL_FILE, params, dict(step=step))
         trainable = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
-        write_json(self.folder / RESULT_FILE, dict(
-            task=self.code, seed=self.seed, steps=step, elapsed_s=round(elapsed_s, 1), tokens=tokens,
-            tokens_per_s=round(tokens / elapsed_s, 1) if elapsed_s else None, method=self.config.method,
-            trainable_parameters=trainable))
+        write_json(
+            self.folder / RESULT_FILE,
+            dict(
+                task=self.code,
+                seed=self.seed,
+                steps=step,
+                elapsed_s=round(elapsed_s, 1),
+                tokens=tokens,
+                tokens_per_s=round(tokens / elapsed_s, 1) if elapsed_s else None,
+                method=self.config.method,
+                trainable_parameters=trainable,
+            ),
+        )
         # The optimizer state is as large as the model twice over; the result no longer needs it.
         (self.folder / CHECKPOINT_FILE).unlink(missing_ok=True)
         return params
@@ -177,14 +215,25 @@ def answer_records(pretrained, items: list[Item], stage: str, batch_size: int) -
     """The model's greedy answer lines to `items`, `batch_size` prompts at a time, as records."""
     newline_id = pretrained.tokenizer.encode("\n")[-1]
     for start in range(0, len(items), batch_size):
-        batch = items[start:start + batch_size]
+        batch = items[start : start + batch_size]
         started = time.perf_counter()
-        outputs = answer_lines(pretrained, [item.prompt for item in batch], [item.expected for item in batch],
-                               newline_id, batch_size)
+        outputs = answer_lines(
+            pretrained, [item.prompt for item in batch], [item.expected for item in batch], newline_id, batch_size
+        )
         seconds = (time.perf_counter() - started) / len(batch)
-        yield [dict(task=item.task, stage=stage, length=item.length, index=item.index, expected=item.expected,
-                    output=output, correct=output == item.expected, seconds=round(seconds, 4))
-               for item, output in zip(batch, outputs)]
+        yield [
+            dict(
+                task=item.task,
+                stage=stage,
+                length=item.length,
+                index=item.index,
+                expected=item.expected,
+                output=output,
+                correct=output == item.expected,
+                seconds=round(seconds, 4),
+            )
+            for item, output in zip(batch, outputs)
+        ]
 
 
 @dataclass
@@ -222,16 +271,22 @@ class FinetuneRun:
         """The test prompts of every bin not answered yet at this stage (a length in two bins once)."""
         config = self.config
         lengths = sorted({n for lo, hi in config.test_bins for n in range(lo, hi + 1)})
-        items = eval_items(code, lengths, config.examples_per_length, self.seed, config.demonstrations,
-                           config.demo_length)
+        items = eval_items(
+            code, lengths, config.examples_per_length, self.seed, config.demonstrations, config.demo_length
+        )
         return [item for item in items if (item.task, stage, item.length, item.index) not in self.answered]
 
     def _answer(self, stage: str, pretrained, items: list[Item]) -> None:
         if not items:
             return
         codes = sorted({item.task for item in items})
-        bar = tqdm(total=len(items), desc=f"{stage}: {' '.join(codes)}", unit="prompt",
-                   disable=not self.show_progress, dynamic_ncols=True)
+        bar = tqdm(
+            total=len(items),
+            desc=f"{stage}: {' '.join(codes)}",
+            unit="prompt",
+            disable=not self.show_progress,
+            dynamic_ncols=True,
+        )
         for records in answer_records(pretrained, items, stage, self.config.eval_batch_size):
             for record in records:
                 append_jsonl(self.run_dir / RESULTS_FILE, record)

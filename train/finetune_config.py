@@ -30,26 +30,42 @@ class FinetuneConfig(Settings):
 
     train_lengths: tuple[int, int] = (1, 25)
     test_bins: tuple[tuple[int, int], ...] = ((1, 25), (26, 38), (39, 50))
-    demonstrations: int = field(default=5, metadata=setting_help("solved items before each item (of length --demo-length)"))
+    demonstrations: int = field(
+        default=5, metadata=setting_help("solved items before each item (of length --demo-length)")
+    )
     demo_length: int = field(default=5, metadata=setting_help("input length of the demonstrations"))
-    method: str = field(default="full", metadata=setting_help(
-        "full: every weight trained; lora: low-rank adapters on every dense layer (models.lora), which wants a "
-        "larger --learning-rate, such as 1e-4"))
+    method: str = field(
+        default="full",
+        metadata=setting_help(
+            "full: every weight trained; lora: low-rank adapters on every dense layer (models.lora), which wants a "
+            "larger --learning-rate, such as 1e-4"
+        ),
+    )
     lora_rank: int = field(default=8, metadata=setting_help("LoRA rank r"))
     lora_alpha: float = field(default=16.0, metadata=setting_help("LoRA scale alpha (the update is alpha / r * A B)"))
     batch_size: int = field(default=8, metadata=setting_help("prompts per training step"))
     learning_rate: float = field(default=1e-5, metadata=setting_help("peak learning rate of AdamW"))
     weight_decay: float = field(default=0.01, metadata=setting_help("AdamW weight decay"))
-    warmup_fraction: float = field(default=0.15, metadata=setting_help(
-        "share of the steps spent warming the learning rate up from 0 (then linear decay to 0; the paper: 15%%)"))
+    warmup_fraction: float = field(
+        default=0.15,
+        metadata=setting_help(
+            "share of the steps spent warming the learning rate up from 0 (then linear decay to 0; the paper: 15%%)"
+        ),
+    )
     max_steps: int = field(default=1000, metadata=setting_help("training steps per task"))
-    examples_per_length: int = field(default=10, metadata=setting_help(
-        "test prompts at each input length of each bin, answered before and after fine-tuning"))
+    examples_per_length: int = field(
+        default=10,
+        metadata=setting_help("test prompts at each input length of each bin, answered before and after fine-tuning"),
+    )
     eval_batch_size: int = field(default=16, metadata=setting_help("test prompts decoded together"))
     log_every: int = field(default=10, metadata=setting_help("write a training record every this many steps"))
-    checkpoint_every: int = field(default=50, metadata=setting_help(
-        "save a checkpoint every this many steps (a multiple of --log-every) and at the end"))
-    dtype: str = field(default="float32", metadata=setting_help("compute dtype (parameters and optimizer state stay float32)"))
+    checkpoint_every: int = field(
+        default=50,
+        metadata=setting_help("save a checkpoint every this many steps (a multiple of --log-every) and at the end"),
+    )
+    dtype: str = field(
+        default="float32", metadata=setting_help("compute dtype (parameters and optimizer state stay float32)")
+    )
 
     def __post_init__(self):
         self.validate()  # an invalid FinetuneConfig cannot exist
@@ -57,10 +73,16 @@ class FinetuneConfig(Settings):
     def optimizer_config(self) -> TrainConfig:
         """The TrainConfig that train.steps.make_optimizer reads (and that checks the shared settings)."""
         return TrainConfig(
-            train_lengths=self.train_lengths, test_bins=self.test_bins, batch_size=self.batch_size,
-            learning_rate=self.learning_rate, weight_decay=self.weight_decay, schedule="linear",
-            warmup_steps=round(self.warmup_fraction * self.max_steps), max_steps=self.max_steps,
-            log_every=self.log_every, checkpoint_every=self.checkpoint_every,
+            train_lengths=self.train_lengths,
+            test_bins=self.test_bins,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            schedule="linear",
+            warmup_steps=round(self.warmup_fraction * self.max_steps),
+            max_steps=self.max_steps,
+            log_every=self.log_every,
+            checkpoint_every=self.checkpoint_every,
         ).validate()
 
     def validate(self) -> FinetuneConfig:
@@ -68,8 +90,10 @@ class FinetuneConfig(Settings):
 
         for setting in dataclasses.fields(self):
             value = getattr(self, setting.name)
-            require(not isinstance(value, float) or math.isfinite(value),
-                    f"{setting.name} must be a finite number, got {value}")
+            require(
+                not isinstance(value, float) or math.isfinite(value),
+                f"{setting.name} must be a finite number, got {value}",
+            )
         require(self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}")
         require(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         for name in ("demonstrations", "demo_length", "lora_rank", "examples_per_length", "eval_batch_size"):
@@ -78,8 +102,10 @@ class FinetuneConfig(Settings):
         require(0 <= self.warmup_fraction < 1, f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
         # A training record averages the steps since the previous one; a checkpoint between two
         # records would make a resumed run average fewer steps than an uninterrupted one.
-        require(self.checkpoint_every % self.log_every == 0,
-                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of log_every ({self.log_every})")
+        require(
+            self.checkpoint_every % self.log_every == 0,
+            f"checkpoint_every ({self.checkpoint_every}) must be a multiple of log_every ({self.log_every})",
+        )
         self.optimizer_config()
         return self
 
@@ -101,11 +127,19 @@ COPYING = ("UF", "UB", "NF", "NB")
 PAPER = FinetunePreset(
     name="paper",
     description="for a GPU: the paper's lr 1e-5, weight decay 0.01, warmup fraction 0.15; lengths 1-25, bins to 50 "
-                "(2x, the longest unique copy over 52 letters), 5 demonstrations, batch 16, 2000 steps",
+    "(2x, the longest unique copy over 52 letters), 5 demonstrations, batch 16, 2000 steps",
     config=FinetuneConfig(
-        train_lengths=(1, 25), test_bins=((1, 25), (26, 38), (39, 50)), demonstrations=5, demo_length=5,
-        batch_size=16, learning_rate=1e-5, max_steps=2000, examples_per_length=20, eval_batch_size=64,
-        log_every=20, checkpoint_every=200,
+        train_lengths=(1, 25),
+        test_bins=((1, 25), (26, 38), (39, 50)),
+        demonstrations=5,
+        demo_length=5,
+        batch_size=16,
+        learning_rate=1e-5,
+        max_steps=2000,
+        examples_per_length=20,
+        eval_batch_size=64,
+        log_every=20,
+        checkpoint_every=200,
     ).validate(),
     tasks=COPYING,
 )
@@ -118,9 +152,17 @@ QUICK = FinetunePreset(
     name="quick",
     description="for a 2-core CPU: lengths 1-6, bins to 12 (2x), 2 demonstrations, batch 8, lr 3e-4, 60 steps",
     config=FinetuneConfig(
-        train_lengths=(1, 6), test_bins=((1, 6), (7, 9), (10, 12)), demonstrations=2, demo_length=5,
-        batch_size=8, learning_rate=3e-4, max_steps=60, examples_per_length=3, eval_batch_size=12,
-        log_every=10, checkpoint_every=30,
+        train_lengths=(1, 6),
+        test_bins=((1, 6), (7, 9), (10, 12)),
+        demonstrations=2,
+        demo_length=5,
+        batch_size=8,
+        learning_rate=3e-4,
+        max_steps=60,
+        examples_per_length=3,
+        eval_batch_size=12,
+        log_every=10,
+        checkpoint_every=30,
     ).validate(),
     tasks=COPYING,
 )

@@ -31,11 +31,28 @@ from crasplab.train.checkpoint import CheckpointError, load_checkpoint, save_che
 from crasplab.train.compile_cache import use_compile_cache
 from crasplab.train.config import ModelSettings, TrainConfig
 from crasplab.train.provenance import provenance
-from crasplab.train.data import (TRAIN_STREAM, LengthBuckets, batch_rng, effective_range, sample_training_batch, sequence_length,
-                        stack_batches)
+from crasplab.train.data import (
+    TRAIN_STREAM,
+    LengthBuckets,
+    batch_rng,
+    effective_range,
+    sample_training_batch,
+    sequence_length,
+    stack_batches,
+)
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
-from crasplab.train.steps import (check_divisible, data_mesh, from_scratch_batch_parts, init_stack, make_eval_step, make_optimizer,
-                         make_train_step, replicate, shard_batch)
+from crasplab.train.steps import (
+    check_divisible,
+    data_mesh,
+    from_scratch_batch_parts,
+    init_stack,
+    make_eval_step,
+    make_optimizer,
+    make_train_step,
+    replicate,
+    shard_batch,
+)
+
 
 @dataclass(frozen=True)
 class Job:
@@ -54,8 +71,13 @@ class Job:
 
     @classmethod
     def from_dict(cls, values: dict) -> Job:
-        return cls(**{**values, "model": ModelSettings.from_dict(values["model"]),
-                      "train": TrainConfig.from_dict(values["train"])})
+        return cls(
+            **{
+                **values,
+                "model": ModelSettings.from_dict(values["model"]),
+                "train": TrainConfig.from_dict(values["train"]),
+            }
+        )
 
     def stack_key(self) -> tuple:
         """Jobs with equal keys differ only in seed and can share one compiled step."""
@@ -92,10 +114,17 @@ class TaskSetup:
         longest = sequence_length(task, max(hi for _, hi in bins + [train_range]))
         max_positions = job.train.max_positions or longest
         if max_positions < longest:
-            raise ValueError(f"task {task.code}: max_positions={max_positions} is below the longest "
-                             f"string ({longest} tokens); raise max_positions or shorten the test bins")
-        return cls(task=task, train_range=train_range, bins=bins, max_positions=max_positions,
-                   buckets=LengthBuckets.split(task, train_range, job.train.length_buckets))
+            raise ValueError(
+                f"task {task.code}: max_positions={max_positions} is below the longest "
+                f"string ({longest} tokens); raise max_positions or shorten the test bins"
+            )
+        return cls(
+            task=task,
+            train_range=train_range,
+            bins=bins,
+            max_positions=max_positions,
+            buckets=LengthBuckets.split(task, train_range, job.train.length_buckets),
+        )
 
 
 ProgressCallback = Callable[[dict], None]
@@ -109,8 +138,10 @@ def _identity(job: Job) -> dict:
 def _check_identity(job: Job, meta: dict) -> None:
     saved = meta.get("job")  # absent in checkpoints written before they carried it
     if saved is not None and saved != json.loads(json.dumps(_identity(job))):
-        raise CheckpointError(f"{job.files.checkpoint_file} was trained for {saved}, but {job.files.job_file} is "
-                              f"{_identity(job)}; restore this job's own checkpoint, or delete it to start the job over")
+        raise CheckpointError(
+            f"{job.files.checkpoint_file} was trained for {saved}, but {job.files.job_file} is "
+            f"{_identity(job)}; restore this job's own checkpoint, or delete it to start the job over"
+        )
 
 
 def run_job(job: Job, progress: ProgressCallback | None = None) -> dict:
@@ -144,9 +175,16 @@ class _StackRun:
         self.state = replicate(self.mesh, (params_S, opt_state_S))
         self.train_step = make_train_step(self.graphdef, self.rest, optimizer, from_scratch_batch_parts())
         self.eval_step = make_eval_step(self.graphdef, self.rest)
-        self.eval_sets = [build_eval_sets(self.setup.task, job.seed, self.setup.bins,
-                                          self.config.eval_examples_per_length, self.setup.max_positions)
-                          for job in jobs]
+        self.eval_sets = [
+            build_eval_sets(
+                self.setup.task,
+                job.seed,
+                self.setup.bins,
+                self.config.eval_examples_per_length,
+                self.setup.max_positions,
+            )
+            for job in jobs
+        ]
         self.step = 0
         self.elapsed_s = [0.0] * len(jobs)
         self.perfect_streak = [0] * len(jobs)
@@ -164,8 +202,9 @@ class _StackRun:
             loaded = [load_checkpoint(path, unstack(self.state, 0)) for path in checkpoints]
             steps = {meta["step"] for _, meta in loaded}
             if len(steps) != 1:
-                raise RuntimeError(f"checkpoints of one stack are at different steps {sorted(steps)}; "
-                                   "run these seeds separately")
+                raise RuntimeError(
+                    f"checkpoints of one stack are at different steps {sorted(steps)}; run these seeds separately"
+                )
             stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *[state for state, _ in loaded])
             self.state = replicate(self.mesh, stacked)
             self.step = steps.pop()
@@ -175,7 +214,7 @@ class _StackRun:
                 self.perfect_streak[i] = meta["perfect_streak"]
                 self.last_eval[i] = meta["last_eval"]
                 # Records written after the checkpoint are replayed by the resumed run.
-                write_jsonl(job.files.metrics_file, read_jsonl(job.files.metrics_file)[:meta["records"]])
+                write_jsonl(job.files.metrics_file, read_jsonl(job.files.metrics_file)[: meta["records"]])
                 # A kill after a job's final checkpoint and before its result.json: the stopping
                 # rule is already met, so the job is finished from the checkpoint, not trained on.
                 if self._stop_reached(i):
@@ -185,10 +224,17 @@ class _StackRun:
             job.folder.mkdir(parents=True, exist_ok=True)
             write_json(job.files.job_file, job.to_dict())
             write_jsonl(job.files.metrics_file, [])
-            write_json(job.files.task_file, dict(
-                task=job.task_code, train_range=self.setup.train_range, bins=self.setup.bins,
-                max_positions=self.setup.max_positions, length_buckets=self.setup.buckets.ranges,
-                vocab_size=len(self.setup.task.vocab)))
+            write_json(
+                job.files.task_file,
+                dict(
+                    task=job.task_code,
+                    train_range=self.setup.train_range,
+                    bins=self.setup.bins,
+                    max_positions=self.setup.max_positions,
+                    length_buckets=self.setup.buckets.ranges,
+                    vocab_size=len(self.setup.task.vocab),
+                ),
+            )
 
     def _append(self, index: int, record: TrainRecord | EvalRecord) -> None:
         append_jsonl(self.jobs[index].files.metrics_file, record.to_dict())
@@ -202,7 +248,8 @@ class _StackRun:
         or its step budget spent."""
         config = self.config
         return self.last_eval[index] is not None and (
-            0 < config.stop_after_perfect_evals <= self.perfect_streak[index] or self.step >= config.max_steps)
+            0 < config.stop_after_perfect_evals <= self.perfect_streak[index] or self.step >= config.max_steps
+        )
 
     def _finish(self, index: int) -> None:
         """Checkpoint, then result.json. Both are written atomically and result.json only from what
@@ -213,17 +260,30 @@ class _StackRun:
 
     def _write_result(self, index: int) -> None:
         job = self.jobs[index]
-        write_json(job.files.result_file, JobResult(
-            task=job.task_code, seed=job.seed, pe=job.model.pe, steps=self.step,
-            stopped_early=self.step < self.config.max_steps, elapsed_s=round(self.elapsed_s[index], 1),
-            bins=EvalRecord.from_dict(self.last_eval[index]).bins).to_dict())
+        write_json(
+            job.files.result_file,
+            JobResult(
+                task=job.task_code,
+                seed=job.seed,
+                pe=job.model.pe,
+                steps=self.step,
+                stopped_early=self.step < self.config.max_steps,
+                elapsed_s=round(self.elapsed_s[index], 1),
+                bins=EvalRecord.from_dict(self.last_eval[index]).bins,
+            ).to_dict(),
+        )
         self.finished[index] = True
 
     def _checkpoint_one(self, index: int) -> None:
         job = self.jobs[index]
-        meta = dict(job=_identity(job), step=self.step, elapsed_s=self.elapsed_s[index],
-                    perfect_streak=self.perfect_streak[index],
-                    last_eval=self.last_eval[index], records=len(read_jsonl(job.files.metrics_file)))
+        meta = dict(
+            job=_identity(job),
+            step=self.step,
+            elapsed_s=self.elapsed_s[index],
+            perfect_streak=self.perfect_streak[index],
+            last_eval=self.last_eval[index],
+            records=len(read_jsonl(job.files.metrics_file)),
+        )
         save_checkpoint(job.files.checkpoint_file, unstack(self.state, index), meta)
 
     # -- training ------------------------------------------------------------------------------
@@ -233,12 +293,21 @@ class _StackRun:
         window_losses, window_accuracies = [], []
         clock = time.monotonic()
         while self.step < config.max_steps and not all(self.finished):
-            batches = [sample_training_batch(setup.task, batch_rng(job.seed, TRAIN_STREAM, self.step),
-                                             config.batch_size, setup.buckets, setup.max_positions, random_offset)
-                       for job in self.jobs]
+            batches = [
+                sample_training_batch(
+                    setup.task,
+                    batch_rng(job.seed, TRAIN_STREAM, self.step),
+                    config.batch_size,
+                    setup.buckets,
+                    setup.max_positions,
+                    random_offset,
+                )
+                for job in self.jobs
+            ]
             params_S, opt_state_S = self.state
             params_S, opt_state_S, loss_S, accuracy_S = self.train_step(
-                params_S, opt_state_S, shard_batch(self.mesh, stack_batches(batches).as_dict()))
+                params_S, opt_state_S, shard_batch(self.mesh, stack_batches(batches).as_dict())
+            )
             self.state = (params_S, opt_state_S)
             window_losses.append(loss_S)
             window_accuracies.append(accuracy_S)
@@ -248,8 +317,14 @@ class _StackRun:
                 accuracies = np.mean(np.stack(jax.device_get(window_accuracies)), axis=0)
                 window_losses, window_accuracies = [], []
                 for i in self._active():
-                    self._append(i, TrainRecord(step=self.step, loss=round(float(losses[i]), 6),
-                                                sequence_accuracy=round(float(accuracies[i]), 6)))
+                    self._append(
+                        i,
+                        TrainRecord(
+                            step=self.step,
+                            loss=round(float(losses[i]), 6),
+                            sequence_accuracy=round(float(accuracies[i]), 6),
+                        ),
+                    )
                 self._report_progress(losses)
             if self.step % config.eval_every == 0 or self.step == config.max_steps:
                 self._evaluate()
@@ -270,9 +345,16 @@ class _StackRun:
     def _report_progress(self, losses) -> None:
         for i in self._active():
             last = self.last_eval[i]
-            self.progress(dict(task=self.jobs[i].task_code, seed=self.jobs[i].seed, step=self.step,
-                               max_steps=self.config.max_steps, loss=float(losses[i]),
-                               train_bin_accuracy=None if last is None else last["bins"][0]["accuracy"]))
+            self.progress(
+                dict(
+                    task=self.jobs[i].task_code,
+                    seed=self.jobs[i].seed,
+                    step=self.step,
+                    max_steps=self.config.max_steps,
+                    loss=float(losses[i]),
+                    train_bin_accuracy=None if last is None else last["bins"][0]["accuracy"],
+                )
+            )
 
     def _evaluate(self) -> None:
         config = self.config
@@ -280,17 +362,27 @@ class _StackRun:
         put = lambda part: shard_batch(self.mesh, part)  # noqa: E731
         bin_records = [[] for _ in self.jobs]
         for b, (lo, hi) in enumerate(self.setup.bins):
-            exact_SxN = teacher_forced_exact(self.eval_step, params_S, [sets[b] for sets in self.eval_sets],
-                                             config.eval_batch_size, put)
+            exact_SxN = teacher_forced_exact(
+                self.eval_step, params_S, [sets[b] for sets in self.eval_sets], config.eval_batch_size, put
+            )
             for i in self._active():
                 model = nnx.merge(self.graphdef, unstack(params_S, i), self.rest)
-                disagreements = greedy_disagreements(model, self.eval_sets[i][b], exact_SxN[i],
-                                                     config.greedy_examples_per_bin)
-                bin_records[i].append(BinEval.from_dict(dict(
-                    lo=lo, hi=hi, accuracy=round(float(exact_SxN[i].mean()), 6), n=int(exact_SxN.shape[1]),
-                    **self.eval_sets[i][b].by_length(exact_SxN[i]),
-                    greedy_checked=min(config.greedy_examples_per_bin, exact_SxN.shape[1]),
-                    greedy_disagreements=disagreements)))
+                disagreements = greedy_disagreements(
+                    model, self.eval_sets[i][b], exact_SxN[i], config.greedy_examples_per_bin
+                )
+                bin_records[i].append(
+                    BinEval.from_dict(
+                        dict(
+                            lo=lo,
+                            hi=hi,
+                            accuracy=round(float(exact_SxN[i].mean()), 6),
+                            n=int(exact_SxN.shape[1]),
+                            **self.eval_sets[i][b].by_length(exact_SxN[i]),
+                            greedy_checked=min(config.greedy_examples_per_bin, exact_SxN.shape[1]),
+                            greedy_disagreements=disagreements,
+                        )
+                    )
+                )
         for i in self._active():
             record = EvalRecord(step=self.step, bins=tuple(bin_records[i]))
             # Kept as written (a dict): the checkpoint stores it, and result.json is made from it.

@@ -39,8 +39,15 @@ def measure_step_seconds(job: Job) -> float:
     model = job.model.build(len(setup.task.vocab), setup.max_positions, job.seed)
     graphdef, rest, params, opt_state = init_stack([model], optimizer)
     step = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
-    batch = sample_batch(setup.task, batch_rng(job.seed, 0, 0), job.train.batch_size, setup.buckets.ranges[-1],
-                         setup.buckets.padded_lengths[-1], setup.max_positions, random_offset=False)
+    batch = sample_batch(
+        setup.task,
+        batch_rng(job.seed, 0, 0),
+        job.train.batch_size,
+        setup.buckets.ranges[-1],
+        setup.buckets.padded_lengths[-1],
+        setup.max_positions,
+        random_offset=False,
+    )
     stacked = {name: array[None] for name, array in batch.as_dict().items()}
     seconds = []
     for _ in range(TIMED_STEPS + 1):  # the first call compiles
@@ -75,18 +82,23 @@ def measured_here() -> str:
     return f"measured on {jax.devices()[0].device_kind} ({jax.default_backend()})"
 
 
-def plan_text(placements: list[Placement], slots: int, where: str, step_seconds: dict[tuple, float],
-              step_source: str) -> str:
+def plan_text(
+    placements: list[Placement], slots: int, where: str, step_seconds: dict[tuple, float], step_source: str
+) -> str:
     """The dry run's printout: one line per job, then the totals."""
     lines = [f"{len(placements)} jobs on {slots} slot(s) ({where}); step times {step_source}:"]
     for shape, seconds in step_seconds.items():
         lines.append(f"  {shape[0]}, batch {shape[1]}, {shape[2]} tokens: {seconds * 1000:.1f} ms/step")
     lines.append(f"{'job':<48} {'slot':>4} {'steps':>6} {'start':>8} {'end':>8}")
     for p in sorted(placements, key=lambda p: (p.slot, p.start_s)):
-        lines.append(f"{p.job.out_dir:<48} {p.slot:>4} {p.job.train.max_steps:>6} {p.start_s / 3600:>7.2f}h "
-                     f"{p.end_s / 3600:>7.2f}h")
+        lines.append(
+            f"{p.job.out_dir:<48} {p.slot:>4} {p.job.train.max_steps:>6} {p.start_s / 3600:>7.2f}h "
+            f"{p.end_s / 3600:>7.2f}h"
+        )
     total = max((p.end_s for p in placements), default=0.0)
     busy = sum(p.end_s - p.start_s for p in placements)
-    lines.append(f"estimated wall time at most {total / 3600:.2f} h ({busy / 3600:.2f} job-hours; every job at its "
-                 "step cap, evaluation and compiles not counted)")
+    lines.append(
+        f"estimated wall time at most {total / 3600:.2f} h ({busy / 3600:.2f} job-hours; every job at its "
+        "step cap, evaluation and compiles not counted)"
+    )
     return "\n".join(lines)

@@ -33,6 +33,7 @@ def _package_version(name: str) -> str | None:
 
 def lab_commit() -> str | None:
     """The lab's git commit, with '+changes' when its tracked files differ from it; None outside a checkout."""
+
     def git(*args):
         return subprocess.run(["git", "-C", str(SOURCE), *args], capture_output=True, text=True, timeout=10)
 
@@ -55,18 +56,25 @@ def cpu_description(cpuinfo: str) -> dict:
         key, _, value = line.partition(":")
         fields[key.strip()] = value.strip()
     flags = sorted(fields.get("flags", "").split())
-    return dict(model=fields.get("model name"), flags_sha256=hashlib.sha256(" ".join(flags).encode()).hexdigest()[:16],
-                flags=flags)
+    return dict(
+        model=fields.get("model name"),
+        flags_sha256=hashlib.sha256(" ".join(flags).encode()).hexdigest()[:16],
+        flags=flags,
+    )
 
 
 def provenance() -> dict:
     cpuinfo = Path("/proc/cpuinfo")
     device = jax.devices()[0]
     return dict(
-        lab_commit=lab_commit(), python=platform.python_version(),
+        lab_commit=lab_commit(),
+        python=platform.python_version(),
         packages={name: _package_version(name) for name in NUMERIC_PACKAGES},
-        backend=jax.default_backend(), device_kind=device.device_kind, device_count=jax.device_count(),
-        machine=platform.machine(), system=f"{platform.system()} {platform.release()}",
+        backend=jax.default_backend(),
+        device_kind=device.device_kind,
+        device_count=jax.device_count(),
+        machine=platform.machine(),
+        system=f"{platform.system()} {platform.release()}",
         cpu=cpu_description(cpuinfo.read_text()) if cpuinfo.exists() else dict(model=platform.processor()),
         xla_flags=os.environ.get("XLA_FLAGS", ""),
     )
@@ -74,5 +82,13 @@ def provenance() -> dict:
 
 def bits_key(record: dict) -> tuple:
     """What must be equal for two runs of the same seed to give the same numbers."""
-    return (record["packages"].get("jax"), record["packages"].get("jaxlib"), record["backend"], record["device_kind"],
-            record["device_count"], record["cpu"].get("model"), record["cpu"].get("flags_sha256"), record["xla_flags"])
+    return (
+        record["packages"].get("jax"),
+        record["packages"].get("jaxlib"),
+        record["backend"],
+        record["device_kind"],
+        record["device_count"],
+        record["cpu"].get("model"),
+        record["cpu"].get("flags_sha256"),
+        record["xla_flags"],
+    )

@@ -30,8 +30,7 @@ def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
 
 
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    return optax.adamw(learning_rate_schedule(config), b1=0.9, b2=0.999, eps=1e-8,
-                       weight_decay=config.weight_decay)
+    return optax.adamw(learning_rate_schedule(config), b1=0.9, b2=0.999, eps=1e-8, weight_decay=config.weight_decay)
 
 
 def init_stack(models: list[nnx.Module], optimizer: optax.GradientTransformation):
@@ -49,8 +48,10 @@ def data_mesh() -> Mesh:
 def check_divisible(mesh: Mesh, batch_size: int, what: str) -> None:
     devices = mesh.devices.size
     if batch_size % devices:
-        raise ValueError(f"{what}={batch_size} is not divisible by the {devices} local devices the batch "
-                         f"is sharded over; choose a multiple of {devices}")
+        raise ValueError(
+            f"{what}={batch_size} is not divisible by the {devices} local devices the batch "
+            f"is sharded over; choose a multiple of {devices}"
+        )
 
 
 def shard_batch(mesh: Mesh, arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
@@ -134,7 +135,9 @@ def make_train_step(graphdef, rest, optimizer: optax.GradientTransformation, bat
         loss, grads, exact = 0.0, None, []
         for start, stop in zip(bounds, bounds[1:]):
             part = {name: array[start:stop] for name, array in batch.items()}
-            (part_loss_value, part_exact_B), part_grads = jax.value_and_grad(part_loss, has_aux=True)(params, part, tokens)
+            (part_loss_value, part_exact_B), part_grads = jax.value_and_grad(part_loss, has_aux=True)(
+                params, part, tokens
+            )
             loss = loss + part_loss_value
             grads = part_grads if grads is None else jax.tree.map(jnp.add, grads, part_grads)
             exact.append(part_exact_B)

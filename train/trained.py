@@ -1,8 +1,8 @@
 """A trained model read back from its job folder, for analysis and evaluation after training.
 
-    from crasplab.train.trained import load_trained_model, job_folders
-    for folder in job_folders("runs/length_gen/ape-quick", "UF"):   # one per seed
-        trained = load_trained_model(folder)   # .model (Transformer), .task, .job, .setup, .step
+from crasplab.train.trained import load_trained_model, job_folders
+for folder in job_folders("runs/length_gen/ape-quick", "UF"):   # one per seed
+    trained = load_trained_model(folder)   # .model (Transformer), .task, .job, .setup, .step
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from crasplab.train.checkpoint import load_checkpoint
 from crasplab.train.config import RunSettings
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import make_optimizer
+
 
 class TrainedModelError(ValueError):
     """A folder that holds no trained model."""
@@ -47,9 +48,11 @@ def load_trained_model(job_dir: Path) -> TrainedModel:
     job_dir, files = Path(job_dir), JobFolder(Path(job_dir))
     for path in (files.job_file, files.checkpoint_file):
         if not path.is_file():
-            raise TrainedModelError(f"{job_dir} has no {path.name}; give a job folder that experiments/length_gen.py "
-                                    "wrote (<run folder>/<task>/seed<k>) and that has trained at least until its first "
-                                    "checkpoint")
+            raise TrainedModelError(
+                f"{job_dir} has no {path.name}; give a job folder that experiments/length_gen.py "
+                "wrote (<run folder>/<task>/seed<k>) and that has trained at least until its first "
+                "checkpoint"
+            )
     job = Job.from_dict(json.loads(files.job_file.read_text()))
     setup = TaskSetup.for_job(job)
     model = job.model.build(len(setup.task.vocab), setup.max_positions, job.seed)

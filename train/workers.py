@@ -101,9 +101,18 @@ class TaskBars:
         for job in jobs:
             by_task[job.task_code].append(job)
         width = max(len(code) for code in by_task)
-        self.bars = {code: tqdm(total=sum(j.train.max_steps for j in group), desc=code.ljust(width), position=i,
-                                leave=True, disable=not enabled, unit="step", dynamic_ncols=True)
-                     for i, (code, group) in enumerate(by_task.items())}
+        self.bars = {
+            code: tqdm(
+                total=sum(j.train.max_steps for j in group),
+                desc=code.ljust(width),
+                position=i,
+                leave=True,
+                disable=not enabled,
+                unit="step",
+                dynamic_ncols=True,
+            )
+            for i, (code, group) in enumerate(by_task.items())
+        }
         self.steps = defaultdict(int)
         self.status = {}
 
@@ -117,8 +126,11 @@ class TaskBars:
         self.status[key] = progress
         seeds = [p for (task, _), p in self.status.items() if task == progress["task"]]
         accuracies = [p["train_bin_accuracy"] for p in seeds if p["train_bin_accuracy"] is not None]
-        bar.set_postfix(loss=f"{sum(p['loss'] for p in seeds) / len(seeds):.3f}",
-                        acc_id="-" if not accuracies else f"{sum(accuracies) / len(accuracies):.3f}", refresh=False)
+        bar.set_postfix(
+            loss=f"{sum(p['loss'] for p in seeds) / len(seeds):.3f}",
+            acc_id="-" if not accuracies else f"{sum(accuracies) / len(accuracies):.3f}",
+            refresh=False,
+        )
         bar.refresh()
 
     def finish(self, job: Job) -> None:
@@ -160,8 +172,10 @@ def run_on_cpu_cores(jobs: list[Job], workers: int, show_progress: bool = True) 
                     continue
                 del running[slot]
                 if process.returncode != 0:
-                    raise WorkerError(f"the worker for {job.task_code} seed {job.seed} exited with code "
-                                      f"{process.returncode}; its log:\n{_tail(job.files.log_file)}")
+                    raise WorkerError(
+                        f"the worker for {job.task_code} seed {job.seed} exited with code "
+                        f"{process.returncode}; its log:\n{_tail(job.files.log_file)}"
+                    )
                 bars.finish(job)
     finally:
         for process, _ in running.values():
@@ -204,8 +218,12 @@ def _launch(job: Job, core: int) -> subprocess.Popen:
     job.folder.mkdir(parents=True, exist_ok=True)
     write_json(job.files.job_file, job.to_dict())
     with open(job.files.log_file, "ab") as log:
-        return subprocess.Popen(worker_command(job.folder, core, "--die-with-parent"), env=worker_env(), stdout=log,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            worker_command(job.folder, core, "--die-with-parent"),
+            env=worker_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _read_progress(job: Job) -> dict | None:

@@ -69,8 +69,11 @@ def _held(node: E.Expr) -> E.Expr:
 
 def tree_size(node: E.Expr) -> int:
     """Nodes of the expression written out in full (every use of a definition counts its body)."""
-    return 1 + sum(tree_size(child) for child in node.children()) if not isinstance(node, E.Named) \
+    return (
+        1 + sum(tree_size(child) for child in node.children())
+        if not isinstance(node, E.Named)
         else tree_size(node.body)
+    )
 
 
 def program_maker(builder: Builder, tree: Decision | Found, title: str) -> Callable[[tuple[str, ...]], Program]:
@@ -80,8 +83,9 @@ def program_maker(builder: Builder, tree: Decision | Found, title: str) -> Calla
     definitions: list[Definition] = []
 
     def named(found: Found, params: tuple[str, ...], prefix: str) -> E.Expr:
-        definition = Definition(f"{prefix}_{sum(d.name.startswith(prefix) for d in definitions) + 1}", params,
-                                builder.found(found))
+        definition = Definition(
+            f"{prefix}_{sum(d.name.startswith(prefix) for d in definitions) + 1}", params, builder.found(found)
+        )
         definitions.append(definition)
         return definition.use(*(E.Var(p) for p in params))
 

@@ -36,15 +36,23 @@ def integers(text: str) -> tuple[int, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", help="a task code (python -m crasp tasks lists them)")
-    parser.add_argument("--fragment", choices=FRAGMENTS, default="none",
-                        help="none = C-RASP[], local, periodic, all = C-RASP[periodic, local] (default none)")
+    parser.add_argument(
+        "--fragment",
+        choices=FRAGMENTS,
+        default="none",
+        help="none = C-RASP[], local, periodic, all = C-RASP[periodic, local] (default none)",
+    )
     for flag, kind, default, text in OPTIONS:
         shown = ",".join(map(str, default)) if kind == "integers" else "%(default)s"
-        parser.add_argument(flag, type=integers if kind == "integers" else kind, default=default,
-                            help=f"{text} (default {shown})")
+        parser.add_argument(
+            flag, type=integers if kind == "integers" else kind, default=default, help=f"{text} (default {shown})"
+        )
     parser.add_argument("--save", type=Path, help="write the program found to this .crasp file")
-    parser.add_argument("--record", action="store_true",
-                        help=f"record the outcome in {RESULTS_PATH.name}, where the predictions read it")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"record the outcome in {RESULTS_PATH.name}, where the predictions read it",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -56,8 +64,10 @@ def command_line(args) -> str:
     if args.fragment in ("periodic", "all"):
         parts.append("--moduli " + ",".join(map(str, args.moduli)))
     parts.append("--constants " + ",".join(map(str, args.constants)))
-    parts.append(f"--sample-alphabet {args.sample_alphabet} --exhaustive-length {args.exhaustive_length} "
-                 f"--random-strings {args.random_strings} --seed {args.seed}")
+    parts.append(
+        f"--sample-alphabet {args.sample_alphabet} --exhaustive-length {args.exhaustive_length} "
+        f"--random-strings {args.random_strings} --seed {args.seed}"
+    )
     return " ".join(parts)
 
 
@@ -71,8 +81,15 @@ class Progress:
         from tqdm import tqdm
 
         self.close()
-        self.bar = tqdm(total=planned, desc=f"size {size}", unit="expr", unit_scale=True, leave=False,
-                        file=sys.stderr, disable=None if self.enabled else True)
+        self.bar = tqdm(
+            total=planned,
+            desc=f"size {size}",
+            unit="expr",
+            unit_scale=True,
+            leave=False,
+            file=sys.stderr,
+            disable=None if self.enabled else True,
+        )
 
     def update(self, candidates: int) -> None:
         if self.bar is not None:
@@ -94,10 +111,19 @@ def run(args) -> int:
     if args.save:  # before the search: a mistyped folder must not cost the whole search
         check_output_file(args.save, "--save")
     grammar = Grammar(args.fragment, offsets=args.offsets, moduli=args.moduli, constants=args.constants)
-    sample = SampleOptions(alphabet=args.sample_alphabet, exhaustive_length=args.exhaustive_length,
-                           random_strings=args.random_strings, seed=args.seed)
-    options = SearchOptions(max_size=args.max_size, time_limit=args.time_limit, max_behaviours=args.max_behaviours,
-                            memory_gib=args.memory, sample=sample)
+    sample = SampleOptions(
+        alphabet=args.sample_alphabet,
+        exhaustive_length=args.exhaustive_length,
+        random_strings=args.random_strings,
+        seed=args.seed,
+    )
+    options = SearchOptions(
+        max_size=args.max_size,
+        time_limit=args.time_limit,
+        max_behaviours=args.max_behaviours,
+        memory_gib=args.memory,
+        sample=sample,
+    )
     print(f"search {task.code} in {grammar.title}, sizes 1 to {options.max_size}, at most {options.time_limit:g} s")
     print(f"grammar: {grammar.describe()}", flush=True)
     progress = Progress(not args.no_progress)
@@ -107,8 +133,9 @@ def run(args) -> int:
         print(level_line(level), flush=True)
 
     try:
-        outcome = search(task, grammar, options, on_level=on_level, progress=progress.update,
-                         on_level_start=progress.start)
+        outcome = search(
+            task, grammar, options, on_level=on_level, progress=progress.update, on_level_start=progress.start
+        )
     finally:
         progress.close()
     unfinished = [level for level in outcome.levels if not level.complete]
@@ -124,6 +151,9 @@ def run(args) -> int:
             print(f"saved to {args.save}, alphabet-generic (python -m crasp check {task.code} --program {args.save})")
     if args.record:
         recorded = save(record_of(outcome, command_line(args)))
-        print(f"recorded in {RESULTS_PATH}" if recorded else
-              f"not recorded: {RESULTS_PATH.name} holds a stronger result for {task.code} in {grammar.title}")
+        print(
+            f"recorded in {RESULTS_PATH}"
+            if recorded
+            else f"not recorded: {RESULTS_PATH.name} holds a stronger result for {task.code} in {grammar.title}"
+        )
     return 0 if outcome.discovery is not None else 1

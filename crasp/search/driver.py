@@ -100,11 +100,16 @@ class _Success(Exception):
 
 
 class Search:
-    def __init__(self, task: Task, grammar: Grammar, options: SearchOptions = SearchOptions(),
-                 on_level: Callable[[LevelStats], None] | None = None,
-                 progress: Callable[[int], None] | None = None,
-                 on_level_start: Callable[[int, int], None] | None = None,
-                 lengths: tuple[int, ...] | None = None):
+    def __init__(
+        self,
+        task: Task,
+        grammar: Grammar,
+        options: SearchOptions = SearchOptions(),
+        on_level: Callable[[LevelStats], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+        on_level_start: Callable[[int, int], None] | None = None,
+        lengths: tuple[int, ...] | None = None,
+    ):
         """`lengths`: verify candidates only at these input lengths (every short string up to the
         longest of them, then samples at each), to find a program exact on training lengths;
         by default a candidate is verified as `crasp check` verifies a witness."""
@@ -118,8 +123,11 @@ class Search:
 
     def run(self) -> SearchOutcome:
         sample = build_sample(self.task, self.options.sample)
-        budget = Budget(deadline=self.started + self.options.time_limit, max_behaviours=self.options.max_behaviours,
-                        memory_bytes=int(self.options.memory_gib * 2**30))
+        budget = Budget(
+            deadline=self.started + self.options.time_limit,
+            max_behaviours=self.options.max_behaviours,
+            memory_bytes=int(self.options.memory_gib * 2**30),
+        )
         outcome = None
         for round_number in range(1, self.options.max_rounds + 1):
             outcome = SearchOutcome(self.task, self.grammar, self.options, sample, [], rounds=round_number)
@@ -147,8 +155,7 @@ class Search:
     def _round(self, sample: Sample, budget: Budget, outcome: SearchOutcome) -> None:
         targets = Targets(sample)
         leaves, guards = LeafSet(len(sample.needed)), GuardSet(len(sample.needed))
-        enumerator = Enumerator(self.grammar, sample, self.options.max_size, budget,
-                                progress=self.progress)
+        enumerator = Enumerator(self.grammar, sample, self.options.max_size, budget, progress=self.progress)
         builder = Builder(enumerator.table, enumerator.atoms)
         enumerator.inspect = lambda *args: self._inspect(sample, targets, leaves, guards, builder, *args)
         outcome.levels = []
@@ -167,8 +174,19 @@ class Search:
                 if tree is not None:
                     self._try(sample, builder, tree, size, restart=size < self.options.max_size)
 
-    def _inspect(self, sample: Sample, targets: Targets, leaves: LeafSet, guards: GuardSet, builder: Builder,
-                 category, size, kinds, args, packed) -> None:
+    def _inspect(
+        self,
+        sample: Sample,
+        targets: Targets,
+        leaves: LeafSet,
+        guards: GuardSet,
+        builder: Builder,
+        category,
+        size,
+        kinds,
+        args,
+        packed,
+    ) -> None:
         for context, values in targets.in_contexts(category.variables, packed).items():
             batch = FoundBatch(context, kinds, args, size, CATEGORIES.index(category))
             if not CONTEXTS[context][2]:
@@ -180,8 +198,9 @@ class Search:
             leaves.add(right, batch)
 
     # -- verification
-    def _try(self, sample: Sample, builder: Builder, tree: Decision | Found, enumerated_size: int,
-             restart: bool = True) -> None:
+    def _try(
+        self, sample: Sample, builder: Builder, tree: Decision | Found, enumerated_size: int, restart: bool = True
+    ) -> None:
         """Verify a candidate that is right on the whole sample; success ends the search, and a
         counterexample the round (unless `restart` is off: after the last size a refuted decision
         list changes nothing the search has shown, so the search just ends)."""
@@ -189,22 +208,32 @@ class Search:
         make = program_maker(builder, tree, "")
         self.verifications += 1
         if self.lengths is None:
-            quick = check_witness(self.task, make, samples_per_length=20, exhaustive_max_length=4,
-                                  lengths=QUICK_LENGTHS)
+            quick = check_witness(
+                self.task, make, samples_per_length=20, exhaustive_max_length=4, lengths=QUICK_LENGTHS
+            )
             report = check_witness(self.task, make) if quick.verified else quick
         else:
             exhaustive = min(EXHAUSTIVE_MAX_LENGTH, max(self.lengths))
-            quick = check_witness(self.task, make, samples_per_length=20, exhaustive_max_length=min(4, exhaustive),
-                                  lengths=self.lengths)
-            report = (check_witness(self.task, make, exhaustive_max_length=exhaustive, lengths=self.lengths)
-                      if quick.verified else quick)
+            quick = check_witness(
+                self.task, make, samples_per_length=20, exhaustive_max_length=min(4, exhaustive), lengths=self.lengths
+            )
+            report = (
+                check_witness(self.task, make, exhaustive_max_length=exhaustive, lengths=self.lengths)
+                if quick.verified
+                else quick
+            )
         if report.verified:
             size = tree_size(make(self.task.symbols).target.body)
-            title = (f"found by `python -m crasp search {self.task.code} --fragment {self.grammar.fragment}`: "
-                     f"{shape}, size {size}")
+            title = (
+                f"found by `python -m crasp search {self.task.code} --fragment {self.grammar.fragment}`: "
+                f"{shape}, size {size}"
+            )
             make = program_maker(builder, tree, title)
-            raise _Success(Discovery(make(self.task.symbols), make, size, enumerated_size, shape,
-                                     time.monotonic() - self.started, report))
+            raise _Success(
+                Discovery(
+                    make(self.task.symbols), make, size, enumerated_size, shape, time.monotonic() - self.started, report
+                )
+            )
         string = self._counterexample(sample, report, make) if restart else None
         if string is not None:
             raise _Restart(sample.with_string(string))
@@ -222,7 +251,7 @@ class Search:
     def _short_counterexample(self, sample: Sample, make) -> tuple[str, ...] | None:
         """The shortest failing string among random ones of the small task (a few lengths)."""
         small = small_task(self.task, sample.options)
-        program = make(sample.alphabet[len(PROGRAM_SPECIALS):])
+        program = make(sample.alphabet[len(PROGRAM_SPECIALS) :])
         rng = np.random.default_rng(sample.options.seed + len(sample.strings))
         ids = program.symbol_ids()
         for length in COUNTEREXAMPLE_LENGTHS:
@@ -233,7 +262,7 @@ class Search:
             width = max(len(x) for x in strings)
             tokens = np.full((len(strings), width), -1, np.int64)
             for row, string in enumerate(strings):
-                tokens[row, :len(string)] = [ids[x] for x in string]
+                tokens[row, : len(string)] = [ids[x] for x in string]
             result = check_teacher_forced(program, tokens, examples.prompt_lengths, examples.lengths)
             for failure in result.failures:
                 string = sample.relabel(list(strings[failure.example]))

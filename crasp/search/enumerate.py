@@ -55,6 +55,7 @@ class Budget:
 
 # ------------------------------------------------------------------ sizes of contexts
 
+
 def _operand_rules():
     """(result category, operand categories) of every production, operand by operand."""
     for variables in (CLOSED, S, T, ST):
@@ -104,6 +105,7 @@ def extra_size(grammar: Grammar) -> dict[Category, int]:
 
 # ------------------------------------------------------------------ the enumerator
 
+
 @dataclass
 class LevelStats:
     size: int
@@ -147,8 +149,15 @@ class Enumerator:
     `inspect(category, size, kinds, args, packed_values)` sees every new Boolean as soon as it
     is found (kinds and args describe each one; children are behaviours of the table)."""
 
-    def __init__(self, grammar: Grammar, sample: Sample, max_size: int, budget: Budget,
-                 inspect: Inspector | None = None, progress: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        grammar: Grammar,
+        sample: Sample,
+        max_size: int,
+        budget: Budget,
+        inspect: Inspector | None = None,
+        progress: Callable[[int], None] | None = None,
+    ):
         self.grammar, self.sample, self.max_size, self.budget = grammar, sample, max_size, budget
         self.inspect = inspect or (lambda *args: None)
         self.progress = progress or (lambda candidates: None)
@@ -315,8 +324,11 @@ class Enumerator:
     # -- not, count, any, all
     def _unary_results(self, category: Category, size: int) -> tuple[bool, bool, bool]:
         """Which of not, the counts, and any/all give a useful expression of this size."""
-        return (self.useful(category, size), self.useful(Category(COUNT, category.variables), size),
-                bool(category.variables & T) and self.useful(Category(BOOL, category.variables & ~T), size))
+        return (
+            self.useful(category, size),
+            self.useful(Category(COUNT, category.variables), size),
+            bool(category.variables & T) and self.useful(Category(BOOL, category.variables & ~T), size),
+        )
 
     def _unary_plan(self, category: Category, size: int) -> Plan | None:
         values, ids = self._operand(category, size - 1)
@@ -333,8 +345,9 @@ class Enumerator:
 
         return Plan(len(ids) * per_operand, run)
 
-    def _unary_tile(self, category: Category, size: int, packed: np.ndarray, args: np.ndarray,
-                    results: tuple[bool, bool, bool]) -> None:
+    def _unary_tile(
+        self, category: Category, size: int, packed: np.ndarray, args: np.ndarray, results: tuple[bool, bool, bool]
+    ) -> None:
         negate, count, bind = results
         if negate:
             negatable = ~np.isin(self.table.kind[args[:, 0]], (NOT, COMPARE))
@@ -344,8 +357,9 @@ class Enumerator:
             for offset in self.grammar.count_offsets:
                 offset_args = args.copy()
                 offset_args[:, 1] = -1 if offset is None else offset
-                self._keep(Category(COUNT, category.variables), COUNT_OF, size, self._count(unpacked, offset),
-                           offset_args)
+                self._keep(
+                    Category(COUNT, category.variables), COUNT_OF, size, self._count(unpacked, offset), offset_args
+                )
         if bind:
             bound = Category(BOOL, category.variables & ~T)
             self._keep(bound, ANY, size, np.bitwise_or.reduce(packed, axis=2, keepdims=True), args)
@@ -370,26 +384,36 @@ class Enumerator:
             for operand_type, result_types in ((BOOL, (BOOL,)), (COUNT, (BOOL, COUNT))):
                 results = [Category(t, union) for t in result_types if self.useful(Category(t, union), size)]
                 if results:
-                    plans.append(self._pair_plan(Category(operand_type, left_vars), left_size,
-                                                 Category(operand_type, right_vars), right_size, size, results))
+                    plans.append(
+                        self._pair_plan(
+                            Category(operand_type, left_vars),
+                            left_size,
+                            Category(operand_type, right_vars),
+                            right_size,
+                            size,
+                            results,
+                        )
+                    )
         return plans
 
-    def _pair_plan(self, left: Category, left_size: int, right: Category, right_size: int, size: int,
-                   results: list[Category]) -> Plan:
+    def _pair_plan(
+        self, left: Category, left_size: int, right: Category, right_size: int, size: int, results: list[Category]
+    ) -> Plan:
         left_values, left_ids = self._operand(left, left_size)
         right_values, right_ids = self._operand(right, right_size)
         same_block = left == right and left_size == right_size
         pairs = len(left_ids) * (len(left_ids) + 1) // 2 if same_block else len(left_ids) * len(right_ids)
-        per_pair = sum(2 if left.type == BOOL else len(COMPARISONS) if r.type == BOOL else len(ARITHMETIC) + 1
-                       for r in results)
+        per_pair = sum(
+            2 if left.type == BOOL else len(COMPARISONS) if r.type == BOOL else len(ARITHMETIC) + 1 for r in results
+        )
 
         def run():
             row_bytes = max(self.stores[r].row_bytes for r in results) * (8 if left.type == BOOL else 1)
             tile = max(1, int((TILE_BYTES // row_bytes) ** 0.5))
             for i0 in range(0, len(left_ids), tile):
                 for j0 in range(i0 if same_block else 0, len(right_ids), tile):
-                    lhs, rhs = left_values[i0:i0 + tile][:, None], right_values[j0:j0 + tile][None, :]
-                    li, rj = np.meshgrid(left_ids[i0:i0 + tile], right_ids[j0:j0 + tile], indexing="ij")
+                    lhs, rhs = left_values[i0 : i0 + tile][:, None], right_values[j0 : j0 + tile][None, :]
+                    li, rj = np.meshgrid(left_ids[i0 : i0 + tile], right_ids[j0 : j0 + tile], indexing="ij")
                     keep = None
                     if same_block:
                         keep = np.arange(i0, i0 + len(li))[:, None] <= np.arange(j0, j0 + li.shape[1])[None, :]
@@ -398,8 +422,16 @@ class Enumerator:
 
         return Plan(pairs * per_pair, run)
 
-    def _pair_results(self, category: Category, size: int, lhs: np.ndarray, rhs: np.ndarray, keep: np.ndarray | None,
-                      li: np.ndarray, rj: np.ndarray) -> None:
+    def _pair_results(
+        self,
+        category: Category,
+        size: int,
+        lhs: np.ndarray,
+        rhs: np.ndarray,
+        keep: np.ndarray | None,
+        li: np.ndarray,
+        rj: np.ndarray,
+    ) -> None:
         def emit(kind: int, values: np.ndarray, first: np.ndarray, second: np.ndarray, third: np.ndarray) -> None:
             values = np.broadcast_to(values, li.shape + values.shape[2:])
             args = np.stack(np.broadcast_arrays(first, second, third), axis=-1)
@@ -428,8 +460,11 @@ class Enumerator:
             category = Category(COUNT, cv | tv | fv)
             if not self.useful(category, size):
                 continue
-            operands = (self._operand(Category(BOOL, cv), condition_size), self._operand(Category(COUNT, tv), true_size),
-                        self._operand(Category(COUNT, fv), false_size))
+            operands = (
+                self._operand(Category(BOOL, cv), condition_size),
+                self._operand(Category(COUNT, tv), true_size),
+                self._operand(Category(COUNT, fv), false_size),
+            )
             total = int(np.prod([len(ids) for _, ids in operands]))
             if total:
                 plans.append(Plan(total, lambda c=category, o=operands: self._conditional(c, size, *o)))
@@ -438,12 +473,16 @@ class Enumerator:
     def _conditional(self, category: Category, size: int, conditions, if_true, if_false) -> None:
         tile = max(1, int((TILE_BYTES // self.stores[category].row_bytes) ** (1 / 3)))
         (c_values, c_ids), (t_values, t_ids), (f_values, f_ids) = conditions, if_true, if_false
-        for c0, t0, f0 in itertools.product(range(0, len(c_ids), tile), range(0, len(t_ids), tile),
-                                            range(0, len(f_ids), tile)):
-            condition = self.unpack(c_values[c0:c0 + tile])
-            values = np.where(condition[:, None, None], t_values[t0:t0 + tile][None, :, None],
-                              f_values[f0:f0 + tile][None, None, :])
-            grid = np.meshgrid(c_ids[c0:c0 + tile], t_ids[t0:t0 + tile], f_ids[f0:f0 + tile], indexing="ij")
+        for c0, t0, f0 in itertools.product(
+            range(0, len(c_ids), tile), range(0, len(t_ids), tile), range(0, len(f_ids), tile)
+        ):
+            condition = self.unpack(c_values[c0 : c0 + tile])
+            values = np.where(
+                condition[:, None, None],
+                t_values[t0 : t0 + tile][None, :, None],
+                f_values[f0 : f0 + tile][None, None, :],
+            )
+            grid = np.meshgrid(c_ids[c0 : c0 + tile], t_ids[t0 : t0 + tile], f_ids[f0 : f0 + tile], indexing="ij")
             args = np.stack([g.ravel() for g in grid], axis=1)
             self._keep(category, CONDITIONAL, size, values.reshape((-1,) + values.shape[3:]), args)
 
@@ -462,8 +501,14 @@ def _operand_args(ids: np.ndarray) -> np.ndarray:
     return args
 
 
-_COMPARE = {"<": np.less, "<=": np.less_equal, "=": np.equal, "!=": np.not_equal, ">=": np.greater_equal,
-            ">": np.greater}
+_COMPARE = {
+    "<": np.less,
+    "<=": np.less_equal,
+    "=": np.equal,
+    "!=": np.not_equal,
+    ">=": np.greater_equal,
+    ">": np.greater,
+}
 _ARITH = {"+": np.add, "-": np.subtract, "min": np.minimum, "max": np.maximum}
 
 

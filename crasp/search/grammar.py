@@ -33,8 +33,12 @@ BOOL, COUNT = E.BOOL, E.COUNT
 CLOSED, S, T, ST = 0, 1, 2, 3
 
 FRAGMENTS = ("none", "local", "periodic", "all")
-FRAGMENT_TITLES = {"none": "C-RASP[]", "local": "C-RASP[local]", "periodic": "C-RASP[periodic]",
-                   "all": "C-RASP[periodic, local]"}
+FRAGMENT_TITLES = {
+    "none": "C-RASP[]",
+    "local": "C-RASP[local]",
+    "periodic": "C-RASP[periodic]",
+    "all": "C-RASP[periodic, local]",
+}
 COMPARISONS = ("<", "<=", "=", "!=", ">=", ">")
 ARITHMETIC = ("+", "-", "min", "max")
 # Names of nested bound indices, outermost first: `t` inside the first quantifier, `u` inside a second...
@@ -83,11 +87,15 @@ class Grammar:
 
     def __post_init__(self):
         if self.fragment not in FRAGMENTS:
-            raise GrammarError(f"unknown fragment {self.fragment!r}; accepted: {', '.join(FRAGMENTS)} "
-                               "(none = C-RASP[], all = C-RASP[periodic, local])")
-        for option, values, low, high in (("--offsets (local distances c)", self.offsets, 1, 64),
-                                          ("--moduli (m of MOD(m, r))", self.moduli, 2, 64),
-                                          ("--constants", self.constants, -64, 64)):
+            raise GrammarError(
+                f"unknown fragment {self.fragment!r}; accepted: {', '.join(FRAGMENTS)} "
+                "(none = C-RASP[], all = C-RASP[periodic, local])"
+            )
+        for option, values, low, high in (
+            ("--offsets (local distances c)", self.offsets, 1, 64),
+            ("--moduli (m of MOD(m, r))", self.moduli, 2, 64),
+            ("--constants", self.constants, -64, 64),
+        ):
             if not values or any(not isinstance(v, int) or not low <= v <= high for v in values):
                 raise GrammarError(f"{option} must be integers from {low} to {high}, got {list(values)}")
 
@@ -125,12 +133,16 @@ class Grammar:
         """One paragraph naming every production, for outputs and verdict reasons."""
         positional = []
         if self.local:
-            positional.append("local counts #[j <= i, j = i - c] for c in {" + ", ".join(map(str, sorted(set(self.offsets)))) + "}")
+            positional.append(
+                "local counts #[j <= i, j = i - c] for c in {" + ", ".join(map(str, sorted(set(self.offsets)))) + "}"
+            )
         if self.periodic:
             positional.append("MOD(m, r) for m in {" + ", ".join(map(str, sorted(set(self.moduli)))) + "}")
-        return (f"{self.title} expressions over the output index s and bound indices under any/all; atoms Q(s), "
-                "Q(t), Q of <bos> <sep> <eos>, true, false, s or t = a special symbol, \"<eos>\" < s or t (a task "
-                "symbol), s = t; constants {" + ", ".join(map(str, sorted(set(self.constants)))) + "}; "
-                "operations not and or, comparisons < <= = != >= >, #[j <= i], + - min max, P ? C : C"
-                + ("; " + "; ".join(positional) if positional else "")
-                + "; size = number of nodes")
+        return (
+            f"{self.title} expressions over the output index s and bound indices under any/all; atoms Q(s), "
+            'Q(t), Q of <bos> <sep> <eos>, true, false, s or t = a special symbol, "<eos>" < s or t (a task '
+            "symbol), s = t; constants {" + ", ".join(map(str, sorted(set(self.constants)))) + "}; "
+            "operations not and or, comparisons < <= = != >= >, #[j <= i], + - min max, P ? C : C"
+            + ("; " + "; ".join(positional) if positional else "")
+            + "; size = number of nodes"
+        )

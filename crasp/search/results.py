@@ -68,9 +68,14 @@ class Record:
 
 def record_of(outcome: SearchOutcome, command: str) -> Record:
     levels = [level for level in outcome.levels if level.complete]
-    common = dict(task=outcome.task.code, fragment=outcome.grammar.fragment, command=command,
-                  seconds=round(outcome.seconds, 1), complete_through=outcome.complete_through,
-                  behaviours=[level.behaviours for level in levels])
+    common = dict(
+        task=outcome.task.code,
+        fragment=outcome.grammar.fragment,
+        command=command,
+        seconds=round(outcome.seconds, 1),
+        complete_through=outcome.complete_through,
+        behaviours=[level.behaviours for level in levels],
+    )
     if outcome.discovery is not None:
         return Record(**common, program=outcome.discovery.generic_text, size=outcome.discovery.size)
     return Record(**common, claim=claim(outcome))
@@ -84,9 +89,11 @@ RECORD_FIELDS = frozenset(field.name for field in dataclasses.fields(Record))
 
 
 def _damaged(path: Path, problem: str) -> SearchResultsError:
-    return SearchResultsError(f"{path}: {problem}; the recorded search results cannot be read. Restore the file "
-                              f"(git checkout -- {path.name} in its folder) or delete it and record the searches "
-                              "again with `python -m crasp search TASK --record`")
+    return SearchResultsError(
+        f"{path}: {problem}; the recorded search results cannot be read. Restore the file "
+        f"(git checkout -- {path.name} in its folder) or delete it and record the searches "
+        "again with `python -m crasp search TASK --record`"
+    )
 
 
 def load(path: Path | None = None) -> dict[str, Record]:
@@ -106,8 +113,9 @@ def load(path: Path | None = None) -> dict[str, Record]:
     records = {}
     for key, fields in data.items():
         if not isinstance(fields, dict) or set(fields) != RECORD_FIELDS:
-            raise _damaged(path, f"record {key!r} is not an object with exactly the fields "
-                                 f"{', '.join(sorted(RECORD_FIELDS))}")
+            raise _damaged(
+                path, f"record {key!r} is not an object with exactly the fields {', '.join(sorted(RECORD_FIELDS))}"
+            )
         records[key] = Record(**fields)
     return records
 

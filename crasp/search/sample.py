@@ -74,7 +74,7 @@ class Sample:
     def prediction(self, k: int) -> str:
         """The k-th checked prediction in words: the string so far and the expected next token."""
         position = int(self.needed[k])
-        prefix = " ".join(self.alphabet[symbol] for symbol in self.tokens[self.string_start[position]:position + 1])
+        prefix = " ".join(self.alphabet[symbol] for symbol in self.tokens[self.string_start[position] : position + 1])
         return f"after `{prefix}` the next token is {self.alphabet[self.targets[k]]}"
 
     def with_string(self, string: tuple[str, ...]) -> "Sample":
@@ -88,16 +88,24 @@ class Sample:
         return Sample(self.task, alphabet, self.strings + [string], sources, self.options)
 
     def describe(self) -> str:
-        used = " ".join(self.alphabet[len(PROGRAM_SPECIALS):len(PROGRAM_SPECIALS) + self.symbols_used])
-        absent = (f"; program alphabet adds {ABSENT_SYMBOLS} symbols that occur in no string, standing for the "
-                  "rest of any larger alphabet" if self.has_absent_symbols else "")
-        parts = [f"{self.sources['exhaustive']} strings (all with input length <= {self.options.exhaustive_length})",
-                 f"{self.sources['random']} random (input lengths {'/'.join(map(str, self.options.random_lengths))}, "
-                 f"seed {self.options.seed})"]
+        used = " ".join(self.alphabet[len(PROGRAM_SPECIALS) : len(PROGRAM_SPECIALS) + self.symbols_used])
+        absent = (
+            f"; program alphabet adds {ABSENT_SYMBOLS} symbols that occur in no string, standing for the "
+            "rest of any larger alphabet"
+            if self.has_absent_symbols
+            else ""
+        )
+        parts = [
+            f"{self.sources['exhaustive']} strings (all with input length <= {self.options.exhaustive_length})",
+            f"{self.sources['random']} random (input lengths {'/'.join(map(str, self.options.random_lengths))}, "
+            f"seed {self.options.seed})",
+        ]
         if self.sources.get("counterexamples"):
             parts.append(f"{self.sources['counterexamples']} counterexamples from verification")
-        return (f"{self.task.code} over task symbols {used}{absent}: {' + '.join(parts)}; "
-                f"{self.positions} positions, {len(self.needed)} predictions checked")
+        return (
+            f"{self.task.code} over task symbols {used}{absent}: {' + '.join(parts)}; "
+            f"{self.positions} positions, {len(self.needed)} predictions checked"
+        )
 
     def relabel(self, string: list[str]) -> tuple[str, ...] | None:
         """A string of the full task renamed onto the first symbols of symbol_names, keeping their
@@ -132,7 +140,9 @@ def full_strings(examples) -> list[tuple[str, ...]]:
 
 def build_sample(task: Task, options: SampleOptions = SampleOptions()) -> Sample:
     small = small_task(task, options)
-    alphabet = PROGRAM_SPECIALS + (symbol_names(options.alphabet + ABSENT_SYMBOLS) if has_alphabet_size(task) else task.symbols)
+    alphabet = PROGRAM_SPECIALS + (
+        symbol_names(options.alphabet + ABSENT_SYMBOLS) if has_alphabet_size(task) else task.symbols
+    )
     exhaustive = [tuple(s) for s in exhaustive_strings(small, options.exhaustive_length)]
     seen = set(exhaustive)
     random = []
@@ -144,7 +154,9 @@ def build_sample(task: Task, options: SampleOptions = SampleOptions()) -> Sample
             seen.add(string)
             random.append(string)
     if not exhaustive and not random:
-        raise SampleError(f"task {task.code} has no string with input length <= {options.exhaustive_length} "
-                          f"over {options.alphabet} symbols and no random length among {options.random_lengths}; "
-                          "raise --exhaustive-length or the random lengths")
+        raise SampleError(
+            f"task {task.code} has no string with input length <= {options.exhaustive_length} "
+            f"over {options.alphabet} symbols and no random length among {options.random_lengths}; "
+            "raise --exhaustive-length or the random lengths"
+        )
     return Sample(task, alphabet, exhaustive + random, {"exhaustive": len(exhaustive), "random": len(random)}, options)

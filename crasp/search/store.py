@@ -39,7 +39,7 @@ def fingerprints(rows: np.ndarray, which: int = 0) -> np.ndarray:
     if words.shape[1] > _MULTIPLIERS.shape[1]:
         raise ValueError("the sample is too large for the fingerprint; use fewer or shorter strings")
     with np.errstate(over="ignore"):
-        return (words * _MULTIPLIERS[which, :words.shape[1]]).sum(axis=1, dtype=np.uint64)
+        return (words * _MULTIPLIERS[which, : words.shape[1]]).sum(axis=1, dtype=np.uint64)
 
 
 class Store:
@@ -176,7 +176,7 @@ class Table:
         for name in ("kind", "args", "size", "category", "row"):
             old = getattr(self, name)
             new = np.empty((capacity,) + old.shape[1:], old.dtype)
-            new[:self.count] = old[:self.count]
+            new[: self.count] = old[: self.count]
             setattr(self, name, new)
 
     def add(self, kind: int, args: np.ndarray, size: int, category: Category, rows: np.ndarray) -> None:
@@ -187,7 +187,8 @@ class Table:
         self.count += len(rows)
 
     def describe(self, behaviour: int) -> tuple[int, tuple[int, int, int], Category]:
-        return int(self.kind[behaviour]), tuple(int(a) for a in self.args[behaviour]), \
-            CATEGORIES[self.category[behaviour]]
-
-
+        return (
+            int(self.kind[behaviour]),
+            tuple(int(a) for a in self.args[behaviour]),
+            CATEGORIES[self.category[behaviour]],
+        )

@@ -215,13 +215,15 @@ def unify(leaves: LeafSet, guards: GuardSet, depth: int = 2, beam: int = 3) -> D
     each side is covered as far as possible by a single leaf), or None."""
     if not len(leaves.found) or not leaves.covered.all():
         return None
-    guard_matrix = np.array(guards.values, np.float32) if guards.values else np.zeros((0, leaves.coverage.shape[1]),
-                                                                                      np.float32)
+    guard_matrix = (
+        np.array(guards.values, np.float32) if guards.values else np.zeros((0, leaves.coverage.shape[1]), np.float32)
+    )
     return _unify(np.ones(leaves.coverage.shape[1], bool), leaves, guards, guard_matrix, depth, beam)
 
 
-def _unify(points: np.ndarray, leaves: LeafSet, guards: GuardSet, guard_matrix: np.ndarray, depth: int,
-           beam: int) -> Decision | Found | None:
+def _unify(
+    points: np.ndarray, leaves: LeafSet, guards: GuardSet, guard_matrix: np.ndarray, depth: int, beam: int
+) -> Decision | Found | None:
     whole = np.flatnonzero(~(points & ~leaves.coverage).any(axis=1))
     if len(whole):
         return leaves.found[whole[np.argmin(leaves.sizes[whole])]]

@@ -24,8 +24,12 @@ from crasp.tasks.copying import distinct_length_problem, distinct_symbols, requi
 
 def untied_bits(rng: np.random.Generator, n: int, length: int) -> np.ndarray:
     """n rows of `length` i.i.d. uniform bits, conditioned on unequal numbers of zeros and ones."""
-    return sample_by_rejection(n, length, lambda count: (rng.integers(2, size=(count, length)),),
-                               lambda bits_NxM: 2 * bits_NxM.sum(axis=1) != length)[0]
+    return sample_by_rejection(
+        n,
+        length,
+        lambda count: (rng.integers(2, size=(count, length)),),
+        lambda bits_NxM: 2 * bits_NxM.sum(axis=1) != length,
+    )[0]
 
 
 def majority_bit(code: str, bits: list[int]) -> int:
@@ -73,8 +77,9 @@ class Majority(AlphabetTask):
             return (counts_NxA == counts_NxA.max(axis=1, keepdims=True)).sum(axis=1) == 1
 
         # A round's counts hold a row of `alphabet` entries per drawn string.
-        symbols_NxM, = sample_by_rejection(n, max(length, alphabet),
-                                           lambda count: (rng.integers(alphabet, size=(count, length)),), unique_argmax)
+        (symbols_NxM,) = sample_by_rejection(
+            n, max(length, alphabet), lambda count: (rng.integers(alphabet, size=(count, length)),), unique_argmax
+        )
         return Draw(symbols_NxM, *one_answer(counts(symbols_NxM).argmax(axis=1)))
 
     def _reference(self, inputs: list[int], query: int | None = None) -> list[int]:
@@ -92,8 +97,10 @@ class Sort(AlphabetTask):
     code = "Sort"
     alphabet_size: int = 150
     description = "distinct symbols; answer them sorted in the order of the vocabulary"
-    literature = literature.counting_only("the next output is the symbol s in the input such that exactly as many "
-                                          "input symbols as output symbols so far are smaller than s")
+    literature = literature.counting_only(
+        "the next output is the symbol s in the input such that exactly as many "
+        "input symbols as output symbols so far are smaller than s"
+    )
 
     def length_problem(self, length: int) -> str | None:
         return super().length_problem(length) or distinct_length_problem(length, self.alphabet_size)
@@ -152,14 +159,16 @@ class Addition(BinaryTask):
         plus_N = first_lengths_N
         # Each number of two or more bits starts with 1 (no leading zeros).
         starts_number_NxM = (columns_NxM == 0) | (columns_NxM == plus_N[:, None] + 1)
-        long_number_NxM = np.where(columns_NxM < plus_N[:, None], plus_N[:, None] > 1,
-                                   length - 1 - plus_N[:, None] > 1)
+        long_number_NxM = np.where(columns_NxM < plus_N[:, None], plus_N[:, None] > 1, length - 1 - plus_N[:, None] > 1)
         inputs_NxM = np.where(starts_number_NxM & long_number_NxM, 1, inputs_NxM)
         inputs_NxM[np.arange(n), plus_N] = PLUS
         # Right-align both numbers in `length` columns and add with a ripple carry, LSB first.
         shift_x_N = length - plus_N
-        x_NxW = np.where(columns_NxM >= shift_x_N[:, None],
-                         np.take_along_axis(inputs_NxM, np.clip(columns_NxM - shift_x_N[:, None], 0, length - 1), 1), 0)
+        x_NxW = np.where(
+            columns_NxM >= shift_x_N[:, None],
+            np.take_along_axis(inputs_NxM, np.clip(columns_NxM - shift_x_N[:, None], 0, length - 1), 1),
+            0,
+        )
         y_NxW = np.where(columns_NxM > plus_N[:, None], inputs_NxM, 0)
         sum_NxW1 = np.zeros((n, length + 1), dtype=np.int64)
         carry_N = np.zeros(n, dtype=np.int64)
@@ -178,7 +187,7 @@ class Addition(BinaryTask):
         if inputs.count(PLUS) != 1 or inputs[0] == PLUS or inputs[-1] == PLUS:
             raise InvalidInputError(f"task {self.code}: the input must be two non-empty bit strings joined by one '+'")
         plus = inputs.index(PLUS)
-        x, y = inputs[:plus][::-1], inputs[plus + 1:][::-1]  # least significant bit first
+        x, y = inputs[:plus][::-1], inputs[plus + 1 :][::-1]  # least significant bit first
         digits, carry = [], 0
         for column in range(max(len(x), len(y))):
             total = (x[column] if column < len(x) else 0) + (y[column] if column < len(y) else 0) + carry
@@ -193,8 +202,9 @@ class Addition(BinaryTask):
 @dataclass(frozen=True)
 class BinaryMajorityInterleave(BinaryTask):
     code = "BinaryMajorityInterleave"
-    description = ("three bit strings interleaved (string k holds bits k, k+3, k+6, ...); "
-                   "answer the majority bit of each")
+    description = (
+        "three bit strings interleaved (string k holds bits k, k+3, k+6, ...); answer the majority bit of each"
+    )
     literature = literature.BINARY_MAJORITY_INTERLEAVE
 
     def length_problem(self, length: int) -> str | None:

@@ -87,10 +87,10 @@ class Examples:
     answer = tokens[r, prompt_lengths[r]:lengths[r]], whose last token is EOS.
     """
 
-    tokens: np.ndarray          # int32 [n, T], T = lengths.max()
+    tokens: np.ndarray  # int32 [n, T], T = lengths.max()
     prompt_lengths: np.ndarray  # int64 [n]
-    lengths: np.ndarray         # int64 [n]
-    input_lengths: np.ndarray   # int64 [n]: input symbols sit at tokens[r, 1:1 + input_lengths[r]]
+    lengths: np.ndarray  # int64 [n]
+    input_lengths: np.ndarray  # int64 [n]: input symbols sit at tokens[r, 1:1 + input_lengths[r]]
     vocab: tuple[str, ...]
     has_query: bool
 
@@ -122,27 +122,33 @@ def assemble(draw: Draw, vocab: tuple[str, ...]) -> Examples:
     answer_width = draw.answers_NxA.shape[1]
     tokens = np.full((n, prompt_length + answer_width + 1), PAD_ID, dtype=np.int32)
     tokens[:, 0] = BOS_ID
-    tokens[:, 1:m + 1] = draw.inputs_NxM + NUM_SPECIALS
+    tokens[:, 1 : m + 1] = draw.inputs_NxM + NUM_SPECIALS
     tokens[:, m + 1] = SEP_ID
     if draw.queries_N is not None:
         tokens[:, m + 2] = draw.queries_N + NUM_SPECIALS
     in_answer = np.arange(answer_width)[None, :] < draw.answer_lengths_N[:, None]
-    tokens[:, prompt_length:prompt_length + answer_width] = np.where(in_answer, draw.answers_NxA + NUM_SPECIALS, PAD_ID)
+    tokens[:, prompt_length : prompt_length + answer_width] = np.where(
+        in_answer, draw.answers_NxA + NUM_SPECIALS, PAD_ID
+    )
     lengths = prompt_length + draw.answer_lengths_N.astype(np.int64) + 1
     tokens[np.arange(n), lengths - 1] = EOS_ID
-    return Examples(tokens=tokens[:, :lengths.max(initial=prompt_length + 1)],
-                    prompt_lengths=np.full(n, prompt_length, dtype=np.int64),
-                    lengths=lengths,
-                    input_lengths=np.full(n, m, dtype=np.int64),
-                    vocab=vocab, has_query=draw.queries_N is not None)
+    return Examples(
+        tokens=tokens[:, : lengths.max(initial=prompt_length + 1)],
+        prompt_lengths=np.full(n, prompt_length, dtype=np.int64),
+        lengths=lengths,
+        input_lengths=np.full(n, m, dtype=np.int64),
+        vocab=vocab,
+        has_query=draw.queries_N is not None,
+    )
 
 
 # Rows drawn per rejection round are capped so one round stays within a few MB.
 MAX_ELEMENTS_PER_ROUND = 1 << 22
 
 
-def sample_by_rejection(n: int, width: int, draw: Callable[[int], tuple[np.ndarray, ...]],
-                        accept: Callable[..., np.ndarray]) -> tuple[np.ndarray, ...]:
+def sample_by_rejection(
+    n: int, width: int, draw: Callable[[int], tuple[np.ndarray, ...]], accept: Callable[..., np.ndarray]
+) -> tuple[np.ndarray, ...]:
     """Draw rows until n pass `accept`; kept rows stay in draw order, so a seed fixes the result.
 
     The batch size adapts to the acceptance rate seen so far; callers only use this where the
@@ -176,8 +182,10 @@ class Task:
     def __post_init__(self):
         self._check_parameters()
         if self.min_length() > MAX_LENGTH:
-            raise ParameterError(f"task {self.code}: no input length from 1 to {MAX_LENGTH} can be sampled with "
-                                 f"{self.parameter_summary()}")
+            raise ParameterError(
+                f"task {self.code}: no input length from 1 to {MAX_LENGTH} can be sampled with "
+                f"{self.parameter_summary()}"
+            )
 
     @property
     def name(self) -> str:
@@ -226,12 +234,15 @@ class Task:
     def check_length(self, length) -> None:
         accepted = f"{self.min_length()} to {min(self.max_length(), MAX_LENGTH)}"
         if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
-            raise SamplerError(f"task {self.code}: length={length!r} is not an integer; accepted: integers from "
-                               f"{accepted}")
+            raise SamplerError(
+                f"task {self.code}: length={length!r} is not an integer; accepted: integers from {accepted}"
+            )
         problem = self.length_problem(int(length))
         if problem is not None:
-            raise SamplerError(f"task {self.code}: cannot sample length={length}: {problem}; accepted lengths with "
-                               f"{self.parameter_summary()}: {accepted}")
+            raise SamplerError(
+                f"task {self.code}: cannot sample length={length}: {problem}; accepted lengths with "
+                f"{self.parameter_summary()}: {accepted}"
+            )
 
     def parameter_summary(self) -> str:
         """The task's parameters as `name=value, ...` (for messages)."""
@@ -245,9 +256,11 @@ class Task:
         self.check_length(length)
         most = MAX_SAMPLE_ELEMENTS // max(int(length), len(self.symbols))
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= most:
-            raise SamplerError(f"task {self.code}: n={n!r} is not a valid number of examples; accepted: integers "
-                               f"from 1 to {most} at length={length} (at most MAX_SAMPLE_ELEMENTS={MAX_SAMPLE_ELEMENTS} "
-                               f"elements per call, n * max(length, {len(self.symbols)} symbols); sample in batches)")
+            raise SamplerError(
+                f"task {self.code}: n={n!r} is not a valid number of examples; accepted: integers "
+                f"from 1 to {most} at length={length} (at most MAX_SAMPLE_ELEMENTS={MAX_SAMPLE_ELEMENTS} "
+                f"elements per call, n * max(length, {len(self.symbols)} symbols); sample in batches)"
+            )
         return assemble(self._draw(rng, int(n), int(length)), self.vocab)
 
     def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:

@@ -34,8 +34,10 @@ def distinct_symbols(rng: np.random.Generator, n: int, length: int, alphabet_siz
 
 def distinct_length_problem(length: int, alphabet_size: int) -> str | None:
     if length > alphabet_size:
-        return (f"an input of {length} distinct symbols needs alphabet_size >= {length} "
-                f"(alphabet_size={alphabet_size}); raise alphabet_size or shorten the input")
+        return (
+            f"an input of {length} distinct symbols needs alphabet_size >= {length} "
+            f"(alphabet_size={alphabet_size}); raise alphabet_size or shorten the input"
+        )
     return None
 
 

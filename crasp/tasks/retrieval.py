@@ -56,8 +56,10 @@ class Retrieval(AlphabetTask):
     def _neighbour(self, context: list[int], position: int) -> int:
         neighbour = position + self._step
         if not 0 <= neighbour < len(context):
-            raise InvalidInputError(f"task {self.code}: the {self.side} neighbour of the query occurrence at context "
-                                    f"position {position} lies outside the context of length {len(context)}")
+            raise InvalidInputError(
+                f"task {self.code}: the {self.side} neighbour of the query occurrence at context "
+                f"position {position} lies outside the context of length {len(context)}"
+            )
         return context[neighbour]
 
     def _occurrences(self, context: list[int], query: int) -> list[int]:
@@ -92,8 +94,10 @@ class UniqueRetrieval(Retrieval):
     def _reference(self, inputs: list[int], query: int | None = None) -> list[int]:
         occurrences = self._occurrences(inputs, query)
         if len(occurrences) != 1:
-            raise InvalidInputError(f"task {self.code}: the query must occur exactly once in the context, "
-                                    f"it occurs {len(occurrences)} times")
+            raise InvalidInputError(
+                f"task {self.code}: the query must occur exactly once in the context, "
+                f"it occurs {len(occurrences)} times"
+            )
         return [self._neighbour(inputs, occurrences[0])]
 
 
@@ -121,25 +125,31 @@ class NonUniqueRetrieval(Retrieval):
     def _check_parameters(self) -> None:
         super()._check_parameters()
         if self.occurrences == "spread" and self.non_adjacent:
-            raise ParameterError(f"task {self.code}: occurrences='spread' places occurrences at any distance, "
-                                 "adjacent ones included; accepted with it: non_adjacent=False")
+            raise ParameterError(
+                f"task {self.code}: occurrences='spread' places occurrences at any distance, "
+                "adjacent ones included; accepted with it: non_adjacent=False"
+            )
         if self.occurrences not in SAMPLERS:
             if not _is_occurrence_range(self.occurrences):
-                raise ParameterError(f"task {self.code}: parameter occurrences={self.occurrences!r} is invalid; "
-                                     'accepted: "iid", "official", "spread", or a pair (lo, hi) of integers with '
-                                     "2 <= lo <= hi, or hi=None for max(lo, length // 5)")
+                raise ParameterError(
+                    f"task {self.code}: parameter occurrences={self.occurrences!r} is invalid; "
+                    'accepted: "iid", "official", "spread", or a pair (lo, hi) of integers with '
+                    "2 <= lo <= hi, or hi=None for max(lo, length // 5)"
+                )
             object.__setattr__(self, "occurrences", tuple(self.occurrences))
         if not isinstance(self.non_adjacent, bool):
-            raise ParameterError(f"task {self.code}: parameter non_adjacent={self.non_adjacent!r} is invalid; "
-                                 "accepted: True or False")
+            raise ParameterError(
+                f"task {self.code}: parameter non_adjacent={self.non_adjacent!r} is invalid; accepted: True or False"
+            )
 
     # The occurrence must not be the first token for "left of first" nor the last for "right of
     # last"; as all other occurrences lie beyond it, that excludes one end of the context for all.
     # The official code also keeps NLLast's last occurrence off the final slot.
     @property
     def _excludes_an_end(self) -> bool:
-        return ((self.side, self.rank) in {("left", "first"), ("right", "last")}
-                or (self.occurrences == "official" and self.rank == "last"))
+        return (self.side, self.rank) in {("left", "first"), ("right", "last")} or (
+            self.occurrences == "official" and self.rank == "last"
+        )
 
     def _slots(self, length: int) -> int:
         return length - 1 if self._excludes_an_end else length
@@ -163,14 +173,19 @@ class NonUniqueRetrieval(Retrieval):
         if problem is not None:
             return problem
         if self.occurrences == "spread" and length < 4:
-            return "occurrences='spread' draws 2 to length // 2 occurrences of the query, so the context has at least 4 tokens"
+            return (
+                "occurrences='spread' draws 2 to length // 2 occurrences of the query, so the context has at "
+                "least 4 tokens"
+            )
         k = self._most_occurrences(length)
         slots = self._slots(length)
         if not self._fits(k, slots):
             spacing = "non-adjacent, " if self.non_adjacent else ""
-            return (f"{k} occurrences of the query ({spacing}occurrences={self.occurrences!r}) do not fit in the "
-                    f"{slots} context positions that keep the {self.side} neighbour of the {self.rank} occurrence "
-                    f"inside a context of {length} tokens")
+            return (
+                f"{k} occurrences of the query ({spacing}occurrences={self.occurrences!r}) do not fit in the "
+                f"{slots} context positions that keep the {self.side} neighbour of the {self.rank} occurrence "
+                f"inside a context of {length} tokens"
+            )
         return None
 
     def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
@@ -242,7 +257,7 @@ class NonUniqueRetrieval(Retrieval):
         before the first; 0 is the end slot itself), k the number of occurrences of the query."""
         width = int(examples.input_lengths.max(initial=0))
         rows = np.arange(len(examples))
-        contexts_NxM = examples.tokens[:, 1:1 + width]
+        contexts_NxM = examples.tokens[:, 1 : 1 + width]
         in_context_NxM = np.arange(width)[None, :] < examples.input_lengths[:, None]
         is_query_NxM = (contexts_NxM == examples.tokens[rows, examples.prompt_lengths - 1][:, None]) & in_context_NxM
         counts_N = is_query_NxM.sum(axis=1)
@@ -256,8 +271,10 @@ class NonUniqueRetrieval(Retrieval):
     def _reference(self, inputs: list[int], query: int | None = None) -> list[int]:
         occurrences = self._occurrences(inputs, query)
         if len(occurrences) < 2:
-            raise InvalidInputError(f"task {self.code}: the query must occur at least twice in the context, "
-                                    f"it occurs {len(occurrences)} times")
+            raise InvalidInputError(
+                f"task {self.code}: the query must occur at least twice in the context, "
+                f"it occurs {len(occurrences)} times"
+            )
         return [self._neighbour(inputs, occurrences[0] if self.rank == "first" else occurrences[-1])]
 
 
@@ -265,8 +282,7 @@ class NonUniqueRetrieval(Retrieval):
 SAMPLERS = ("iid", "official", "spread")
 
 
-def _uniform_subsets(rng: np.random.Generator, counts_N: np.ndarray, available_N: np.ndarray,
-                     width: int) -> np.ndarray:
+def _uniform_subsets(rng: np.random.Generator, counts_N: np.ndarray, available_N: np.ndarray, width: int) -> np.ndarray:
     """[n, width] bools: in each row a uniform subset of counts_N[r] of its first available_N[r] columns."""
     keys_NxW = rng.random((len(counts_N), width))
     keys_NxW[np.arange(width)[None, :] >= available_N[:, None]] = np.inf

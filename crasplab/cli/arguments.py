@@ -54,31 +54,44 @@ class DistinctValues(argparse.Action):
     def __call__(self, parser, namespace, values: Sequence, option_string=None):
         repeated = sorted({value for value in values if list(values).count(value) > 1}, key=str)
         if repeated:
-            parser.error(f"argument {option_string}: {' '.join(map(str, repeated))} given more than once; "
-                         "give each value once")
+            parser.error(
+                f"argument {option_string}: {' '.join(map(str, repeated))} given more than once; give each value once"
+            )
         setattr(namespace, self.dest, list(values))
 
 
 def add_model_flag(parser, default: str | None, named_models: dict, default_text: str = "") -> None:
     """--model: a named model, a GGUF file or a Hugging Face checkpoint folder."""
     named = ", ".join(f"{name}: {model.description}" for name, model in named_models.items())
-    parser.add_argument("--model", default=default,
-                        help=f"a named model ({named}), a GGUF file (llama architecture) or a Hugging Face checkpoint "
-                             f"folder (llama, qwen2, gpt2){default_text}")
+    parser.add_argument(
+        "--model",
+        default=default,
+        help=f"a named model ({named}), a GGUF file (llama architecture) or a Hugging Face checkpoint "
+        f"folder (llama, qwen2, gpt2){default_text}",
+    )
 
 
 def add_run_folder_flags(parser, default_out: str, report_files: str = "the figure") -> None:
     """--out (the run folder) and --report-only (rebuild the report of a run folder, run nothing)."""
     parser.add_argument("--out", type=Path, default=None, help=f"run folder (default: {default_out})")
-    parser.add_argument("--report-only", type=Path, default=None, metavar="RUN_DIR",
-                        help=f"rebuild summary.json, report.md and {report_files} of an existing run folder; run nothing")
+    parser.add_argument(
+        "--report-only",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help=f"rebuild summary.json, report.md and {report_files} of an existing run folder; run nothing",
+    )
 
 
 def add_preset_flag(parser, presets: dict) -> None:
     """--preset: a named experiment scale (each preset has a name and a description)."""
-    parser.add_argument("--preset", choices=sorted(presets), default=None,
-                        help="experiment scale; default: paper on an accelerator, quick on a CPU. "
-                             + " ".join(f"{p.name}: {p.description}." for p in presets.values()))
+    parser.add_argument(
+        "--preset",
+        choices=sorted(presets),
+        default=None,
+        help="experiment scale; default: paper on an accelerator, quick on a CPU. "
+        + " ".join(f"{p.name}: {p.description}." for p in presets.values()),
+    )
 
 
 def chosen_preset(name: str | None, presets: dict):
@@ -103,17 +116,32 @@ def length_bins(text: str) -> tuple[tuple[int, int], ...]:
 
 def add_length_flags(group, example_bins: str) -> None:
     """--train-lengths LO HI and --test-bins LO-HI,...: the length ranges of a training run."""
-    group.add_argument("--train-lengths", type=int, nargs=2, default=None, metavar=("LO", "HI"),
-                       help="training input lengths, inclusive. Without --test-bins, the test bins are the preset's "
-                            "moved with them: the first is this range, each later one keeps its upper end's ratio to "
-                            "the longest training length (quick: --train-lengths 1 30 tests 1-30, 31-45, 46-60)")
-    group.add_argument("--test-bins", type=length_bins, default=None, metavar="LO-HI,...",
-                       help=f"test bins, the first one the training range, each later one beyond the one before, e.g. "
-                            f"{example_bins}")
+    group.add_argument(
+        "--train-lengths",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("LO", "HI"),
+        help="training input lengths, inclusive. Without --test-bins, the test bins are the preset's "
+        "moved with them: the first is this range, each later one keeps its upper end's ratio to "
+        "the longest training length (quick: --train-lengths 1 30 tests 1-30, 31-45, 46-60)",
+    )
+    group.add_argument(
+        "--test-bins",
+        type=length_bins,
+        default=None,
+        metavar="LO-HI,...",
+        help=f"test bins, the first one the training range, each later one beyond the one before, e.g. {example_bins}",
+    )
 
 
 def add_setting_flags(group, flags: dict[str, tuple[type, str]], choices: dict[str, tuple] | None = None) -> None:
     """One --flag-name per setting (train.config.command_line_settings), default None: the preset's."""
     for name, (kind, text) in flags.items():
-        group.add_argument(f"--{name.replace('_', '-')}", type=finite if kind is float else kind,
-                           choices=(choices or {}).get(name), default=None, help=text)
+        group.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=finite if kind is float else kind,
+            choices=(choices or {}).get(name),
+            default=None,
+            help=text,
+        )

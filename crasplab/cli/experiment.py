@@ -31,8 +31,17 @@ from crasplab.results.settings import SettingsError
 from crasplab.train.config import ConfigError
 
 # The errors a user's flags, folders, files or machine can cause: each message says what was wrong and what to do.
-USER_ERRORS = (TaskError, RunFolderError, ResultFileError, ContextError, GenerationMemoryError, BatchMemoryError,
-               SettingsError, ConfigError, UnsupportedModelError)
+USER_ERRORS = (
+    TaskError,
+    RunFolderError,
+    ResultFileError,
+    ContextError,
+    GenerationMemoryError,
+    BatchMemoryError,
+    SettingsError,
+    ConfigError,
+    UnsupportedModelError,
+)
 
 S = TypeVar("S")
 

@@ -59,8 +59,13 @@ class CompiledProgram:
         return listing(self)
 
 
-def compile_program(program: Program, pe: str, max_length: int = DEFAULT_MAX_LENGTH, dtype: str = "float32",
-                    places: dict[str, str] | None = None) -> CompiledProgram:
+def compile_program(
+    program: Program,
+    pe: str,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    dtype: str = "float32",
+    places: dict[str, str] | None = None,
+) -> CompiledProgram:
     """The transformer that computes `program`'s output table at every position of strings up to
     `max_length` tokens. `places` maps definition names to where they are written (errors cite them)."""
     if not (isinstance(max_length, int) and max_length >= 2):
@@ -68,8 +73,9 @@ def compile_program(program: Program, pe: str, max_length: int = DEFAULT_MAX_LEN
     lowering = Lowering(program, pe, max_length, places)
     columns = lowering.lower_program()
     config, params, heads = build_weights(lowering, columns, dtype)
-    return CompiledProgram(program, pe, max_length, config, params, lowering.features, lowering.definitions,
-                           columns, heads, lowering.steps)
+    return CompiledProgram(
+        program, pe, max_length, config, params, lowering.features, lowering.definitions, columns, heads, lowering.steps
+    )
 
 
 def definition_places(text: str, source: str) -> dict[str, str]:

@@ -27,31 +27,61 @@ DEFAULT_LENGTHS = (10, 100, 1000)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("program", help="a .crasp file, or the name of a shipped example")
-    parser.add_argument("--pe", required=True, choices=("ape", "rope", "nope"),
-                        help="position encoding of the compiled transformer (nope: C-RASP[] programs only)")
-    parser.add_argument("--out", required=True, metavar="DIR",
-                        help="folder for compiled.json, checkpoint.npz and listing.txt")
-    parser.add_argument("--task", metavar="NAME", help="compile over this task's symbols (a generic program reads "
-                                                       "them) and score the compiled model on its strings")
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS), metavar="N",
-                        help="with --task: input lengths to score (default 10 100 1000; lengths the task's sampler "
-                             "cannot produce are skipped and named)")
+    parser.add_argument(
+        "--pe",
+        required=True,
+        choices=("ape", "rope", "nope"),
+        help="position encoding of the compiled transformer (nope: C-RASP[] programs only)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="folder for compiled.json, checkpoint.npz and listing.txt"
+    )
+    parser.add_argument(
+        "--task",
+        metavar="NAME",
+        help="compile over this task's symbols (a generic program reads "
+        "them) and score the compiled model on its strings",
+    )
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_LENGTHS),
+        metavar="N",
+        help="with --task: input lengths to score (default 10 100 1000; lengths the task's sampler "
+        "cannot produce are skipped and named)",
+    )
     parser.add_argument("--samples", type=int, default=20, help="with --task: strings per length (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="with --task: seed of the strings (default 0)")
-    parser.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,
-                        help=f"longest string, in tokens, the model is built for (default {DEFAULT_MAX_LENGTH}; "
-                             "the APE table has this many rows)")
-    parser.add_argument("--show", metavar="INPUT", help='run the compiled model on this string ("a b a b") and print, '
-                        "for every head that is not a plain average, the key each position attends to most")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
-                        help="compute dtype (float64 needs JAX_ENABLE_X64=1)")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=DEFAULT_MAX_LENGTH,
+        help=f"longest string, in tokens, the model is built for (default {DEFAULT_MAX_LENGTH}; "
+        "the APE table has this many rows)",
+    )
+    parser.add_argument(
+        "--show",
+        metavar="INPUT",
+        help='run the compiled model on this string ("a b a b") and print, '
+        "for every head that is not a plain average, the key each position attends to most",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "float64"),
+        default="float32",
+        help="compute dtype (float64 needs JAX_ENABLE_X64=1)",
+    )
 
 
 def register(commands) -> None:
     """Add `compile` to crasp's subcommands (the entry point crasp's command line calls)."""
-    parser = commands.add_parser("compile", help="compile a program into the weights of the lab's transformer, "
-                                                 "list what each head and MLP computes, and optionally score it on "
-                                                 "a task beside the interpreter")
+    parser = commands.add_parser(
+        "compile",
+        help="compile a program into the weights of the lab's transformer, "
+        "list what each head and MLP computes, and optionally score it on "
+        "a task beside the interpreter",
+    )
     add_arguments(parser)
     parser.set_defaults(handler=run)
 
@@ -63,8 +93,9 @@ def run(args) -> int:
     if isinstance(target, Language):
         raise CompileError(f"{target.name} is a language; --task scores next-token tasks (python -m crasp tasks)")
     program = program_for(source, target) if target else source.program()
-    compiled = compile_program(program, args.pe, args.max_length, args.dtype,
-                               places=definition_places(source.text, source.name))
+    compiled = compile_program(
+        program, args.pe, args.max_length, args.dtype, places=definition_places(source.text, source.name)
+    )
     save_compiled(compiled, args.out, source.name)
     print(compiled.listing())
     print(f"written: {args.out}")
@@ -80,14 +111,17 @@ def attention_table(compiled, symbols: list[str]) -> str:
     ids = encode(compiled.program, [symbols])
     weights = np.asarray(compiled.model()(jnp.asarray(ids), return_attention=True).attention_LxBxHxTxS)[:, 0]
     width = max(5, *(len(s) for s in symbols))
-    row = lambda name, cells: f"{name:<12}|" + "".join(f"{c:>{width + 1}}" for c in cells)
+    row = lambda name, cells: f"{name:<12}|" + "".join(f"{c:>{width + 1}}" for c in cells)  # noqa: E731
     blocks = []
     for head in (h for h in compiled.heads if h.group.kind != "uniform"):
         pattern = weights[head.layer, head.index]
-        blocks += [f"layer {head.layer} head {head.index} ({head.group.label}):",
-                   row("position", range(1, len(symbols) + 1)), row("symbol", symbols),
-                   row("attends to", pattern.argmax(axis=-1) + 1),
-                   row("weight", [f"{w:.2f}" for w in pattern.max(axis=-1)])]
+        blocks += [
+            f"layer {head.layer} head {head.index} ({head.group.label}):",
+            row("position", range(1, len(symbols) + 1)),
+            row("symbol", symbols),
+            row("attends to", pattern.argmax(axis=-1) + 1),
+            row("weight", [f"{w:.2f}" for w in pattern.max(axis=-1)]),
+        ]
     return "\n".join(blocks) or "every head averages over j <= i"
 
 
@@ -103,11 +137,16 @@ def score(compiled, task: Task, args) -> None:
         started = time.perf_counter()
         examples = task.sample(np.random.default_rng((args.seed, length)), args.samples, length)
         if examples.tokens.shape[1] > compiled.max_length:
-            raise CompileError(f"length {length} gives strings of {examples.tokens.shape[1]} tokens, beyond the "
-                               f"{compiled.max_length} the model was built for; raise --max-length")
+            raise CompileError(
+                f"length {length} gives strings of {examples.tokens.shape[1]} tokens, beyond the "
+                f"{compiled.max_length} the model was built for; raise --max-length"
+            )
         ids = to_program_ids(examples.tokens, task.vocab, compiled.program)
         table = output_table(model, ids)
         right = answers_right(table, ids, examples.prompt_lengths, examples.lengths)
         interpreter = check_teacher_forced(compiled.program, ids, examples.prompt_lengths, examples.lengths).correct
-        print(f"{length:>6} | {args.samples:>7} | {int(right.sum()):>14} | {int(interpreter.sum()):>17} | "
-              f"{time.perf_counter() - started:7.1f}", flush=True)
+        print(
+            f"{length:>6} | {args.samples:>7} | {int(right.sum()):>14} | {int(interpreter.sum()):>17} | "
+            f"{time.perf_counter() - started:7.1f}",
+            flush=True,
+        )

@@ -47,18 +47,26 @@ def save_compiled(compiled: CompiledProgram, out: Path, source: str) -> None:
     model = compiled.model()
     save_checkpoint(out / CHECKPOINT_FILE, nnx.state(model, nnx.Param), {"compiled_from": source})
     write_text(out / LISTING_FILE, compiled.listing() + "\n")
-    write_json(out / DESCRIPTION_FILE, {
-        "source": source, "program": print_program(compiled.program), "pe": compiled.pe,
-        "max_length": compiled.max_length, "parameters": compiled.parameters,
-        "config": dataclasses.asdict(compiled.config)})
+    write_json(
+        out / DESCRIPTION_FILE,
+        {
+            "source": source,
+            "program": print_program(compiled.program),
+            "pe": compiled.pe,
+            "max_length": compiled.max_length,
+            "parameters": compiled.parameters,
+            "config": dataclasses.asdict(compiled.config),
+        },
+    )
 
 
 def load_compiled(folder: Path) -> LoadedProgram:
     folder = Path(folder)
     for name in (DESCRIPTION_FILE, CHECKPOINT_FILE):
         if not (folder / name).is_file():
-            raise CompiledFolderError(f"{folder} has no {name}; give a folder written by "
-                                      "`python -m crasp compile PROGRAM --pe PE --out DIR`")
+            raise CompiledFolderError(
+                f"{folder} has no {name}; give a folder written by `python -m crasp compile PROGRAM --pe PE --out DIR`"
+            )
     description = json.loads((folder / DESCRIPTION_FILE).read_text())
     model = Transformer(ModelConfig(**description["config"]), rngs=nnx.Rngs(0))
     params = nnx.state(model, nnx.Param)

@@ -7,10 +7,12 @@ from collections import defaultdict
 
 def listing(compiled) -> str:
     c = compiled.config
-    plural = lambda n, word: f"{n} {word}" + ("s" if n != 1 else "")
-    lines = [f"{plural(c.n_layers, 'layer')}, {plural(c.n_heads, 'head')} of dimension {c.d_head}, d_model {c.d_model}, "
-             f"d_ff {c.d_ff}, "
-             f"{compiled.parameters:,} parameters ({compiled.pe}, strings up to {compiled.max_length} tokens)"]
+    plural = lambda n, word: f"{n} {word}" + ("s" if n != 1 else "")  # noqa: E731
+    lines = [
+        f"{plural(c.n_layers, 'layer')}, {plural(c.n_heads, 'head')} of dimension {c.d_head}, d_model {c.d_model}, "
+        f"d_ff {c.d_ff}, "
+        f"{compiled.parameters:,} parameters ({compiled.pe}, strings up to {compiled.max_length} tokens)"
+    ]
     by_layer = defaultdict(list)
     for head in compiled.heads:
         names = [compiled.features[head.group.channels[k][1]].name for k in head.channels]

@@ -37,7 +37,7 @@ STEP_OFFSET = 64.0  # T of plan.Step: silu(x) = x exactly for x >= 38 and ~0 for
 BOOLEAN_MARGIN = 0.5  # 0/1 values compared with a half-integer threshold
 MATCH_SCORE = 80.0  # keyed heads: a matching key; the sink scores half of it
 LOCAL_SCORE_MARGIN = 60.0  # local heads: score gap between the peak, the sink and any other key
-EXACT_STEP_INPUT = 2.0 ** 30  # |gain * z| below this keeps (g + T) - (g - T) = 2T exact in float32
+EXACT_STEP_INPUT = 2.0**30  # |gain * z| below this keeps (g + T) - (g - T) = 2T exact in float32
 ROPE_DIM, ROPE_BASE = 32, 100.0
 
 
@@ -106,8 +106,13 @@ def onehot_in(node: E.Expr, name: str) -> bool:
     inner, wanted = counted.body, (node.op, node.right.value)
     if counted.offset is not None:  # the body, c positions ago
         return wanted in ((">=", 1), (">", 0), ("=", 1)) and onehot_in(inner, name)
-    if not (node.op == "=" and node.right.value >= 1 and isinstance(inner, E.Compare)
-            and isinstance(inner.right, E.Number) and (inner.op, inner.right.value) in ((">=", 1), (">", 0))):
+    if not (
+        node.op == "="
+        and node.right.value >= 1
+        and isinstance(inner, E.Compare)
+        and isinstance(inner.right, E.Number)
+        and (inner.op, inner.right.value) in ((">=", 1), (">", 0))
+    ):
         return False
     # #[j <= i] (#[k <= j] K >= 1) = c: the first K[t] was c - 1 positions ago, one t per position
     first, name = _count_through_definitions(inner.left, name)
@@ -183,9 +188,11 @@ class Lowering:
     def start(self) -> Affine:
         """The first-position flag: APE's position table, otherwise the symbol <bos>."""
         if self.pe != "ape" and BOS not in self.alphabet:
-            raise CompileError(f"{self.where()} needs the first position, which --pe {self.pe} recognizes by its "
-                               f"symbol {BOS}; the alphabet ({' '.join(self.alphabet)}) lacks it: add it, or "
-                               "compile with --pe ape")
+            raise CompileError(
+                f"{self.where()} needs the first position, which --pe {self.pe} recognizes by its "
+                f"symbol {BOS}; the alphabet ({' '.join(self.alphabet)}) lacks it: add it, or "
+                "compile with --pe ape"
+            )
         return {START: 1.0}
 
     @property
@@ -200,13 +207,26 @@ class Lowering:
             self.position_flags[key] = self._feature(name, 0, "position")
         return self.position_flags[key]
 
-    def head(self, kind: str, pattern: tuple, value: Affine, name: str, label: str, *, offset: int | None = None,
-             query=(), key=(), rotary: int = 0) -> int:
+    def head(
+        self,
+        kind: str,
+        pattern: tuple,
+        value: Affine,
+        name: str,
+        label: str,
+        *,
+        offset: int | None = None,
+        query=(),
+        key=(),
+        rotary: int = 0,
+    ) -> int:
         """A value channel of the head group (layer, kind, pattern); returns its output feature."""
         inputs = max([self.level(value)] + [self.level(f) for f in (*query, *key)])
         layer = (inputs + 1) // 2
-        group = self.groups.setdefault((layer, kind, pattern), HeadGroup(
-            layer, kind, label, offset, [dict(q) for q in query], [dict(k) for k in key], rotary))
+        group = self.groups.setdefault(
+            (layer, kind, pattern),
+            HeadGroup(layer, kind, label, offset, [dict(q) for q in query], [dict(k) for k in key], rotary),
+        )
         output = self._feature(name, 2 * layer + 1, "head")
         group.channels.append((value, output, name))
         return output
@@ -216,8 +236,10 @@ class Lowering:
         gain = 2 * STEP_OFFSET / margin
         bound = sum(abs(v) for v in z.values()) * gain + STEP_OFFSET
         if bound >= EXACT_STEP_INPUT:
-            raise CompileError(f"the comparison `{name}` in {self.where()} has coefficients too large to threshold "
-                               f"exactly up to length {self.max_length} (|gain * z| up to {bound:.3g})")
+            raise CompileError(
+                f"the comparison `{name}` in {self.where()} has coefficients too large to threshold "
+                f"exactly up to length {self.max_length} (|gain * z| up to {bound:.3g})"
+            )
         layer = max(0, self.level(z) // 2)
         if output is None:
             output = self._feature(name, 2 * layer + 2, "mlp")
@@ -239,8 +261,11 @@ class Lowering:
         if key not in self.memo:
             handler = getattr(self, "_" + type(node).__name__, None)
             if handler is None:
-                raise self.unsupported(node, f"{type(node).__name__} is outside the compiled subset "
-                                             "(min, max and `? :` have no construction yet)")
+                raise self.unsupported(
+                    node,
+                    f"{type(node).__name__} is outside the compiled subset "
+                    "(min, max and `? :` have no construction yet)",
+                )
             self.memo[key] = handler(node, env)
         return self.memo[key]
 
@@ -266,8 +291,9 @@ class Lowering:
 
     def _Periodic(self, node, env) -> Affine:
         if self.pe != "ape":
-            raise self.unsupported(node, f"MOD reads absolute positions, which only the APE table gives (--pe ape); "
-                                         f"{self.pe} has none")
+            raise self.unsupported(
+                node, f"MOD reads absolute positions, which only the APE table gives (--pe ape); {self.pe} has none"
+            )
         return {self.position_flag(("mod", node.modulus, node.residue), E.show(node)): 1.0}
 
     def _Not(self, node, env) -> Affine:
@@ -314,12 +340,17 @@ class Lowering:
             return self._BoolConst(E.BoolConst(bool(E.COMPARISONS[node.op](left.constant, right.constant))), env)
         scales = {left.scale, right.scale} - {"constant"}
         if len(scales) > 1:
-            raise self.unsupported(node, "it compares a local count (j = i - c) with a count over every j <= i; "
-                                         "the compiled model holds the first as a value and the second divided by i")
+            raise self.unsupported(
+                node,
+                "it compares a local count (j = i - c) with a count over every j <= i; "
+                "the compiled model holds the first as a value and the second divided by i",
+            )
         for count, other in ((left, right), (right, left)):
             if count.zero_or_one and other.scale == "constant":  # the comparison at 0 and at 1, as a line
-                at = [bool(E.COMPARISONS[node.op](*((v, other.constant) if count is left else (other.constant, v))))
-                      for v in (0, 1)]
+                at = [
+                    bool(E.COMPARISONS[node.op](*((v, other.constant) if count is left else (other.constant, v))))
+                    for v in (0, 1)
+                ]
                 return _add((float(at[0]), {ONE: 1.0}), (float(at[1]) - float(at[0]), count.form))
         scale = scales.pop()
         unit = {self.inverse: 1.0} if scale == "averaged" else {ONE: 1.0}
@@ -369,8 +400,11 @@ class Lowering:
                 return Count("averaged", {ONE: constant} if constant else {})
             return Count("averaged", {self.head("uniform", (), body, f"{name} / i", "average over j <= i"): 1.0})
         if self.pe == "nope":
-            raise self.unsupported(node, "the local relation j = i - c needs positions (--pe ape or rope); "
-                                         "NoPE compiles C-RASP[] programs (counts over every j <= i) only")
+            raise self.unsupported(
+                node,
+                "the local relation j = i - c needs positions (--pe ape or rope); "
+                "NoPE compiles C-RASP[] programs (counts over every j <= i) only",
+            )
         if node.offset == 0:
             return Count("local", body, zero_or_one=True)
         exists = self.exists(node.offset)
@@ -387,8 +421,9 @@ class Lowering:
         if ("from", offset) not in self.position_flags:
             threshold = 1 / (offset + 0.5)
             margin = min(1 / offset - threshold, threshold - 1 / (offset + 1))
-            self.position_flags[("from", offset)] = self.step({ONE: threshold, self.inverse: -1.0}, margin,
-                                                               f"i > {offset}")
+            self.position_flags[("from", offset)] = self.step(
+                {ONE: threshold, self.inverse: -1.0}, margin, f"i > {offset}"
+            )
         return {self.position_flags[("from", offset)]: 1.0}
 
     def local_head(self, offset: int, value: Affine, name: str) -> int:
@@ -410,8 +445,10 @@ class Lowering:
             cos_k = self.position_flag(("key cos", m), f"cos(2 pi i / {m}), 0 at i = 1")
             sin_k = self.position_flag(("key sin", m), f"sin(2 pi i / {m}), 0 at i = 1")
             angle = 2 * math.pi * offset / m  # the query turned back by c positions
-            query += [{cos_q: beta * math.cos(angle), sin_q: beta * math.sin(angle)},
-                      {cos_q: -beta * math.sin(angle), sin_q: beta * math.cos(angle)}]
+            query += [
+                {cos_q: beta * math.cos(angle), sin_q: beta * math.sin(angle)},
+                {cos_q: -beta * math.sin(angle), sin_q: beta * math.cos(angle)},
+            ]
             key += [{cos_k: 1.0}, {sin_k: 1.0}]
         query.append({ONE: beta * (len(moduli) - gap / 2)})
         key.append({START: 1.0})
@@ -424,13 +461,15 @@ class Lowering:
         frequencies = [ROPE_BASE ** (-f / half) for f in range(half)]
         gap = rope_gap(offset, self.max_length)
         beta = 2 * LOCAL_SCORE_MARGIN / gap
-        query = [{ONE: beta * math.cos(offset * th)} for th in frequencies] + \
-                [{ONE: -beta * math.sin(offset * th)} for th in frequencies]
+        query = [{ONE: beta * math.cos(offset * th)} for th in frequencies] + [
+            {ONE: -beta * math.sin(offset * th)} for th in frequencies
+        ]
         key = [_add((1.0, {ONE: 1.0}), (-1.0, self.start)) for _ in frequencies] + [{} for _ in frequencies]
         query.append({ONE: beta * (half - gap / 2)})
         key.append(self.start)
-        return self.head("local", (offset,), value, name, f"j = i - {offset}", offset=offset, query=query, key=key,
-                         rotary=ROPE_DIM)
+        return self.head(
+            "local", (offset,), value, name, f"j = i - {offset}", offset=offset, query=query, key=key, rotary=ROPE_DIM
+        )
 
     # ------------------------------------------------------------ the keyed-head rewrite
     def keyed(self, node: E.Quantified, env) -> Affine | None:
@@ -442,8 +481,13 @@ class Lowering:
         if E.Token(node.index) not in with_index or len(with_index) != 2:
             return None
         test = next(p for p in with_index if p is not E.Token(node.index))
-        if not (isinstance(test, E.Compare) and isinstance(test.left, E.CountOf) and test.left.offset is None
-                and isinstance(test.right, E.Number) and (test.op, test.right.value) in ((">=", 1), (">", 0))):
+        if not (
+            isinstance(test, E.Compare)
+            and isinstance(test.left, E.CountOf)
+            and test.left.offset is None
+            and isinstance(test.right, E.Number)
+            and (test.op, test.right.value) in ((">=", 1), (">", 0))
+        ):
             return None
         inner = _conjuncts(test.left.body)
         keyed_parts = [p for p in inner if name in p.free]
@@ -459,14 +503,28 @@ class Lowering:
         queries = [{self.token[a]: MATCH_SCORE} for a in self.alphabet]
         # The sink (position 1) must add nothing: R there is replaced by 0.
         rest_form = _add((1.0, self.boolean(rest_node, env)), (-1.0, self.start))
-        value = {self.step(_add((1.0, rest_form), (-BOOLEAN_MARGIN, {ONE: 1.0})), BOOLEAN_MARGIN,
-                           f"{E.show(rest_node)} and i > 1" + self.bound(env)): 1.0}
+        value = {
+            self.step(
+                _add((1.0, rest_form), (-BOOLEAN_MARGIN, {ONE: 1.0})),
+                BOOLEAN_MARGIN,
+                f"{E.show(rest_node)} and i > 1" + self.bound(env),
+            ): 1.0
+        }
         pattern = tuple(tuple(sorted(k.items())) for k in keys)
-        found = self.head("keyed", pattern, value, f"{self.describe(test.left)} / matches",
-                          f"key {E.show(key_node)}, query: the current symbol as {name}",
-                          query=queries + [{ONE: MATCH_SCORE / 2}], key=keys + [self.start])
-        hit = {self.step({found: 1.0, self.inverse: -BOOLEAN_MARGIN}, BOOLEAN_MARGIN / self.max_length,
-                         self.describe(node)): 1.0}
+        found = self.head(
+            "keyed",
+            pattern,
+            value,
+            f"{self.describe(test.left)} / matches",
+            f"key {E.show(key_node)}, query: the current symbol as {name}",
+            query=queries + [{ONE: MATCH_SCORE / 2}],
+            key=keys + [self.start],
+        )
+        hit = {
+            self.step(
+                {found: 1.0, self.inverse: -BOOLEAN_MARGIN}, BOOLEAN_MARGIN / self.max_length, self.describe(node)
+            ): 1.0
+        }
         others = [self.boolean(p, env) for p in parts if name not in p.free]
         return self.junction(node, [hit] + others, every=True) if others else hit
 

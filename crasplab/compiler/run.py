@@ -21,8 +21,10 @@ PREFILL_CHUNK = 512
 
 def require_dtype_available(dtype: str) -> None:
     if dtype == "float64" and not jax.config.jax_enable_x64:
-        raise CompileError("float64 needs jax's 64-bit mode: set JAX_ENABLE_X64=1 in the environment "
-                           "(jax would otherwise compute in float32)")
+        raise CompileError(
+            "float64 needs jax's 64-bit mode: set JAX_ENABLE_X64=1 in the environment "
+            "(jax would otherwise compute in float32)"
+        )
 
 
 def _outputs(model: Transformer, tokens_BxT: np.ndarray, chunk: int | None) -> np.ndarray:
@@ -35,7 +37,7 @@ def _outputs(model: Transformer, tokens_BxT: np.ndarray, chunk: int | None) -> n
     # Under jax's 64-bit mode the literal slot offsets are int64: the cache index must match them.
     cache = cache.replace(index=cache.index.astype(jnp.asarray(0).dtype))
     for start in range(0, T, chunk):
-        out = model(tokens[:, start:start + chunk], cache=cache)
+        out = model(tokens[:, start : start + chunk], cache=cache)
         cache = out.cache
         parts.append(np.asarray(out.logits_BxTxV))
     return np.concatenate(parts, axis=1)
@@ -94,8 +96,9 @@ def interpreter_definitions(compiled: CompiledProgram, ids_BxT: np.ndarray) -> d
     return out
 
 
-def answers_right(table_BxTxV: np.ndarray, ids_BxT: np.ndarray, prompt_lengths: np.ndarray,
-                  lengths: np.ndarray) -> np.ndarray:
+def answers_right(
+    table_BxTxV: np.ndarray, ids_BxT: np.ndarray, prompt_lengths: np.ndarray, lengths: np.ndarray
+) -> np.ndarray:
     """bool (B,): the table names exactly the next symbol at every answer position (teacher forced)."""
     B, T, _ = table_BxTxV.shape
     positions = np.arange(T)[None, :]

@@ -25,10 +25,14 @@ from crasplab.results.files import read_jsonl
 
 # (task, witness, encodings it is compiled for): the C-RASP[] versions also for NoPE.
 WITNESS_RUNS: tuple[tuple[str, Callable, tuple[str, ...]], ...] = (
-    ("UR", W.unique_right, ("ape", "rope")), ("UR", W.first_right_without_positions, ("nope",)),
-    ("NRFirst", W.first_right, ("ape",)), ("NRFirst", W.first_right_without_positions, ("nope",)),
-    ("UF", W.copy_forward, ("ape",)), ("UF", W.copy_forward_without_positions, ("nope",)),
-    ("UB", W.copy_backward, ("ape",)), ("UB", W.copy_backward_without_positions, ("nope",)),
+    ("UR", W.unique_right, ("ape", "rope")),
+    ("UR", W.first_right_without_positions, ("nope",)),
+    ("NRFirst", W.first_right, ("ape",)),
+    ("NRFirst", W.first_right_without_positions, ("nope",)),
+    ("UF", W.copy_forward, ("ape",)),
+    ("UF", W.copy_forward_without_positions, ("nope",)),
+    ("UB", W.copy_backward, ("ape",)),
+    ("UB", W.copy_backward_without_positions, ("nope",)),
     ("Majority", W.majority, ("nope",)),
 )
 ROUNDING_TASK = "Majority at margin 1"
@@ -39,8 +43,9 @@ def task_for(code: str, alphabet_size: int | None):
     return get_task(code, alphabet_size=alphabet_size) if alphabet_size and code != "NRFirst" else get_task(code)
 
 
-def witness_records(lengths: list[int], samples: int, seed: int, alphabet_size: int | None,
-                    tasks: list[str]) -> Iterator[dict]:
+def witness_records(
+    lengths: list[int], samples: int, seed: int, alphabet_size: int | None, tasks: list[str]
+) -> Iterator[dict]:
     """One record per (witness, encoding, length): strings the compiled model and the interpreter answer."""
     for code, make, encodings in (run for run in WITNESS_RUNS if run[0] in tasks):
         task = task_for(code, alphabet_size)
@@ -56,12 +61,24 @@ def witness_records(lengths: list[int], samples: int, seed: int, alphabet_size: 
                 ids = to_program_ids(examples.tokens, task.vocab, program)
                 right = answers_right(output_table(model, ids), ids, examples.prompt_lengths, examples.lengths)
                 interpreter = check_teacher_forced(program, ids, examples.prompt_lengths, examples.lengths).correct
-                yield dict(kind="witness", task=code, witness=make.__name__, pe=pe, dtype="float32", symbols=len(task.symbols),
-                           fragment=fragment_of(program).name, layers=compiled.config.n_layers,
-                           heads=compiled.config.n_heads, d_model=compiled.config.d_model,
-                           parameters=compiled.parameters, length=length, strings=samples,
-                           compiled_right=int(right.sum()), interpreter_right=int(interpreter.sum()),
-                           seconds=round(time.perf_counter() - started, 2))
+                yield dict(
+                    kind="witness",
+                    task=code,
+                    witness=make.__name__,
+                    pe=pe,
+                    dtype="float32",
+                    symbols=len(task.symbols),
+                    fragment=fragment_of(program).name,
+                    layers=compiled.config.n_layers,
+                    heads=compiled.config.n_heads,
+                    d_model=compiled.config.d_model,
+                    parameters=compiled.parameters,
+                    length=length,
+                    strings=samples,
+                    compiled_right=int(right.sum()),
+                    interpreter_right=int(interpreter.sum()),
+                    seconds=round(time.perf_counter() - started, 2),
+                )
 
 
 def trained_records(run_dir: Path, lengths: list[int], samples: int, seed: int) -> Iterator[dict]:
@@ -84,8 +101,11 @@ def trained_records(run_dir: Path, lengths: list[int], samples: int, seed: int) 
             program = make(task.symbols)
             # Only a learned position table bounds the lengths a trained model can read.
             table = trained.setup.max_positions if pe == "ape" else None
-            usable = {n: task.sample(np.random.default_rng((seed, n)), samples, n)
-                      for n in lengths if task.length_problem(n) is None}
+            usable = {
+                n: task.sample(np.random.default_rng((seed, n)), samples, n)
+                for n in lengths
+                if task.length_problem(n) is None
+            }
             usable = {n: e for n, e in usable.items() if table is None or e.tokens.shape[1] <= table}
             longest = max([e.tokens.shape[1] for e in usable.values()] + [64])
             compiled = compile_program(program, pe, max_length=table or longest).model()
@@ -93,9 +113,19 @@ def trained_records(run_dir: Path, lengths: list[int], samples: int, seed: int) 
                 ids = to_program_ids(examples.tokens, task.vocab, program)
                 right = answers_right(output_table(compiled, ids), ids, examples.prompt_lengths, examples.lengths)
                 learned = greedy_exact_match(trained.model, examples.tokens, examples.prompt_lengths, examples.lengths)
-                yield dict(kind="trained", task=code, witness=make.__name__, pe=pe, dtype="float32", length=length,
-                           strings=samples, compiled_right=int(right.sum()), trained_right=int(learned.sum()),
-                           train_lengths=list(trained.setup.train_range), job=str(folder))
+                yield dict(
+                    kind="trained",
+                    task=code,
+                    witness=make.__name__,
+                    pe=pe,
+                    dtype="float32",
+                    length=length,
+                    strings=samples,
+                    compiled_right=int(right.sum()),
+                    trained_right=int(learned.sum()),
+                    train_lengths=list(trained.setup.train_range),
+                    job=str(folder),
+                )
 
 
 def margin_one_strings(rng: np.random.Generator, n: int, length: int) -> list[list[str]]:
@@ -115,8 +145,16 @@ def rounding_records(lengths: list[int], samples: int, seed: int, dtypes: list[s
             ids = encode(program, margin_one_strings(np.random.default_rng((seed, length)), samples, length))
             prompts = np.full(samples, ids.shape[1] - 2)
             right = answers_right(output_table(model, ids), ids, prompts, np.full(samples, ids.shape[1]))
-            yield dict(kind="rounding", task=ROUNDING_TASK, pe="nope", dtype=dtype, length=length,
-                       strings=samples, compiled_right=int(right.sum()), seconds=round(time.perf_counter() - started, 2))
+            yield dict(
+                kind="rounding",
+                task=ROUNDING_TASK,
+                pe="nope",
+                dtype=dtype,
+                length=length,
+                strings=samples,
+                compiled_right=int(right.sum()),
+                seconds=round(time.perf_counter() - started, 2),
+            )
 
 
 def summarize(run_dir: Path) -> dict:
@@ -125,15 +163,30 @@ def summarize(run_dir: Path) -> dict:
     table, rounding, trained = {}, {}, {}
     for r in records:
         if r["kind"] == "trained":
-            row = trained.setdefault(f"{r['task']} {r['pe']}", dict(task=r["task"], pe=r["pe"], witness=r["witness"],
-                                                                    train_lengths=r["train_lengths"], by_length={}))
+            row = trained.setdefault(
+                f"{r['task']} {r['pe']}",
+                dict(task=r["task"], pe=r["pe"], witness=r["witness"], train_lengths=r["train_lengths"], by_length={}),
+            )
             row["by_length"][r["length"]] = [r["compiled_right"], r["trained_right"], r["strings"]]
         elif r["kind"] == "witness":
             # Records written before they carried the alphabet's size: the run's --alphabet-size says it.
             symbols = r.get("symbols") or len(task_for(r["task"], alphabet_size).symbols)
-            row = table.setdefault(f"{r['task']} {r['witness']} {r['pe']} {symbols}", dict(
-                task=r["task"], witness=r["witness"], pe=r["pe"], symbols=symbols, fragment=r["fragment"], layers=r["layers"],
-                heads=r["heads"], d_model=r["d_model"], parameters=r["parameters"], exact_up_to=0, by_length={}))
+            row = table.setdefault(
+                f"{r['task']} {r['witness']} {r['pe']} {symbols}",
+                dict(
+                    task=r["task"],
+                    witness=r["witness"],
+                    pe=r["pe"],
+                    symbols=symbols,
+                    fragment=r["fragment"],
+                    layers=r["layers"],
+                    heads=r["heads"],
+                    d_model=r["d_model"],
+                    parameters=r["parameters"],
+                    exact_up_to=0,
+                    by_length={},
+                ),
+            )
             row["by_length"][r["length"]] = [r["compiled_right"], r["interpreter_right"], r["strings"]]
         else:
             rounding.setdefault(r["dtype"], {})[r["length"]] = [r["compiled_right"], r["strings"]]
@@ -146,28 +199,48 @@ def summarize(run_dir: Path) -> dict:
 
 
 def report(summary: dict) -> str:
-    lines = ["# Compiled witnesses", "", "| task | symbols | witness | fragment | encoding | layers | heads | d_model | "
-             "parameters | exact up to length (float32) | compiled / interpreter right, by length |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Compiled witnesses",
+        "",
+        "| task | symbols | witness | fragment | encoding | layers | heads | d_model | "
+        "parameters | exact up to length (float32) | compiled / interpreter right, by length |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in summary["witnesses"].values():
-        cells = ", ".join(f"{n}: {c}/{i} of {s}" for n, (c, i, s) in sorted(row["by_length"].items(), key=lambda x: int(x[0])))
-        lines.append(f"| {row['task']} | {row['symbols']} | {row['witness']} | {row['fragment']} | {row['pe']} | {row['layers']} | "
-                     f"{row['heads']} | {row['d_model']} | {row['parameters']:,} | {row['exact_up_to']} | {cells} |")
+        cells = ", ".join(
+            f"{n}: {c}/{i} of {s}" for n, (c, i, s) in sorted(row["by_length"].items(), key=lambda x: int(x[0]))
+        )
+        lines.append(
+            f"| {row['task']} | {row['symbols']} | {row['witness']} | {row['fragment']} | {row['pe']} | "
+            f"{row['layers']} | "
+            f"{row['heads']} | {row['d_model']} | {row['parameters']:,} | {row['exact_up_to']} | {cells} |"
+        )
     if summary.get("trained"):
-        lines += ["", "## Compiled beside trained (the same strings)", "",
-                  "| task | encoding | trained on lengths | length | compiled right | trained right | strings |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Compiled beside trained (the same strings)",
+            "",
+            "| task | encoding | trained on lengths | length | compiled right | trained right | strings |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for row in summary["trained"].values():
             lo, hi = row["train_lengths"]
             for n, (c, t, total) in sorted(row["by_length"].items(), key=lambda x: int(x[0])):
                 lines.append(f"| {row['task']} | {row['pe']} | {lo}-{hi} | {n} | {c} | {t} | {total} |")
     if summary["rounding"]:
-        lines += ["", f"## Rounding: {ROUNDING_TASK} (NoPE)", "", "| dtype | right, by length | first failure |",
-                  "|---|---|---|"]
+        lines += [
+            "",
+            f"## Rounding: {ROUNDING_TASK} (NoPE)",
+            "",
+            "| dtype | right, by length | first failure |",
+            "|---|---|---|",
+        ]
         for dtype, by in summary["rounding"].items():
             cells = ", ".join(f"{n}: {c}/{s}" for n, (c, s) in sorted(by.items(), key=lambda x: int(x[0])))
             failure = summary["first_rounding_failure"][dtype]
-            lines.append(f"| {dtype} | {cells} | {failure if failure is not None else 'none up to the longest length'} |")
+            lines.append(
+                f"| {dtype} | {cells} | {failure if failure is not None else 'none up to the longest length'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -176,13 +249,21 @@ def figure(summary: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for row in summary["witnesses"].values():
         lengths = sorted(row["by_length"], key=int)
-        ax.plot([int(n) for n in lengths], [row["by_length"][n][0] / row["by_length"][n][2] for n in lengths],
-                marker="o", label=f"{row['task']} {row['pe']} ({row['witness']}, {row['symbols']} symbols)")
+        ax.plot(
+            [int(n) for n in lengths],
+            [row["by_length"][n][0] / row["by_length"][n][2] for n in lengths],
+            marker="o",
+            label=f"{row['task']} {row['pe']} ({row['witness']}, {row['symbols']} symbols)",
+        )
     for row in summary.get("trained", {}).values():
         lengths = sorted(row["by_length"], key=int)
-        ax.plot([int(n) for n in lengths], [row["by_length"][n][1] / row["by_length"][n][2] for n in lengths],
-                marker="x", linestyle="--", label=f"{row['task']} {row['pe']} trained ({row['train_lengths'][0]}-"
-                                                   f"{row['train_lengths'][1]})")
+        ax.plot(
+            [int(n) for n in lengths],
+            [row["by_length"][n][1] / row["by_length"][n][2] for n in lengths],
+            marker="x",
+            linestyle="--",
+            label=f"{row['task']} {row['pe']} trained ({row['train_lengths'][0]}-{row['train_lengths'][1]})",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("input length")
     ax.set_ylabel("exact match (solid: compiled, dashed: trained)")

@@ -19,7 +19,7 @@ from crasplab.compiler.lower import BOS, ROPE_BASE, ROPE_DIM, STEP_OFFSET, Compi
 from crasplab.compiler.plan import ONE, START, Affine, HeadGroup
 from crasplab.models.config import ModelConfig
 
-NORM_EPS, NORM_SCALE = 2.0 ** 100, 2.0 ** 50
+NORM_EPS, NORM_SCALE = 2.0**100, 2.0**50
 LOGIT = 8.0
 MIN_HEAD_DIM = 16
 MAX_PARAMETERS = 200_000_000
@@ -50,7 +50,9 @@ def place_heads(lowering: Lowering, size: int) -> list[PlacedHead]:
         for first in range(0, len(group.channels), size):
             index = used.get(group.layer, 0)
             used[group.layer] = index + 1
-            placed.append(PlacedHead(group.layer, index, group, tuple(range(first, min(first + size, len(group.channels))))))
+            placed.append(
+                PlacedHead(group.layer, index, group, tuple(range(first, min(first + size, len(group.channels)))))
+            )
     return placed
 
 
@@ -77,7 +79,9 @@ def position_table(lowering: Lowering, rows: int) -> np.ndarray:
     return table
 
 
-def build_weights(lowering: Lowering, columns: list[Affine], dtype: str) -> tuple[ModelConfig, dict[str, np.ndarray], list[PlacedHead]]:
+def build_weights(
+    lowering: Lowering, columns: list[Affine], dtype: str
+) -> tuple[ModelConfig, dict[str, np.ndarray], list[PlacedHead]]:
     D, V, pe = len(lowering.features), len(lowering.alphabet), lowering.pe
     K = head_dim(lowering)
     heads = place_heads(lowering, K)
@@ -87,13 +91,28 @@ def build_weights(lowering: Lowering, columns: list[Affine], dtype: str) -> tupl
     F = max(units_per_layer + [1])
     size = layers * (4 * D * H * K + 3 * D * F) + 2 * D * V
     if size > MAX_PARAMETERS:
-        raise CompileError(f"the compiled model would have about {size:,} parameters (d_model {D}, {layers} layers, "
-                           f"d_ff {F}): families over {V} symbols unrolled without the keyed-head rewrite; "
-                           "write the count as `any t: Q(t) and #[j <= i] (K[t] and R) >= 1` with K one-hot in t")
-    config = ModelConfig(vocab_size=V, d_model=D, n_layers=layers, n_heads=H, d_head=K, d_ff=F, block="llama",
-                         position=pe, max_positions=lowering.max_length, rope_base=ROPE_BASE,
-                         rope_dim=ROPE_DIM if pe == "rope" else None, qkv_bias=False, tie_embeddings=False,
-                         norm_eps=NORM_EPS, dtype=dtype)
+        raise CompileError(
+            f"the compiled model would have about {size:,} parameters (d_model {D}, {layers} layers, "
+            f"d_ff {F}): families over {V} symbols unrolled without the keyed-head rewrite; "
+            "write the count as `any t: Q(t) and #[j <= i] (K[t] and R) >= 1` with K one-hot in t"
+        )
+    config = ModelConfig(
+        vocab_size=V,
+        d_model=D,
+        n_layers=layers,
+        n_heads=H,
+        d_head=K,
+        d_ff=F,
+        block="llama",
+        position=pe,
+        max_positions=lowering.max_length,
+        rope_base=ROPE_BASE,
+        rope_dim=ROPE_DIM if pe == "rope" else None,
+        qkv_bias=False,
+        tie_embeddings=False,
+        norm_eps=NORM_EPS,
+        dtype=dtype,
+    )
     params: dict[str, np.ndarray] = {}
     embedding = np.zeros((V, D))
     embedding[:, ONE] = 1
@@ -125,10 +144,19 @@ def build_weights(lowering: Lowering, columns: list[Affine], dtype: str) -> tupl
                 up[ONE, unit] = 1
                 down[unit, step.output] = sign * step.weight / (2 * STEP_OFFSET)
         prefix = f"layers.{layer}"
-        params.update({f"{prefix}.attn.q.kernel": q, f"{prefix}.attn.k.kernel": k, f"{prefix}.attn.v.kernel": v,
-                       f"{prefix}.attn.o.kernel": o, f"{prefix}.mlp.gate.kernel": gate, f"{prefix}.mlp.up.kernel": up,
-                       f"{prefix}.mlp.down.kernel": down, f"{prefix}.attn_norm.scale": np.full(D, NORM_SCALE),
-                       f"{prefix}.mlp_norm.scale": np.full(D, NORM_SCALE)})
+        params.update(
+            {
+                f"{prefix}.attn.q.kernel": q,
+                f"{prefix}.attn.k.kernel": k,
+                f"{prefix}.attn.v.kernel": v,
+                f"{prefix}.attn.o.kernel": o,
+                f"{prefix}.mlp.gate.kernel": gate,
+                f"{prefix}.mlp.up.kernel": up,
+                f"{prefix}.mlp.down.kernel": down,
+                f"{prefix}.attn_norm.scale": np.full(D, NORM_SCALE),
+                f"{prefix}.mlp_norm.scale": np.full(D, NORM_SCALE),
+            }
+        )
     params["final_norm.scale"] = np.full(D, NORM_SCALE)
     head_out = np.zeros((D, V))
     for s, column in enumerate(columns):

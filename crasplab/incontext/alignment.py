@@ -74,13 +74,17 @@ def analyze(reference: Sequence[Hashable], output: Sequence[Hashable]) -> CopyAn
     reached = {True: 0, False: 0}
     first_errors, first_ambiguous = [], 0
     for slot, transition in enumerate([START, *reference]):
-        if not any(wrong[max(0, slot - ON_TRACK): slot]):
+        if not any(wrong[max(0, slot - ON_TRACK) : slot]):
             reached[transition in ambiguous] += 1
             if wrong[slot]:
                 first_errors.append(slot)
                 first_ambiguous += transition in ambiguous
     return CopyAnalysis(
-        slots=len(wrong), wrong=sum(wrong), edits=len(edits),
-        reached_ambiguous=reached[True], reached_unambiguous=reached[False],
-        first_errors=tuple(first_errors), first_errors_ambiguous=first_ambiguous,
+        slots=len(wrong),
+        wrong=sum(wrong),
+        edits=len(edits),
+        reached_ambiguous=reached[True],
+        reached_unambiguous=reached[False],
+        first_errors=tuple(first_errors),
+        first_errors_ambiguous=first_ambiguous,
     )

@@ -12,9 +12,16 @@ from crasplab.results.files import read_jsonl, write_jsonl
 from crasplab.results.run_folder import open_run_folder
 
 
-def answer_pending(out: Path, config: dict, batches: list[list[dict]], answer: Callable[[list[dict]], list[dict]],
-                   key: Callable[[dict], tuple], started: float, results_file: str,
-                   may_change: tuple[str, ...] = ()) -> None:
+def answer_pending(
+    out: Path,
+    config: dict,
+    batches: list[list[dict]],
+    answer: Callable[[list[dict]], list[dict]],
+    key: Callable[[dict], tuple],
+    started: float,
+    results_file: str,
+    may_change: tuple[str, ...] = (),
+) -> None:
     """Open (and lock) the run folder with `config`, then answer every entry its results file lacks
     (by `key`), batch by batch, rewriting the file after each batch: an interrupted run resumes
     where it stopped. A batch is a list of entries to fill; `answer(batch)` returns them completed
@@ -34,11 +41,13 @@ def answer_pending(out: Path, config: dict, batches: list[list[dict]], answer: C
         evaluated += len(batch)
         generation_seconds += seconds
     if evaluated:
-        print(f"evaluated {evaluated} prompts in {generation_seconds:.1f} s of generation; "
-              f"wall time {time.perf_counter() - started:.1f} s")
+        print(
+            f"evaluated {evaluated} prompts in {generation_seconds:.1f} s of generation; "
+            f"wall time {time.perf_counter() - started:.1f} s"
+        )
     else:
         print("nothing left to evaluate; rebuilding the report")
 
 
 def in_batches(cell: list[dict], size: int) -> list[list[dict]]:
-    return [cell[k: k + size] for k in range(0, len(cell), size)]
+    return [cell[k : k + size] for k in range(0, len(cell), size)]

@@ -51,10 +51,15 @@ def check_prompt_lengths(tasks, lengths, demonstrations: Demonstrations) -> None
         for what, asked in (("test lengths", lengths), ("demonstration length", [demo_length])):
             bad = [length for length in asked if not task.min_length() <= length <= task.max_length()]
             if bad:
-                accepted = (f"{task.min_length()} or more" if task.max_length() == UNBOUNDED
-                            else f"{task.min_length()} to {task.max_length()}")
-                raise TaskError(f"{what} {_as_ranges(bad)}: task {code} (alphabet of {task.alphabet_size}) accepts "
-                                f"lengths {accepted}")
+                accepted = (
+                    f"{task.min_length()} or more"
+                    if task.max_length() == UNBOUNDED
+                    else f"{task.min_length()} to {task.max_length()}"
+                )
+                raise TaskError(
+                    f"{what} {_as_ranges(bad)}: task {code} (alphabet of {task.alphabet_size}) accepts "
+                    f"lengths {accepted}"
+                )
 
 
 def _as_ranges(lengths: list[int]) -> str:
@@ -98,8 +103,10 @@ def cell_items(code: str, length: int, n: int, seed: int, demonstrations: int, d
     demo_queries = demos.queries or [None] * (n * demonstrations)
     items = []
     for i in range(n):
-        lines = [format_item(code, demos.inputs[j], demo_queries[j]) + format_answer(demos.answers[j])
-                 for j in range(i * demonstrations, (i + 1) * demonstrations)]
+        lines = [
+            format_item(code, demos.inputs[j], demo_queries[j]) + format_answer(demos.answers[j])
+            for j in range(i * demonstrations, (i + 1) * demonstrations)
+        ]
         lines.append(format_item(code, tests.inputs[i], test_queries[i]))
         items.append(Item(code, length, i, "\n".join(lines), " ".join(tests.answers[i])))
     return items

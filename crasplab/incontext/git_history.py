@@ -30,9 +30,28 @@ from crasplab.incontext.directions import BACKWARD, FORWARD, Direction
 COMMANDS: dict[str, Direction] = {"revert": FORWARD, "cherry-pick": BACKWARD}
 HASH_DIGITS = 7
 VERBS = ("Add", "Fix", "Update", "Remove", "Refactor", "Rename", "Document", "Test", "Simplify", "Speed up")
-OBJECTS = ("login form", "typo in README", "parser", "cache layer", "CI config", "date formatting", "error messages",
-           "user settings", "API client", "database schema", "logging", "search index", "unit tests", "build script",
-           "config loader", "retry logic", "dark mode", "export to CSV", "password reset", "rate limiter")
+OBJECTS = (
+    "login form",
+    "typo in README",
+    "parser",
+    "cache layer",
+    "CI config",
+    "date formatting",
+    "error messages",
+    "user settings",
+    "API client",
+    "database schema",
+    "logging",
+    "search index",
+    "unit tests",
+    "build script",
+    "config loader",
+    "retry logic",
+    "dark mode",
+    "export to CSV",
+    "password reset",
+    "rate limiter",
+)
 
 EXPLANATION = (
     "`git log --oneline` lists a branch's commits newest first, one per line: a 7-character hash, then the "
@@ -83,7 +102,10 @@ def git_items(command: str, commits: int, n: int, seed: int, examples: int, exam
         rng = np.random.default_rng([seed, commits, index])
         test = history(rng, commits)
         demos = [history(rng, example_commits) for _ in range(examples)]
-        blocks = [EXPLANATION, *(f"{format_question(command, demo)} {answer(command, demo)}" for demo in demos),
-                  format_question(command, test)]
+        blocks = [
+            EXPLANATION,
+            *(f"{format_question(command, demo)} {answer(command, demo)}" for demo in demos),
+            format_question(command, test),
+        ]
         items.append(GitItem(command, commits, index, "\n\n".join(blocks), answer(command, test)))
     return items

@@ -30,8 +30,10 @@ def check_context(pretrained, prompts: list[str], new_tokens: int, flags: str) -
     longest = max(map(len, pretrained.tokenizer.encode_batch(prompts)))
     context = pretrained.config.max_positions
     if longest + new_tokens > context:
-        raise ContextError(f"a prompt of {longest} tokens and {new_tokens} generated tokens exceed the context of "
-                           f"{context} positions of {pretrained.path}; lower {flags}")
+        raise ContextError(
+            f"a prompt of {longest} tokens and {new_tokens} generated tokens exceed the context of "
+            f"{context} positions of {pretrained.path}; lower {flags}"
+        )
 
 
 def answer_budget(tokenizer, expected: list[str]) -> int:
@@ -61,13 +63,15 @@ def answer_lines(pretrained, prompts: list[str], expected: list[str], newline_id
     """The greedy answer line to each prompt, decoded for as many tokens as the longest expected
     answer and its line break take, plus two; batches of up to `batch_size` prompts share compiled
     programs."""
-    generated_BxN = _generated_tokens(pretrained, prompts, answer_budget(pretrained.tokenizer, expected), newline_id,
-                                      batch_size)
+    generated_BxN = _generated_tokens(
+        pretrained, prompts, answer_budget(pretrained.tokenizer, expected), newline_id, batch_size
+    )
     return [answer_line(pretrained.tokenizer, row.tolist()) for row in generated_BxN]
 
 
-def continuation_lines(pretrained, prompts: list[str], limits: list[int], max_new_tokens: int, newline_id: int,
-                       batch_size: int) -> list[str]:
+def continuation_lines(
+    pretrained, prompts: list[str], limits: list[int], max_new_tokens: int, newline_id: int, batch_size: int
+) -> list[str]:
     """The greedy continuation of each prompt up to the end of its line, read from no more than its
     own limit of generated tokens. Decoding runs for up to `max_new_tokens` (at least the largest
     limit): one value for every batch of a run lets the batches share compiled programs."""
@@ -75,7 +79,9 @@ def continuation_lines(pretrained, prompts: list[str], limits: list[int], max_ne
     return [answer_line(pretrained.tokenizer, row[:limit].tolist()) for row, limit in zip(generated_BxN, limits)]
 
 
-def _generated_tokens(pretrained, prompts: list[str], max_new_tokens: int, newline_id: int, batch_size: int) -> np.ndarray:
+def _generated_tokens(
+    pretrained, prompts: list[str], max_new_tokens: int, newline_id: int, batch_size: int
+) -> np.ndarray:
     """The greedy tokens generated after each prompt, [len(prompts), max_new_tokens], line breaks
     ending a row early (padded with line breaks after it)."""
     prompt_ids = pretrained.tokenizer.encode_batch(prompts)
@@ -91,8 +97,14 @@ def _generated_tokens(pretrained, prompts: list[str], max_new_tokens: int, newli
     for r, row in enumerate(rows):
         tokens_BxT[r, : len(row)] = row
     try:
-        generation = generate(pretrained.model, tokens_BxT, np.array([len(row) for row in rows]),
-                              max_new_tokens=max_new_tokens, eos_id=newline_id, pad_id=newline_id)
+        generation = generate(
+            pretrained.model,
+            tokens_BxT,
+            np.array([len(row) for row in rows]),
+            max_new_tokens=max_new_tokens,
+            eos_id=newline_id,
+            pad_id=newline_id,
+        )
         return np.asarray(generation.tokens_BxN)[: len(prompts)]
     except jax.errors.JaxRuntimeError as error:
         if "RESOURCE_EXHAUSTED" not in str(error):
@@ -101,4 +113,5 @@ def _generated_tokens(pretrained, prompts: list[str], max_new_tokens: int, newli
             f"out of memory decoding a batch of {len(rows)} rows (batch size {batch_size} plus one) of {width} "
             f"prompt tokens and {max_new_tokens} generated ones ({error}); run the same command again with a smaller "
             "batch (--batch-size; --eval-batch-size when fine-tuning) or smaller prompts: the batches already "
-            "answered are kept") from error
+            "answered are kept"
+        ) from error

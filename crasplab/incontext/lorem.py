@@ -37,7 +37,8 @@ import numpy as np
 
 from crasplab.incontext.directions import Direction
 
-LATIN_WORDS = tuple("""
+LATIN_WORDS = tuple(
+    """
 lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore magna
 aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris nisi aliquip ex ea commodo consequat duis aute
 irure in reprehenderit voluptate velit esse cillum fugiat nulla pariatur excepteur sint occaecat cupidatat non proident
@@ -52,7 +53,8 @@ expedita distinctio nam libero tempore cum soluta nobis eligendi optio cumque im
 possimus assumenda repellendus temporibus quibusdam officiis debitis necessitatibus saepe eveniet voluptates
 repudiandae recusandae itaque earum hic tenetur sapiente delectus reiciendis voluptatibus maiores alias perferendis
 doloribus asperiores repellat
-""".split())
+""".split()
+)
 SENTENCE_WORDS = (4, 10)  # shortest and longest sentence, in words
 
 INSTRUCTIONS = {
@@ -94,8 +96,13 @@ def _words(sentence_stream: Iterator[list[str]]) -> Iterator[str]:
         yield from (sentence[0].capitalize(), *sentence[1:-1], sentence[-1] + ".")
 
 
-def paragraph(rng: np.random.Generator, length: int, count_tokens: Callable[[str], int],
-              repeat_word: float, repeat_sentence: float) -> str:
+def paragraph(
+    rng: np.random.Generator,
+    length: int,
+    count_tokens: Callable[[str], int],
+    repeat_word: float,
+    repeat_sentence: float,
+) -> str:
     """The shortest prefix of a sentence stream, in words and closed with a period, that has at
     least `length` tokens."""
     stream = _words(sentences(rng, repeat_word, repeat_sentence))
@@ -139,6 +146,7 @@ class LoremSettings:
     def paragraphs(self, length: int, index: int, count_tokens: Callable[[str], int]) -> tuple[str, list[str]]:
         """The test paragraph of item (length, index) and its demonstrations; the same for both
         directions, so forward and backward are compared on the same texts."""
+
         def draw(stream: int, tokens: int) -> str:
             rng = np.random.default_rng([self.seed, length, index, stream])
             return paragraph(rng, tokens, count_tokens, self.repeat_word, self.repeat_sentence)
@@ -149,6 +157,7 @@ class LoremSettings:
         items = []
         for index in range(n):
             text, demos = self.paragraphs(length, index, count_tokens)
-            items.append(LoremItem(direction.name, length, index, format_prompt(direction, demos, text),
-                                   answer(direction, text)))
+            items.append(
+                LoremItem(direction.name, length, index, format_prompt(direction, demos, text), answer(direction, text))
+            )
         return items

@@ -44,8 +44,10 @@ def check_batch_memory(needed: int, what: str, flag: str) -> None:
     """Refuse `what` (a batch described for the user) when it needs more than the machine's memory."""
     available = physical_memory()
     if needed > available:
-        raise BatchMemoryError(f"{what} needs at least {needed / 2**30:.1f} GiB, and this machine has "
-                               f"{available / 2**30:.1f} GiB of memory; lower {flag}")
+        raise BatchMemoryError(
+            f"{what} needs at least {needed / 2**30:.1f} GiB, and this machine has "
+            f"{available / 2**30:.1f} GiB of memory; lower {flag}"
+        )
 
 
 def check_prompt_count(count: int, flag: str) -> None:

@@ -48,9 +48,11 @@ class PromptSettings(ExperimentSettings):
     def among(self, name: str, accepted) -> None:
         value = getattr(self, name)
         values = value if isinstance(value, tuple) else (value,)
-        self.require(set(values) <= set(accepted), name,
-                     f"{'values' if isinstance(value, tuple) else 'one'} of {', '.join(accepted)}")
-
+        self.require(
+            set(values) <= set(accepted),
+            name,
+            f"{'values' if isinstance(value, tuple) else 'one'} of {', '.join(accepted)}",
+        )
 
 
 @dataclass(frozen=True)
@@ -71,15 +73,18 @@ class PretrainedSettings(PromptSettings):
 
     @property
     def demonstrations(self) -> Demonstrations:
-        return Demonstrations(retrieval=(self.retrieval_demonstrations, self.retrieval_demo_length),
-                              copying=(self.copying_demonstrations, self.copying_demo_length))
+        return Demonstrations(
+            retrieval=(self.retrieval_demonstrations, self.retrieval_demo_length),
+            copying=(self.copying_demonstrations, self.copying_demo_length),
+        )
 
     def check(self) -> None:
         super().check()
         self.among("tasks", RETRIEVAL_AND_COPYING)
         self.among("dtype", DTYPES)
-        self.at_least(1, "n", "retrieval_demonstrations", "retrieval_demo_length", "copying_demonstrations",
-                      "copying_demo_length")
+        self.at_least(
+            1, "n", "retrieval_demonstrations", "retrieval_demo_length", "copying_demonstrations", "copying_demo_length"
+        )
         _prompt_lengths(self.tasks, self.lengths, self.demonstrations)
 
 
@@ -107,8 +112,11 @@ class FinetuneSettings(PromptSettings):
         config = self.finetune
         # The first bin is the training range, so these are every length a prompt is drawn at.
         demonstrations = (config.demonstrations, config.demo_length)
-        _prompt_lengths(self.tasks, sorted({n for lo, hi in config.test_bins for n in range(lo, hi + 1)}),
-                        Demonstrations(retrieval=demonstrations, copying=demonstrations))
+        _prompt_lengths(
+            self.tasks,
+            sorted({n for lo, hi in config.test_bins for n in range(lo, hi + 1)}),
+            Demonstrations(retrieval=demonstrations, copying=demonstrations),
+        )
 
 
 @dataclass(frozen=True)
@@ -201,9 +209,13 @@ class MechanismSettings(PromptSettings):
         from_scratch = {"run": self.run, "task": self.task, "train_seed": self.train_seed}
         given, other = (pretrained, from_scratch) if self.run is None else (from_scratch, pretrained)
         for name, value in {**given, **other}.items():
-            self.require((value is None) == (name in other), name,
-                         "a value for a model of its kind and none for the other kind (give --model or --run, "
-                         "not both)" if name in given else "none: it belongs to the other kind of model")
+            self.require(
+                (value is None) == (name in other),
+                name,
+                "a value for a model of its kind and none for the other kind (give --model or --run, not both)"
+                if name in given
+                else "none: it belongs to the other kind of model",
+            )
         if self.run is None:
             self.among("tasks", RETRIEVAL_AND_COPYING)
             self.at_least(1, "lengths", "n")

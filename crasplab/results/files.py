@@ -3,8 +3,9 @@ with os.replace, so a process killed at any moment leaves either the old file or
 never a torn one. A temporary is named `.<file>.<writer's host>.<writer's pid>.<random>.tmp`, so
 that one left by a killed writer (a fine-tuning checkpoint's is over a gigabyte) is recognized and
 removed the next time its folder is opened (remove_stale_temporaries). Only a writer on this host
-can be known dead, so on a file system shared by several machines another host's temporaries stay. JSON-lines files are appended to by running
-jobs; reading keeps complete lines only, so a line torn by a killed writer is ignored.
+can be known dead, so on a file system shared by several machines another host's temporaries stay.
+JSON-lines files are appended to by running jobs; reading keeps complete lines only, so a line
+torn by a killed writer is ignored.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ _FOLDER_PROBLEMS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.
 
 def cannot_write(path: Path, error: OSError) -> ResultFileError:
     """The error to show for an OSError writing `path`."""
-    return ResultFileError(f"cannot write {path}: {error.strerror}; make its folder writable (or free space there), "
-                           "or give another --out")
+    return ResultFileError(
+        f"cannot write {path}: {error.strerror}; make its folder writable (or free space there), or give another --out"
+    )
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
@@ -45,8 +47,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_HOST}.{os.getpid()}.",
-                                   suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_HOST}.{os.getpid()}.", suffix=".tmp")
     except OSError as error:
         if error.errno in _FOLDER_PROBLEMS:
             raise cannot_write(path, error) from None
@@ -124,8 +125,10 @@ def read_jsonl(path: Path) -> list[dict]:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as error:
-            raise ResultFileError(f"{path}:{number}: not a JSON record ({error.msg}); expected one JSON object "
-                                  "per line as the lab writes them. Delete or repair that line") from None
+            raise ResultFileError(
+                f"{path}:{number}: not a JSON record ({error.msg}); expected one JSON object "
+                "per line as the lab writes them. Delete or repair that line"
+            ) from None
     return records
 
 
@@ -135,8 +138,13 @@ def write_summary_and_report(run_dir: Path, summary: dict, markdown: str) -> Non
     write_text(Path(run_dir) / "report.md", markdown)
 
 
-def rebuild_report(run_dir: Path, summarize: Callable[[Path], dict], markdown: Callable[[dict], str],
-                   draw: Callable[[dict, Path], None], figure_file: str) -> dict:
+def rebuild_report(
+    run_dir: Path,
+    summarize: Callable[[Path], dict],
+    markdown: Callable[[dict], str],
+    draw: Callable[[dict, Path], None],
+    figure_file: str,
+) -> dict:
     """Rebuild a run folder's summary.json, report.md and figure from its own files; return the summary."""
     run_dir = Path(run_dir)
     summary = summarize(run_dir)

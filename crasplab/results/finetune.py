@@ -87,39 +87,74 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     rows = []
     for task in config["tasks"]:
-        stages = {stage: [_accuracy(*_pooled(counts, task, stage, range(lo, hi + 1))) for lo, hi in bins]
-                  for stage in STAGES}
+        stages = {
+            stage: [_accuracy(*_pooled(counts, task, stage, range(lo, hi + 1))) for lo, hi in bins] for stage in STAGES
+        }
         after = stages["after"]
         complete = all(cell is not None for cell in after)
         observed = observe(after[0]["accuracy"], after[-1]["accuracy"], threshold) if complete else None
         prediction = dataclasses.asdict(predict(task, "ape"))
         judged = complete and observed != "did not fit" and prediction["generalizes"] is not None
         lengths = sorted({n for (t, _, n) in counts if t == task})
-        rows.append(dict(
-            task=task, predicted=prediction, before=stages["before"], after=after, observed=observed,
-            agrees=prediction["generalizes"] == (observed == "generalizes") if judged else None,
-            training=_training(metrics, task),
-            curve=dict(lengths=lengths, **{stage: [_accuracy(*counts[(task, stage, n)])["accuracy"]
-                                                   if (task, stage, n) in counts else None for n in lengths]
-                                           for stage in STAGES})))
+        rows.append(
+            dict(
+                task=task,
+                predicted=prediction,
+                before=stages["before"],
+                after=after,
+                observed=observed,
+                agrees=prediction["generalizes"] == (observed == "generalizes") if judged else None,
+                training=_training(metrics, task),
+                curve=dict(
+                    lengths=lengths,
+                    **{
+                        stage: [
+                            _accuracy(*counts[(task, stage, n)])["accuracy"] if (task, stage, n) in counts else None
+                            for n in lengths
+                        ]
+                        for stage in STAGES
+                    },
+                ),
+            )
+        )
     gaps = []
     for kind, first, second in GAPS:
         if first in config["tasks"] and second in config["tasks"]:
-            gaps.append(dict(kind=kind, name=f"{first} - {second}", first=first, second=second, **{
-                stage: dict(bins=[_difference(counts, first, second, stage, range(lo, hi + 1)) for lo, hi in bins],
-                            beyond=_difference(counts, first, second, stage, beyond))
-                for stage in STAGES}))
+            gaps.append(
+                dict(
+                    kind=kind,
+                    name=f"{first} - {second}",
+                    first=first,
+                    second=second,
+                    **{
+                        stage: dict(
+                            bins=[_difference(counts, first, second, stage, range(lo, hi + 1)) for lo, hi in bins],
+                            beyond=_difference(counts, first, second, stage, beyond),
+                        )
+                        for stage in STAGES
+                    },
+                )
+            )
     seconds = {stage: sum(r["seconds"] for r in answers if r["stage"] == stage) for stage in STAGES}
     trained = [row["training"] for row in rows if row["training"]]
     examples = settings["examples_per_length"]
     return dict(
-        model=config["model"], architecture=config.get("architecture"), preset=config.get("preset"), seed=config["seed"],
-        tasks=config["tasks"], settings=settings, bins=[list(b) for b in bins], threshold=threshold,
-        fit_threshold=FIT_THRESHOLD, rows=rows, gaps=gaps,
+        model=config["model"],
+        architecture=config.get("architecture"),
+        preset=config.get("preset"),
+        seed=config["seed"],
+        tasks=config["tasks"],
+        settings=settings,
+        bins=[list(b) for b in bins],
+        threshold=threshold,
+        fit_threshold=FIT_THRESHOLD,
+        rows=rows,
+        gaps=gaps,
         planned=len(config["tasks"]) * len({n for lo, hi in bins for n in range(lo, hi + 1)}) * examples,
         answered={stage: sum(r["stage"] == stage for r in answers) for stage in STAGES},
         eval_seconds=seconds,
-        train_seconds=sum(t["elapsed_s"] for t in trained), train_tokens=sum(t["tokens"] for t in trained),
+        train_seconds=sum(t["elapsed_s"] for t in trained),
+        train_tokens=sum(t["tokens"] for t in trained),
         agreements=sum(bool(row["agrees"]) for row in rows),
         judged=sum(row["agrees"] is not None for row in rows),
     )
@@ -145,47 +180,66 @@ def _side(entry: dict | None) -> str:
 def markdown_table(summary: dict) -> str:
     """Accuracy per bin before and after fine-tuning, the verdict and the prediction."""
     bins = [f"{lo}-{hi}" for lo, hi in summary["bins"]]
-    lines = ["| task | predicted | " + " | ".join(f"before {b}" for b in bins) + " | "
-             + " | ".join(f"after {b}" for b in bins) + " | after fine-tuning | agrees |",
-             "|---|---|" + "---|" * (2 * len(bins)) + "---|---|"]
+    lines = [
+        "| task | predicted | "
+        + " | ".join(f"before {b}" for b in bins)
+        + " | "
+        + " | ".join(f"after {b}" for b in bins)
+        + " | after fine-tuning | agrees |",
+        "|---|---|" + "---|" * (2 * len(bins)) + "---|---|",
+    ]
     for row in summary["rows"]:
         agrees = "-" if row["agrees"] is None else ("yes" if row["agrees"] else "NO")
-        lines.append(f"| {row['task']} | {row['predicted']['label']} | "
-                     + " | ".join(_cell(entry) for entry in row["before"] + row["after"])
-                     + f" | {row['observed'] or 'not finished'} | {agrees} |")
+        lines.append(
+            f"| {row['task']} | {row['predicted']['label']} | "
+            + " | ".join(_cell(entry) for entry in row["before"] + row["after"])
+            + f" | {row['observed'] or 'not finished'} | {agrees} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def gap_table(summary: dict) -> str:
     bins = [f"{lo}-{hi}" for lo, hi in summary["bins"]]
-    lines = ["| gap | stage | " + " | ".join(bins) + " | beyond the training lengths |",
-             "|---|---|" + "---|" * (len(bins) + 1)]
+    lines = [
+        "| gap | stage | " + " | ".join(bins) + " | beyond the training lengths |",
+        "|---|---|" + "---|" * (len(bins) + 1),
+    ]
     for gap in summary["gaps"]:
         for stage in STAGES:
-            lines.append(f"| {gap['name']} ({gap['kind']}) | {stage} | "
-                         + " | ".join(_gap_cell(entry) for entry in gap[stage]["bins"])
-                         + f" | {_gap_cell(gap[stage]['beyond'])} |")
+            lines.append(
+                f"| {gap['name']} ({gap['kind']}) | {stage} | "
+                + " | ".join(_gap_cell(entry) for entry in gap[stage]["bins"])
+                + f" | {_gap_cell(gap[stage]['beyond'])} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def direction_statement(summary: dict) -> str:
     """One line per directional pair: where its gap beyond the training lengths lies, before and after."""
-    lines = [f"- {gap['name']}: in context {_side(gap['before']['beyond'])}, after fine-tuning "
-             f"{_side(gap['after']['beyond'])}." for gap in summary["gaps"] if gap["kind"] == "direction"]
+    lines = [
+        f"- {gap['name']}: in context {_side(gap['before']['beyond'])}, after fine-tuning "
+        f"{_side(gap['after']['beyond'])}."
+        for gap in summary["gaps"]
+        if gap["kind"] == "direction"
+    ]
     return "\n".join(lines) + "\n" if lines else "No directional pair (both tasks of a pair) was run.\n"
 
 
 def training_table(summary: dict) -> str:
-    lines = ["| task | method | trainable parameters | steps | training time | tokens | tokens/s | last loss |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| task | method | trainable parameters | steps | training time | tokens | tokens/s | last loss |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in summary["rows"]:
         t = row["training"]
         if t is None:
             lines.append(f"| {row['task']} | not finished | | | | | | |")
             continue
         loss = "-" if t["final_loss"] is None else f"{t['final_loss']:.4f}"
-        lines.append(f"| {row['task']} | {t['method']} | {t['trainable_parameters']:,} | {t['steps']} | "
-                     f"{t['elapsed_s'] / 60:.1f} min | {t['tokens']:,} | {t['tokens_per_s']:.0f} | {loss} |")
+        lines.append(
+            f"| {row['task']} | {t['method']} | {t['trainable_parameters']:,} | {t['steps']} | "
+            f"{t['elapsed_s'] / 60:.1f} min | {t['tokens']:,} | {t['tokens_per_s']:.0f} | {loss} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -193,7 +247,8 @@ def report_markdown(summary: dict) -> str:
     s = summary["settings"]
     answered, planned = summary["answered"], summary["planned"]
     parts = [
-        f"# Fine-tuning, then longer inputs: {summary['model']} ({summary['architecture']}), preset {summary['preset']}\n\n",
+        f"# Fine-tuning, then longer inputs: {summary['model']} ({summary['architecture']}), "
+        f"preset {summary['preset']}\n\n",
         f"Each task starts from the pretrained weights and is fine-tuned ({s['method']}"
         + (f", rank {s['lora_rank']}, alpha {s['lora_alpha']}" if s["method"] == "lora" else "")
         + f") for {s['max_steps']} steps of {s['batch_size']} prompts with input lengths "
@@ -217,19 +272,28 @@ def report_markdown(summary: dict) -> str:
         "\nTraining:\n\n",
         training_table(summary),
     ]
-    timing = [f"{stage}: {answered[stage]} prompts in {summary['eval_seconds'][stage]:.0f} s of generation"
-              for stage in STAGES if answered[stage]]
+    timing = [
+        f"{stage}: {answered[stage]} prompts in {summary['eval_seconds'][stage]:.0f} s of generation"
+        for stage in STAGES
+        if answered[stage]
+    ]
     if timing:
         parts.append(f"\nTest prompts answered ({'; '.join(timing)}; compilation included).\n")
     if summary["train_seconds"]:
-        parts.append(f"Training: {summary['train_seconds'] / 60:.1f} min for {summary['train_tokens']:,} tokens "
-                     f"({summary['train_tokens'] / summary['train_seconds']:.0f} tokens/s, compilation and "
-                     "checkpoints included).\n")
+        parts.append(
+            f"Training: {summary['train_seconds'] / 60:.1f} min for {summary['train_tokens']:,} tokens "
+            f"({summary['train_tokens'] / summary['train_seconds']:.0f} tokens/s, compilation and "
+            "checkpoints included).\n"
+        )
     missing = [f"{stage} {planned - answered[stage]} of {planned}" for stage in STAGES if answered[stage] < planned]
     if missing:
         parts.append(f"\nIncomplete run: prompts not answered yet: {', '.join(missing)}.\n")
-    parts.append("\nWhy each prediction:\n\n" + "".join(
-        f"- {row['task']}: {row['predicted']['reason'] or row['predicted']['label']}\n" for row in summary["rows"]))
+    parts.append(
+        "\nWhy each prediction:\n\n"
+        + "".join(
+            f"- {row['task']}: {row['predicted']['reason'] or row['predicted']['label']}\n" for row in summary["rows"]
+        )
+    )
     parts.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
     return "".join(parts)
 
@@ -247,8 +311,9 @@ def draw_figure(summary: dict, path: Path) -> None:
             points = [(n, a) for n, a in zip(row["curve"]["lengths"], row["curve"][stage]) if a is not None]
             if points:
                 ax.plot(*zip(*points), style, marker=".", label="in context" if stage == "before" else "fine-tuned")
-        ax.set_title(f"{row['task']} ({'left/backward' if row['task'] in LEFT_OR_BACKWARD else 'right/forward'})",
-                     fontsize=9)
+        ax.set_title(
+            f"{row['task']} ({'left/backward' if row['task'] in LEFT_OR_BACKWARD else 'right/forward'})", fontsize=9
+        )
         ax.set_xlabel("input length")
         ax.set_ylim(-0.05, 1.05)
     axes[0][0].set_ylabel("exact match")
@@ -260,9 +325,17 @@ def draw_figure(summary: dict, path: Path) -> None:
         if entries:
             positions = [k + 0.15 * (offset - 0.5) for k, _ in entries]
             values = [e["gap"] for _, e in entries]
-            ax.errorbar(values, positions, xerr=[[v - e["low"] for v, (_, e) in zip(values, entries)],
-                                                 [e["high"] - v for v, (_, e) in zip(values, entries)]],
-                        fmt=marker, capsize=3, label="in context" if stage == "before" else "fine-tuned")
+            ax.errorbar(
+                values,
+                positions,
+                xerr=[
+                    [v - e["low"] for v, (_, e) in zip(values, entries)],
+                    [e["high"] - v for v, (_, e) in zip(values, entries)],
+                ],
+                fmt=marker,
+                capsize=3,
+                label="in context" if stage == "before" else "fine-tuned",
+            )
     ax.axvline(0, color="0.5", linewidth=1)
     ax.set_yticks(range(len(gaps)), [gap["name"] for gap in gaps], fontsize=8)
     ax.invert_yaxis()
@@ -275,4 +348,6 @@ def draw_figure(summary: dict, path: Path) -> None:
 
 def write_report(run_dir: Path, threshold: float | None = None) -> dict:
     """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
-    return rebuild_report(run_dir, lambda folder: summarize(folder, threshold), report_markdown, draw_figure, FIGURE_FILE)
+    return rebuild_report(
+        run_dir, lambda folder: summarize(folder, threshold), report_markdown, draw_figure, FIGURE_FILE
+    )

@@ -65,8 +65,16 @@ def _gap(kind: str, first: str, second: str, counts: dict, lengths: list[int]) -
     if not per_length:
         return None
     difference, low, high = difference_interval(*pooled(first), *pooled(second))
-    return dict(kind=kind, first=first, second=second, name=f"{first} - {second}", gap=difference, low=low, high=high,
-                per_length=per_length)
+    return dict(
+        kind=kind,
+        first=first,
+        second=second,
+        name=f"{first} - {second}",
+        gap=difference,
+        low=low,
+        high=high,
+        per_length=per_length,
+    )
 
 
 def summarize(run_dir: Path) -> dict:
@@ -81,16 +89,37 @@ def summarize(run_dir: Path) -> dict:
             if (task, length) in counts:
                 correct, total = counts[(task, length)]
                 low, high = wilson_interval(correct, total)
-                cells.append(dict(task=task, length=length, correct=correct, total=total, accuracy=correct / total,
-                                  low=low, high=high))
-    gaps = [gap for kind, first, second in GAPS if first in config["tasks"] and second in config["tasks"]
-            for gap in [_gap(kind, first, second, counts, lengths)] if gap is not None]
+                cells.append(
+                    dict(
+                        task=task,
+                        length=length,
+                        correct=correct,
+                        total=total,
+                        accuracy=correct / total,
+                        low=low,
+                        high=high,
+                    )
+                )
+    gaps = [
+        gap
+        for kind, first, second in GAPS
+        if first in config["tasks"] and second in config["tasks"]
+        for gap in [_gap(kind, first, second, counts, lengths)]
+        if gap is not None
+    ]
     seconds = sum(record["seconds"] for record in records)
     return dict(
-        model=config["model"], architecture=config["architecture"], tasks=config["tasks"], lengths=lengths,
-        planned=len(config["tasks"]) * len(lengths) * config["n"], evaluated=len(records),
-        cells=cells, gaps=gaps, predictions={task: dataclasses.asdict(predict(task, "ape")) for task in config["tasks"]},
-        generation_seconds=seconds, prompts_per_second=len(records) / seconds if seconds else None,
+        model=config["model"],
+        architecture=config["architecture"],
+        tasks=config["tasks"],
+        lengths=lengths,
+        planned=len(config["tasks"]) * len(lengths) * config["n"],
+        evaluated=len(records),
+        cells=cells,
+        gaps=gaps,
+        predictions={task: dataclasses.asdict(predict(task, "ape")) for task in config["tasks"]},
+        generation_seconds=seconds,
+        prompts_per_second=len(records) / seconds if seconds else None,
     )
 
 
@@ -117,10 +146,14 @@ def bias_statement(summary: dict) -> str:
     if len(above) == len(directional):
         verdict = "shows the directional bias the paper reports (right/forward beats left/backward) on every pair"
     elif above and not below:
-        verdict = f"shows the paper's directional bias on {len(above)} of {len(directional)} pairs ({', '.join(above)}); " \
-                  "the other intervals include 0"
+        verdict = (
+            f"shows the paper's directional bias on {len(above)} of {len(directional)} pairs ({', '.join(above)}); "
+            "the other intervals include 0"
+        )
     elif below and not above:
-        verdict = f"shows the opposite of the paper's directional bias on {', '.join(below)}; the other intervals include 0"
+        verdict = (
+            f"shows the opposite of the paper's directional bias on {', '.join(below)}; the other intervals include 0"
+        )
     elif above and below:
         verdict = f"is mixed: right/forward better on {', '.join(above)}, left/backward better on {', '.join(below)}"
     else:
@@ -140,8 +173,15 @@ def report_markdown(summary: dict) -> str:
         "|---|---|" + "---|" * len(lengths),
     ]
     for task in summary["tasks"]:
-        row = [_interval(by_cell[(task, length)]["accuracy"], by_cell[(task, length)]["low"], by_cell[(task, length)]["high"])
-               + f" (n={by_cell[(task, length)]['total']})" if (task, length) in by_cell else "-" for length in lengths]
+        row = [
+            _interval(
+                by_cell[(task, length)]["accuracy"], by_cell[(task, length)]["low"], by_cell[(task, length)]["high"]
+            )
+            + f" (n={by_cell[(task, length)]['total']})"
+            if (task, length) in by_cell
+            else "-"
+            for length in lengths
+        ]
         lines.append(f"| {task} | {summary['predictions'][task]['label']} | " + " | ".join(row) + " |")
     lines += [
         "\nGaps (accuracy difference with Newcombe's 95% interval), pooled over lengths and per length:\n",
@@ -150,20 +190,32 @@ def report_markdown(summary: dict) -> str:
     ]
     for gap in summary["gaps"]:
         per_length = {entry["length"]: entry for entry in gap["per_length"]}
-        cells = [_interval(per_length[length]["gap"], per_length[length]["low"], per_length[length]["high"], signed=True)
-                 if length in per_length else "-" for length in lengths]
-        lines.append(f"| {gap['kind']} | {gap['name']} | {_interval(gap['gap'], gap['low'], gap['high'], signed=True)} | "
-                     + " | ".join(cells) + " |")
+        cells = [
+            _interval(per_length[length]["gap"], per_length[length]["low"], per_length[length]["high"], signed=True)
+            if length in per_length
+            else "-"
+            for length in lengths
+        ]
+        lines.append(
+            f"| {gap['kind']} | {gap['name']} | {_interval(gap['gap'], gap['low'], gap['high'], signed=True)} | "
+            + " | ".join(cells)
+            + " |"
+        )
     lines.append(f"\n{bias_statement(summary)}\n")
     uniqueness = [gap for gap in summary["gaps"] if gap["kind"] == "uniqueness"]
     if uniqueness:
-        lines.append("Uniqueness gaps (unique minus non-unique): "
-                     + "; ".join(f"{gap['name']} {_side(gap)}" for gap in uniqueness) + ".\n")
+        lines.append(
+            "Uniqueness gaps (unique minus non-unique): "
+            + "; ".join(f"{gap['name']} {_side(gap)}" for gap in uniqueness)
+            + ".\n"
+        )
     if summary["evaluated"] < summary["planned"]:
         lines.append(f"\nIncomplete run: {summary['evaluated']} of {summary['planned']} prompts evaluated.\n")
     if summary["prompts_per_second"]:
-        lines.append(f"\nGeneration: {summary['evaluated']} prompts in {summary['generation_seconds']:.0f} s "
-                     f"({summary['prompts_per_second']:.2f} prompts/s; compilation included, model loading not).\n")
+        lines.append(
+            f"\nGeneration: {summary['evaluated']} prompts in {summary['generation_seconds']:.0f} s "
+            f"({summary['prompts_per_second']:.2f} prompts/s; compilation included, model loading not).\n"
+        )
     lines.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
     return "\n".join(lines)
 
@@ -182,7 +234,10 @@ def draw_figure(summary: dict, path: Path) -> None:
             # A small shift per task keeps equal accuracies (often all 0) from hiding each other.
             lengths = [c["length"] + (offset - len(tasks) / 2) * spread for c in cells]
             accuracy = [c["accuracy"] for c in cells]
-            errors = [[max(0.0, a - c["low"]) for a, c in zip(accuracy, cells)], [max(0.0, c["high"] - a) for a, c in zip(accuracy, cells)]]
+            errors = [
+                [max(0.0, a - c["low"]) for a, c in zip(accuracy, cells)],
+                [max(0.0, c["high"] - a) for a, c in zip(accuracy, cells)],
+            ]
             # Right/forward solid, left/backward dashed: the comparison the paper makes.
             style = "--" if task in LEFT_OR_BACKWARD else "-"
             ax.errorbar(lengths, accuracy, yerr=errors, linestyle=style, marker="o", capsize=3, label=task)
@@ -194,8 +249,13 @@ def draw_figure(summary: dict, path: Path) -> None:
     axes[0].set_ylabel("exact match")
     gaps = summary["gaps"]
     positions = range(len(gaps))
-    axes[2].errorbar([g["gap"] for g in gaps], positions, xerr=[[g["gap"] - g["low"] for g in gaps], [g["high"] - g["gap"] for g in gaps]],
-                     fmt="o", capsize=3)
+    axes[2].errorbar(
+        [g["gap"] for g in gaps],
+        positions,
+        xerr=[[g["gap"] - g["low"] for g in gaps], [g["high"] - g["gap"] for g in gaps]],
+        fmt="o",
+        capsize=3,
+    )
     axes[2].axvline(0, color="0.5", linewidth=1)
     axes[2].set_yticks(list(positions), [f"{g['name']} ({g['kind']})" for g in gaps], fontsize=8)
     axes[2].invert_yaxis()

@@ -79,8 +79,13 @@ class BinEval:
 
     @classmethod
     def from_dict(cls, values: dict) -> BinEval:
-        return cls(**{**values, "lengths": tuple(values.get("lengths", ())),
-                      "length_accuracy": tuple(values.get("length_accuracy", ()))})
+        return cls(
+            **{
+                **values,
+                "lengths": tuple(values.get("lengths", ())),
+                "length_accuracy": tuple(values.get("length_accuracy", ())),
+            }
+        )
 
 
 @dataclass(frozen=True)

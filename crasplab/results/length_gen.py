@@ -29,6 +29,8 @@ from crasplab.train.provenance import bits_key
 FIGURE_FILE = "accuracy_by_length.png"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
 DEFAULT_THRESHOLD = 0.9
+
+
 def run_jobs(tasks, seeds) -> list[tuple[str, int]]:
     """The (task, seed) jobs of a run, in the order they are listed and reported."""
     return [(task, seed) for task in tasks for seed in seeds]
@@ -68,8 +70,12 @@ def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
     for task, by_seed in finals.items():
         for seed, record in by_seed.items():
             result = results.get((task, seed), {})
-            by_seed[seed] = dict(record, finished=bool(result), stopped_early=result.get("stopped_early"),
-                                 elapsed_s=result.get("elapsed_s"))
+            by_seed[seed] = dict(
+                record,
+                finished=bool(result),
+                stopped_early=result.get("stopped_early"),
+                elapsed_s=result.get("elapsed_s"),
+            )
     return finals
 
 
@@ -85,19 +91,26 @@ def length_curve(records_by_seed: list[dict]) -> dict | None:
         return None
     lengths = [n for b in records_by_seed[0]["bins"] for n in b["lengths"]]
     accuracy_SxN = np.array([[a for b in record["bins"] for a in b["length_accuracy"]] for record in records_by_seed])
-    return dict(lengths=lengths, mean=[round(float(a), 4) for a in accuracy_SxN.mean(axis=0)],
-                std=[round(float(a), 4) for a in accuracy_SxN.std(axis=0)])
+    return dict(
+        lengths=lengths,
+        mean=[round(float(a), 4) for a in accuracy_SxN.mean(axis=0)],
+        std=[round(float(a), 4) for a in accuracy_SxN.std(axis=0)],
+    )
 
 
 def model_description(config: dict) -> str:
     """The run's model as the report states it, with the tasks whose model differs."""
     model = config["model"]
-    text = (f"{model['n_layers']} layers x {model['n_heads']} heads x d_model {model['d_model']} "
-            f"(d_ff {model['d_ff'] or 4 * model['d_model']}, {model['dtype']})")
+    text = (
+        f"{model['n_layers']} layers x {model['n_heads']} heads x d_model {model['d_model']} "
+        f"(d_ff {model['d_ff'] or 4 * model['d_model']}, {model['dtype']})"
+    )
     changes = config.get("model_overrides", {})
     if changes:
-        text += "; " + "; ".join(f"{task}: " + ", ".join(f"{name} {value}" for name, value in changed.items())
-                                 for task, changed in changes.items())
+        text += "; " + "; ".join(
+            f"{task}: " + ", ".join(f"{name} {value}" for name, value in changed.items())
+            for task, changed in changes.items()
+        )
     return text
 
 
@@ -125,44 +138,88 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         seeds = sorted(by_seed)
         accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
         bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
-        prediction = (written[task]["prediction"] if written and task in written
-                      else dataclasses.asdict(predict(task, config["model"]["pe"])))
+        prediction = (
+            written[task]["prediction"]
+            if written and task in written
+            else dataclasses.asdict(predict(task, config["model"]["pe"]))
+        )
         # Seeds that did not fit their training lengths say nothing about longer ones: the verdict
         # is made from the seeds that fit (none: the task did not fit).
         fit_S = accuracy_SxK[:, 0] >= FIT_THRESHOLD
-        observed = ("did not fit" if not fit_S.any()
-                    else observe(accuracy_SxK[fit_S, 0].mean(), accuracy_SxK[fit_S, -1].mean(), threshold))
+        observed = (
+            "did not fit"
+            if not fit_S.any()
+            else observe(accuracy_SxK[fit_S, 0].mean(), accuracy_SxK[fit_S, -1].mean(), threshold)
+        )
         judged = prediction["generalizes"] is not None and observed != "did not fit"
-        rows.append(dict(
-            task=task, predicted=prediction, observed=observed, seeds_fit=int(fit_S.sum()),
-            agrees=(prediction["generalizes"] == (observed == "generalizes")) if judged else None,
-            seeds_agreeing=None if not judged else sum(
-                (observe(a[0], a[-1], threshold) == "generalizes") == prediction["generalizes"] for a in accuracy_SxK[fit_S]),
-            bins=[dict(lo=lo, hi=hi, mean=round(float(accuracy_SxK[:, k].mean()), 4),
-                       std=round(float(accuracy_SxK[:, k].std()), 4),
-                       per_seed=[float(a) for a in accuracy_SxK[:, k]]) for k, (lo, hi) in enumerate(bins)],
-            curve=length_curve([by_seed[s] for s in seeds]),
-            seeds=seeds, steps=[by_seed[s]["step"] for s in seeds],
-            stopped_early=[by_seed[s]["stopped_early"] for s in seeds],
-            finished=all(by_seed[s]["finished"] for s in seeds),
-            greedy_disagreements=sum(b["greedy_disagreements"] for s in seeds for b in by_seed[s]["bins"]),
-            greedy_checked=sum(b["greedy_checked"] for s in seeds for b in by_seed[s]["bins"]),
-            train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1)))
+        rows.append(
+            dict(
+                task=task,
+                predicted=prediction,
+                observed=observed,
+                seeds_fit=int(fit_S.sum()),
+                agrees=(prediction["generalizes"] == (observed == "generalizes")) if judged else None,
+                seeds_agreeing=None
+                if not judged
+                else sum(
+                    (observe(a[0], a[-1], threshold) == "generalizes") == prediction["generalizes"]
+                    for a in accuracy_SxK[fit_S]
+                ),
+                bins=[
+                    dict(
+                        lo=lo,
+                        hi=hi,
+                        mean=round(float(accuracy_SxK[:, k].mean()), 4),
+                        std=round(float(accuracy_SxK[:, k].std()), 4),
+                        per_seed=[float(a) for a in accuracy_SxK[:, k]],
+                    )
+                    for k, (lo, hi) in enumerate(bins)
+                ],
+                curve=length_curve([by_seed[s] for s in seeds]),
+                seeds=seeds,
+                steps=[by_seed[s]["step"] for s in seeds],
+                stopped_early=[by_seed[s]["stopped_early"] for s in seeds],
+                finished=all(by_seed[s]["finished"] for s in seeds),
+                greedy_disagreements=sum(b["greedy_disagreements"] for s in seeds for b in by_seed[s]["bins"]),
+                greedy_checked=sum(b["greedy_checked"] for s in seeds for b in by_seed[s]["bins"]),
+                train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1),
+            )
+        )
     judged = [row for row in rows if row["agrees"] is not None]
     first_task_train = config["train"][config["tasks"][0]]
     protocol = read_protocol(run_dir)
-    under_protocol = None if protocol is None else dict(
-        rules=protocol.to_dict(), text=protocol.text(),
-        rows=protocol_rows(protocol, read_jsonl(run_dir / "metrics.jsonl"), finals,
-                           [task for task in config["tasks"] if task in finals], read_predictions(run_dir),
-                           {task: train["max_steps"] for task, train in config["train"].items()}))
-    return dict(protocol=under_protocol, environments=environments(read_jsonl(run_dir / "metrics.jsonl")), pe=config["model"]["pe"], preset=config["preset"], model=model_description(config),
-                threshold=threshold, fit_threshold=FIT_THRESHOLD,
-                rows=rows, bins=[list(b) for b in first_task_train["test_bins"]],
-                agreements=sum(row["agrees"] for row in judged), judged=len(judged),
-                did_not_fit=[row["task"] for row in rows if row["observed"] == "did not fit"],
-                missing_tasks=[t for t in config["tasks"] if t not in finals],
-                train_seconds=round(sum(row["train_seconds"] for row in rows), 1))
+    under_protocol = (
+        None
+        if protocol is None
+        else dict(
+            rules=protocol.to_dict(),
+            text=protocol.text(),
+            rows=protocol_rows(
+                protocol,
+                read_jsonl(run_dir / "metrics.jsonl"),
+                finals,
+                [task for task in config["tasks"] if task in finals],
+                read_predictions(run_dir),
+                {task: train["max_steps"] for task, train in config["train"].items()},
+            ),
+        )
+    )
+    return dict(
+        protocol=under_protocol,
+        environments=environments(read_jsonl(run_dir / "metrics.jsonl")),
+        pe=config["model"]["pe"],
+        preset=config["preset"],
+        model=model_description(config),
+        threshold=threshold,
+        fit_threshold=FIT_THRESHOLD,
+        rows=rows,
+        bins=[list(b) for b in first_task_train["test_bins"]],
+        agreements=sum(row["agrees"] for row in judged),
+        judged=len(judged),
+        did_not_fit=[row["task"] for row in rows if row["observed"] == "did not fit"],
+        missing_tasks=[t for t in config["tasks"] if t not in finals],
+        train_seconds=round(sum(row["train_seconds"] for row in rows), 1),
+    )
 
 
 def check_task_names(config: dict, run_dir: Path) -> None:
@@ -173,8 +230,10 @@ def check_task_names(config: dict, run_dir: Path) -> None:
         raise RunFolderError(f"{run_dir}/config.json: tasks must be a list of task codes, got {tasks!r}")
     unknown = [t for t in tasks if t not in TASK_CODES]
     if unknown:
-        raise RunFolderError(f"{run_dir}/config.json names tasks {unknown} that the library does not have; "
-                             f"accepted: {', '.join(TASK_CODES)}")
+        raise RunFolderError(
+            f"{run_dir}/config.json names tasks {unknown} that the library does not have; "
+            f"accepted: {', '.join(TASK_CODES)}"
+        )
 
 
 def environments(records: list[dict]) -> list[dict]:
@@ -183,11 +242,19 @@ def environments(records: list[dict]) -> list[dict]:
     groups: dict[tuple, dict] = {}
     for record in records:
         if record["kind"] == "provenance":
-            group = groups.setdefault(bits_key(record), dict(
-                jax=record["packages"].get("jax"), jaxlib=record["packages"].get("jaxlib"),
-                device=f"{record['backend']} {record['device_kind']} x{record['device_count']}",
-                cpu=record["cpu"].get("model"), cpu_flags_sha256=record["cpu"].get("flags_sha256"),
-                xla_flags=record["xla_flags"], lab_commits=[], jobs=[]))
+            group = groups.setdefault(
+                bits_key(record),
+                dict(
+                    jax=record["packages"].get("jax"),
+                    jaxlib=record["packages"].get("jaxlib"),
+                    device=f"{record['backend']} {record['device_kind']} x{record['device_count']}",
+                    cpu=record["cpu"].get("model"),
+                    cpu_flags_sha256=record["cpu"].get("flags_sha256"),
+                    xla_flags=record["xla_flags"],
+                    lab_commits=[],
+                    jobs=[],
+                ),
+            )
             group["jobs"] = sorted({*map(tuple, group["jobs"]), (record["task"], record["seed"])})
             group["lab_commits"] = sorted({*group["lab_commits"], str(record["lab_commit"])})
     return list(groups.values())
@@ -198,21 +265,28 @@ def markdown_table(summary: dict) -> str:
     if not rows:
         return "(no finished evaluations yet)\n"
     asked = [tuple(b) for b in summary["bins"]]
-    lines = ["| task | predicted | " + " | ".join(f"{lo}-{hi}" for lo, hi in asked) + " | observed | agrees |",
-             "|---|---|" + "---|" * len(asked) + "---|---|"]
+    lines = [
+        "| task | predicted | " + " | ".join(f"{lo}-{hi}" for lo, hi in asked) + " | observed | agrees |",
+        "|---|---|" + "---|" * len(asked) + "---|---|",
+    ]
     for row in rows:
         # A bin the task's sampler could not fill entirely is shown with the lengths it really holds.
         spread = len(row["seeds"]) > 1
-        cells = [f"{b['mean']:.3f}" + (f" ± {b['std']:.3f}" if spread else "")
-                 + ("" if (b["lo"], b["hi"]) == wanted else f" ({b['lo']}-{b['hi']})")
-                 for b, wanted in zip(row["bins"], asked)]
+        cells = [
+            f"{b['mean']:.3f}"
+            + (f" ± {b['std']:.3f}" if spread else "")
+            + ("" if (b["lo"], b["hi"]) == wanted else f" ({b['lo']}-{b['hi']})")
+            for b, wanted in zip(row["bins"], asked)
+        ]
         agrees = "-" if row["agrees"] is None else ("yes" if row["agrees"] else "NO")
         if row["seeds_agreeing"] is not None and len(row["seeds"]) > 1:
             agrees += f" ({row['seeds_agreeing']} of {row['seeds_fit']} fit seeds)"
-        observed = row["observed"] + (f" ({row['seeds_fit']}/{len(row['seeds'])} seeds fit)"
-                                      if 0 < row["seeds_fit"] < len(row["seeds"]) else "")
-        lines.append(f"| {row['task']} | {row['predicted']['label']} | " + " | ".join(cells)
-                     + f" | {observed} | {agrees} |")
+        observed = row["observed"] + (
+            f" ({row['seeds_fit']}/{len(row['seeds'])} seeds fit)" if 0 < row["seeds_fit"] < len(row["seeds"]) else ""
+        )
+        lines.append(
+            f"| {row['task']} | {row['predicted']['label']} | " + " | ".join(cells) + f" | {observed} | {agrees} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -234,13 +308,21 @@ def report_markdown(summary: dict) -> str:
         markdown_table(summary),
         f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks that have a "
         f"prediction and fit their training lengths.\n",
-        (f"Did not fit the training lengths, left out of the agreement count: {len(summary['did_not_fit'])} "
-         f"({', '.join(summary['did_not_fit'])}).\n" if summary["did_not_fit"] else ""),
+        (
+            f"Did not fit the training lengths, left out of the agreement count: {len(summary['did_not_fit'])} "
+            f"({', '.join(summary['did_not_fit'])}).\n"
+            if summary["did_not_fit"]
+            else ""
+        ),
         f"Greedy KV-cache decoding disagreed with teacher forcing on {disagreements} of {checked} checked strings.\n",
         f"Training time (sum over jobs): {summary['train_seconds']:.0f} s.\n",
     ]
-    parts.append("\nWhy each prediction:\n\n" + "".join(
-        f"- {row['task']}: {row['predicted']['reason'] or row['predicted']['label']}\n" for row in summary["rows"]))
+    parts.append(
+        "\nWhy each prediction:\n\n"
+        + "".join(
+            f"- {row['task']}: {row['predicted']['reason'] or row['predicted']['label']}\n" for row in summary["rows"]
+        )
+    )
     if unfinished:
         parts.append(f"\nStill running (last evaluation shown): {', '.join(unfinished)}.\n")
     if summary["missing_tasks"]:
@@ -255,12 +337,16 @@ def report_markdown(summary: dict) -> str:
 def environments_markdown(groups: list[dict]) -> str:
     if not groups:
         return "\nThe run predates provenance records: the machine and versions behind its numbers are unknown.\n"
-    lines = [f"\nWhat decided the bits (the same seed gives the same numbers only under the same row): "
-             f"{len(groups)} environment{'s' if len(groups) > 1 else ''}.\n"]
+    lines = [
+        f"\nWhat decided the bits (the same seed gives the same numbers only under the same row): "
+        f"{len(groups)} environment{'s' if len(groups) > 1 else ''}.\n"
+    ]
     for group in groups:
-        lines.append(f"- jax {group['jax']}, jaxlib {group['jaxlib']}, {group['device']}, CPU {group['cpu']} (flags "
-                     f"{group['cpu_flags_sha256']}), XLA_FLAGS '{group['xla_flags']}', lab {', '.join(group['lab_commits'])}: "
-                     f"{len(group['jobs'])} jobs\n")
+        lines.append(
+            f"- jax {group['jax']}, jaxlib {group['jaxlib']}, {group['device']}, CPU {group['cpu']} (flags "
+            f"{group['cpu_flags_sha256']}), XLA_FLAGS '{group['xla_flags']}', lab {', '.join(group['lab_commits'])}: "
+            f"{len(group['jobs'])} jobs\n"
+        )
     return "".join(lines)
 
 
@@ -271,8 +357,7 @@ def draw_figure(summary: dict, path: Path) -> None:
     rows = summary["rows"]
     columns = min(5, max(len(rows), 1))
     grid_rows = max(1, -(-len(rows) // columns))
-    figure, axes = plt.subplots(grid_rows, columns, figsize=(3 * columns, 2.6 * grid_rows), squeeze=False,
-                                sharey=True)
+    figure, axes = plt.subplots(grid_rows, columns, figsize=(3 * columns, 2.6 * grid_rows), squeeze=False, sharey=True)
     style = {True: "-", False: "--", None: ":"}
     for ax, row in zip(axes.flat, rows):
         line = style[row["predicted"]["generalizes"]]
@@ -282,22 +367,33 @@ def draw_figure(summary: dict, path: Path) -> None:
             ax.fill_between(lengths, mean - std, mean + std, alpha=0.25, linewidth=0)
         else:  # runs evaluated per bin only
             centers = [(b["lo"] + b["hi"]) / 2 for b in row["bins"]]
-            ax.errorbar(centers, [b["mean"] for b in row["bins"]], yerr=[b["std"] for b in row["bins"]],
-                        linestyle=line, marker="o", capsize=3)
+            ax.errorbar(
+                centers,
+                [b["mean"] for b in row["bins"]],
+                yerr=[b["std"] for b in row["bins"]],
+                linestyle=line,
+                marker="o",
+                capsize=3,
+            )
         ax.axvspan(row["bins"][0]["lo"], row["bins"][0]["hi"], color="0.92", zorder=0)
         ax.axhline(summary["threshold"], color="0.6", linewidth=0.8, linestyle=":")
         ax.set_title(f"{row['task']}: {row['observed']}", fontsize=9)
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("input length")
-    for ax in axes.flat[len(rows):]:
+    for ax in axes.flat[len(rows) :]:
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel("exact match")
-    figure.suptitle(f"{summary['pe'].upper()} ({summary['preset']}): solid = predicted to generalize, "
-                    "dashed = predicted not to; grey = training lengths; dotted = threshold", fontsize=9)
+    figure.suptitle(
+        f"{summary['pe'].upper()} ({summary['preset']}): solid = predicted to generalize, "
+        "dashed = predicted not to; grey = training lengths; dotted = threshold",
+        fontsize=9,
+    )
     save_figure(figure, path, dpi=120)
 
 
 def write_report(run_dir: Path, threshold: float | None = None) -> dict:
     """Rebuild summary.json, report.md and the figure from the run folder; return the summary."""
-    return rebuild_report(run_dir, lambda folder: summarize(folder, threshold), report_markdown, draw_figure, FIGURE_FILE)
+    return rebuild_report(
+        run_dir, lambda folder: summarize(folder, threshold), report_markdown, draw_figure, FIGURE_FILE
+    )

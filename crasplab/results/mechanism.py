@@ -53,24 +53,31 @@ INTERPRETER_TEXT = (
     f"(UB, UL) read the previous token at the current token's earlier occurrence, `{BACKWARD_READ}`: one attention "
     "to e itself (a first-occurrence head) composed with a previous-token head, or one attention to e - 1 (an "
     "anti-induction head). The interpreter's prediction is beside each task; a C-RASP[] witness (nested counts) "
-    "needs no previous-token relation at all.\n")
+    "needs no previous-token relation at all.\n"
+)
 
 
 def read_scores(run_dir: Path) -> dict:
     """scores.json: {score: {mean, std, period_means}} for every score."""
     path = Path(run_dir) / SCORES_FILE
     if not path.is_file():
-        raise ResultFileError(f"{path.parent} has no {SCORES_FILE}: its run stopped before the scores were measured; "
-                              f"run the same {EXPERIMENT} command again to continue it")
+        raise ResultFileError(
+            f"{path.parent} has no {SCORES_FILE}: its run stopped before the scores were measured; "
+            f"run the same {EXPERIMENT} command again to continue it"
+        )
     try:
         scores = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise ResultFileError(f"{path}: unreadable ({error}); delete it and run the same command again to "
-                              "measure the scores anew") from None
-    if not isinstance(scores, dict) or not all(isinstance(scores.get(name), dict) and "mean" in scores[name]
-                                               for name in SCORES):
-        raise ResultFileError(f"{path} does not hold the scores {', '.join(SCORES)} as {EXPERIMENT} writes them; "
-                              "delete it and run the same command again")
+        raise ResultFileError(
+            f"{path}: unreadable ({error}); delete it and run the same command again to measure the scores anew"
+        ) from None
+    if not isinstance(scores, dict) or not all(
+        isinstance(scores.get(name), dict) and "mean" in scores[name] for name in SCORES
+    ):
+        raise ResultFileError(
+            f"{path} does not hold the scores {', '.join(SCORES)} as {EXPERIMENT} writes them; "
+            "delete it and run the same command again"
+        )
     return scores
 
 
@@ -104,19 +111,30 @@ def _rows(config: dict, records: list[dict]) -> list[dict]:
     conditions = [("none", 0, None)]
     for k in config["k"]:
         conditions += [(name, k, None) for name in config["ablate"]]
-        conditions += [("random", k, draw) for draw in range(config["draws"])] + [("random", k, "pooled")] * (config["draws"] > 1)
+        conditions += [("random", k, draw) for draw in range(config["draws"])] + [("random", k, "pooled")] * (
+            config["draws"] > 1
+        )
     rows = []
     for task in dict.fromkeys(task for task, _ in config["cells"]):
         task_records = [r for r in records if r["task"] == task]
         base = _counts([r for r in task_records if r["ablation"] == "none"])
         for name, k, draw in conditions:
-            chosen = [r for r in task_records if r["ablation"] == name and r["k"] == k and draw in (None, "pooled", r["draw"])]
+            chosen = [
+                r for r in task_records if r["ablation"] == name and r["k"] == k and draw in (None, "pooled", r["draw"])
+            ]
             if not chosen:
                 continue
             counts = _counts(chosen)
-            row = dict(task=task, ablation=name, k=k, draw=draw, heads=[r["heads"] for r in chosen],
-                       eligible=chosen[0].get("eligible"),
-                       skipped=any(r["heads"] is None for r in chosen), cells={})
+            row = dict(
+                task=task,
+                ablation=name,
+                k=k,
+                draw=draw,
+                heads=[r["heads"] for r in chosen],
+                eligible=chosen[0].get("eligible"),
+                skipped=any(r["heads"] is None for r in chosen),
+                cells={},
+            )
             for label, cell_counts in counts.items():
                 row["cells"][label] = _accuracy(*cell_counts)
                 if label in base and name != "none":
@@ -138,20 +156,35 @@ def _find(rows: list[dict], task: str, ablation: str, k: int) -> dict | None:
 
 
 def _judge_drop(rows: list[dict], score: str, task: str, k: int) -> dict | None:
-    base, targeted, control = (_find(rows, task, name, k if name != "none" else 0) for name in ("none", score, "random"))
+    base, targeted, control = (
+        _find(rows, task, name, k if name != "none" else 0) for name in ("none", score, "random")
+    )
     if base is None or targeted is None:
         return None
-    judgement = dict(score=score, task=task, k=k, heads=targeted["heads"][0], base=base["pooled"],
-                     ablated=targeted["pooled"], random=control["pooled"] if control else None)
+    judgement = dict(
+        score=score,
+        task=task,
+        k=k,
+        heads=targeted["heads"][0],
+        base=base["pooled"],
+        ablated=targeted["pooled"],
+        random=control["pooled"] if control else None,
+    )
     ablated = targeted["pooled"]
     if base["pooled"]["correct"] == 0:
         judgement["verdict"] = "untestable"
     elif ablated["change_high"] < 0:
-        versus = None if control is None else difference_interval(
-            ablated["correct"], ablated["total"], control["pooled"]["correct"], control["pooled"]["total"])
+        versus = (
+            None
+            if control is None
+            else difference_interval(
+                ablated["correct"], ablated["total"], control["pooled"]["correct"], control["pooled"]["total"]
+            )
+        )
         judgement["versus_random"] = versus
-        judgement["verdict"] = ("drop, no control" if versus is None else
-                                "drop" if versus[2] < 0 else "drop, no more than random")
+        judgement["verdict"] = (
+            "drop, no control" if versus is None else "drop" if versus[2] < 0 else "drop, no more than random"
+        )
     elif ablated["change_low"] > 0:
         judgement["verdict"] = "rise"
     else:
@@ -182,24 +215,45 @@ def summarize(run_dir: Path) -> dict:
     records = read_jsonl(run_dir / ABLATIONS_FILE)
     rows = _rows(config, records)
     tasks = list(dict.fromkeys(task for task, _ in config["cells"]))
-    top = {name: [dict(layer=layer, head=head, mean=scores[name]["mean"][layer][head], std=scores[name]["std"][layer][head])
-                  for layer, head in top_heads(np.array(scores[name]["mean"]), TOP)] for name in SCORES}
-    claims = [j for score, task in DROP_CLAIMS + SPARE_CLAIMS if score in config["ablate"] and task in tasks
-              for k in config["k"] for j in [_judge_drop(rows, score, task, k)] if j is not None]
+    top = {
+        name: [
+            dict(layer=layer, head=head, mean=scores[name]["mean"][layer][head], std=scores[name]["std"][layer][head])
+            for layer, head in top_heads(np.array(scores[name]["mean"]), TOP)
+        ]
+        for name in SCORES
+    }
+    claims = [
+        j
+        for score, task in DROP_CLAIMS + SPARE_CLAIMS
+        if score in config["ablate"] and task in tasks
+        for k in config["k"]
+        for j in [_judge_drop(rows, score, task, k)]
+        if j is not None
+    ]
     for judgement in claims:
         judgement["claim"] = "spares" if (judgement["score"], judgement["task"]) in SPARE_CLAIMS else "drops"
         # A score's top heads may score near nothing: the model then has no such head to remove.
-        judgement["heads_score"] = float(np.mean([scores[judgement["score"]]["mean"][layer][head]
-                                                  for layer, head in judgement["heads"]]))
+        judgement["heads_score"] = float(
+            np.mean([scores[judgement["score"]]["mean"][layer][head] for layer, head in judgement["heads"]])
+        )
     none_records = [r for r in records if r["ablation"] == "none"]
     planned = len(tasks) * (1 + len(config["k"]) * (len(config["ablate"]) + config["draws"]))
     return dict(
-        config=config, top_heads=top, rows=rows, claims=claims,
-        direction=[d for k in config["k"] for d in [_direction(rows, k)] if d is not None] if "induction" in config["ablate"] else [],
-        greedy=dict(checked=sum(c.get("greedy_checked", 0) for r in none_records for c in r["cells"]),
-                    disagreements=sum(c.get("greedy_disagreements", 0) for r in none_records for c in r["cells"])),
+        config=config,
+        top_heads=top,
+        rows=rows,
+        claims=claims,
+        direction=[d for k in config["k"] for d in [_direction(rows, k)] if d is not None]
+        if "induction" in config["ablate"]
+        else [],
+        greedy=dict(
+            checked=sum(c.get("greedy_checked", 0) for r in none_records for c in r["cells"]),
+            disagreements=sum(c.get("greedy_disagreements", 0) for r in none_records for c in r["cells"]),
+        ),
         interpreter=_interpreter(tasks, config["position"]),
-        planned=planned, evaluated=len(records), seconds=sum(r["seconds"] for r in records),
+        planned=planned,
+        evaluated=len(records),
+        seconds=sum(r["seconds"] for r in records),
     )
 
 
@@ -209,9 +263,12 @@ def _interpreter(tasks: list[str], position: str) -> dict:
     out = {}
     for task in tasks:
         fragments = [w.report.fragment for w in verified_witnesses(task)]
-        out[task] = dict(prediction=predict(task, position).label, backward=task in LEFT_OR_BACKWARD,
-                         local_witness=any(f.local for f in fragments),
-                         witness_without_positions=any(not f.positional_operations for f in fragments))
+        out[task] = dict(
+            prediction=predict(task, position).label,
+            backward=task in LEFT_OR_BACKWARD,
+            local_witness=any(f.local for f in fragments),
+            witness_without_positions=any(not f.positional_operations for f in fragments),
+        )
     return out
 
 
@@ -250,8 +307,10 @@ def _heads_text(heads: list[list[int]] | None) -> str:
 
 def _judgement_text(j: dict) -> str:
     ablated, base = j["ablated"], j["base"]
-    text = (f"k={j['k']} (heads {_heads_text(j['heads'])}, mean {j['score']} score {j['heads_score']:.2f}): "
-            f"{base['accuracy']:.2f} -> {ablated['accuracy']:.2f}, change {_change_text(ablated)}")
+    text = (
+        f"k={j['k']} (heads {_heads_text(j['heads'])}, mean {j['score']} score {j['heads_score']:.2f}): "
+        f"{base['accuracy']:.2f} -> {ablated['accuracy']:.2f}, change {_change_text(ablated)}"
+    )
     if j["random"] is not None:
         text += f" (random heads: {_change_text(j['random'])})"
     verdict = VERDICTS[j["verdict"]]
@@ -268,7 +327,11 @@ def claim_statements(summary: dict) -> list[str]:
         spares = judgements[0]["claim"] == "spares"
         name = score.replace("_", "-")
         claim = f"removing {name} heads leaves {task} alone" if spares else f"removing {name} heads drops {task}"
-        holding = [j["k"] for j in judgements if (j["verdict"] in ("no change resolved", "rise") if spares else j["verdict"] == "drop")]
+        holding = [
+            j["k"]
+            for j in judgements
+            if (j["verdict"] in ("no change resolved", "rise") if spares else j["verdict"] == "drop")
+        ]
         if all(j["verdict"] == "untestable" for j in judgements):
             verdict = "cannot be tested on this model"
         elif holding:
@@ -282,11 +345,16 @@ def claim_statements(summary: dict) -> list[str]:
 def direction_statements(summary: dict) -> list[str]:
     lines = []
     for d in summary["direction"]:
-        verdict = {"untestable": f"untestable: {BACKWARD} is at 0 without ablation, so it has nothing to lose",
-                   "forward more": "forward copying loses more", "backward more": "backward copying loses more",
-                   "not resolved": "the intervals overlap: not resolved"}[d["verdict"]]
-        lines.append(f"- induction heads removed, k={d['k']}: {FORWARD} change {_change_text(d['forward'])}, "
-                     f"{BACKWARD} change {_change_text(d['backward'])}: **{verdict}**.")
+        verdict = {
+            "untestable": f"untestable: {BACKWARD} is at 0 without ablation, so it has nothing to lose",
+            "forward more": "forward copying loses more",
+            "backward more": "backward copying loses more",
+            "not resolved": "the intervals overlap: not resolved",
+        }[d["verdict"]]
+        lines.append(
+            f"- induction heads removed, k={d['k']}: {FORWARD} change {_change_text(d['forward'])}, "
+            f"{BACKWARD} change {_change_text(d['backward'])}: **{verdict}**."
+        )
     return lines
 
 
@@ -303,12 +371,16 @@ def _changes(summary: dict, task: str, score: str) -> str:
 
 def report_markdown(summary: dict) -> str:
     config = summary["config"]
-    model = config.get("model") or f"the {config.get('task')} model of {config.get('job_folder')} (step {config.get('checkpoint_step')})"
+    model = (
+        config.get("model")
+        or f"the {config.get('task')} model of {config.get('job_folder')} (step {config.get('checkpoint_step')})"
+    )
     lines = [
         f"# Copying heads and what removing them does: {model}\n",
         f"{config['n_layers']} layers x {config['n_heads']} heads, position encoding {config['position']}. Scores on "
-        f"{config['sequences']} random sequences per period (periods {', '.join(map(str, config['periods']))}), each a block "
-        f"of T distinct tokens repeated twice{' with a separator token between the copies' if config.get('separator') else ''}; "
+        f"{config['sequences']} random sequences per period (periods {', '.join(map(str, config['periods']))}), "
+        f"each a block of T distinct tokens repeated twice"
+        f"{' with a separator token between the copies' if config.get('separator') else ''}; "
         "a score is the attention of a query p in the second copy (its token's earlier occurrence at e), averaged "
         "over the copy and the sequences (mean ± sd over sequences).\n",
         "## Top heads per score (layer.head: mean ± sd)\n",
@@ -316,59 +388,90 @@ def report_markdown(summary: dict) -> str:
         "|---|---|---|",
     ]
     for name in SCORES:
-        heads = ", ".join(f"{h['layer']}.{h['head']}: {h['mean']:.2f} ± {h['std']:.2f}" for h in summary["top_heads"][name])
+        heads = ", ".join(
+            f"{h['layer']}.{h['head']}: {h['mean']:.2f} ± {h['std']:.2f}" for h in summary["top_heads"][name]
+        )
         lines.append(f"| {name} | {SCORE_MEANINGS[name]} | {heads} |")
     lines += [
         f"\n## Ablations ({config['ablation']} ablation)\n",
-        "Accuracy (exact match) with its 95% Wilson interval, and its change against the unablated model (Newcombe 95%). "
-        f"Random controls: k heads drawn from those no ablated score ({', '.join(config['ablate'])}) puts in its top k.\n",
+        "Accuracy (exact match) with its 95% Wilson interval, and its change against the unablated model "
+        "(Newcombe 95%). Random controls: k heads drawn from those no ablated score "
+        f"({', '.join(config['ablate'])}) puts in its top k.\n",
     ]
     recorded = config.get("recorded_accuracy")
     if recorded:
         none = next((r for r in summary["rows"] if r["ablation"] == "none"), None)
-        measured = " / ".join(f"{none['cells'][label]['accuracy']:.3f}" if none and label in none["cells"] else "-"
-                              for label in recorded)
-        lines.append(f"Unablated accuracy per bin ({', '.join(recorded)}): {measured}; recorded by training at step "
-                     f"{config['checkpoint_step']} on the same strings: {' / '.join(f'{a:.3f}' for a in recorded.values())}.\n")
+        measured = " / ".join(
+            f"{none['cells'][label]['accuracy']:.3f}" if none and label in none["cells"] else "-" for label in recorded
+        )
+        lines.append(
+            f"Unablated accuracy per bin ({', '.join(recorded)}): {measured}; recorded by training at step "
+            f"{config['checkpoint_step']} on the same strings: {' / '.join(f'{a:.3f}' for a in recorded.values())}.\n"
+        )
     for task in dict.fromkeys(task for task, _ in config["cells"]):
         task_labels = [label for t, label in config["cells"] if t == task]
-        lines += [f"### {task}\n", "| ablation | heads removed | " + " | ".join(task_labels) + " | change, cells pooled |",
-                  "|---|---|" + "---|" * len(task_labels) + "---|"]
+        lines += [
+            f"### {task}\n",
+            "| ablation | heads removed | " + " | ".join(task_labels) + " | change, cells pooled |",
+            "|---|---|" + "---|" * len(task_labels) + "---|",
+        ]
         for row in (r for r in summary["rows"] if r["task"] == task):
             heads = "-" if row["draw"] == "pooled" else _heads_text(row["heads"][0])
             if row["eligible"] is not None:
                 heads += f" (of {row['eligible']} eligible)"
-            cells = [f"{_interval(row['cells'][label])} {_change_text(row['cells'][label])}".strip()
-                     if label in row["cells"] else ("skipped" if row["skipped"] else "-") for label in task_labels]
+            cells = [
+                f"{_interval(row['cells'][label])} {_change_text(row['cells'][label])}".strip()
+                if label in row["cells"]
+                else ("skipped" if row["skipped"] else "-")
+                for label in task_labels
+            ]
             pooled = _change_text(row["pooled"]) if "pooled" in row else ""
             lines.append(f"| {_condition(row)} | {heads} | " + " | ".join(cells) + f" | {pooled} |")
         lines.append("")
     claims, direction = claim_statements(summary), direction_statements(summary)
     if claims:
-        lines += ["## The paper's claims on this model\n",
-                  "Judged on each task's strings pooled over its cells: a drop holds when the change's interval lies "
-                  "below 0 and the accuracy is below that of random heads (the difference's interval below 0).\n",
-                  *claims, ""]
+        lines += [
+            "## The paper's claims on this model\n",
+            "Judged on each task's strings pooled over its cells: a drop holds when the change's interval lies "
+            "below 0 and the accuracy is below that of random heads (the difference's interval below 0).\n",
+            *claims,
+            "",
+        ]
     if direction:
-        lines += ["Does removing induction heads hurt forward copying more than backward copying? (disjoint change "
-                  "intervals)\n", *direction, ""]
+        lines += [
+            "Does removing induction heads hurt forward copying more than backward copying? (disjoint change "
+            "intervals)\n",
+            *direction,
+            "",
+        ]
     lines += ["## The interpreter\n", INTERPRETER_TEXT]
     for task, entry in summary["interpreter"].items():
         reader = "first_occurrence" if entry["backward"] else "induction"
-        witnesses = (f"verified witnesses with `prev[t]`: {'yes' if entry['local_witness'] else 'no'}, without "
-                     f"positions: {'yes' if entry['witness_without_positions'] else 'no'}")
-        removed = "; ".join(f"removing {name} heads: {_changes(summary, task, name)}"
-                            for name in ("previous_token", reader) if _changes(summary, task, name))
-        lines.append(f"- {task} ({'backward' if entry['backward'] else 'forward'}, reads "
-                     f"`{BACKWARD_READ if entry['backward'] else FORWARD_READ}`): predicted {entry['prediction']} for "
-                     f"{config['position']}; {witnesses}" + (f"; {removed}" if removed else "") + ".")
+        witnesses = (
+            f"verified witnesses with `prev[t]`: {'yes' if entry['local_witness'] else 'no'}, without "
+            f"positions: {'yes' if entry['witness_without_positions'] else 'no'}"
+        )
+        removed = "; ".join(
+            f"removing {name} heads: {_changes(summary, task, name)}"
+            for name in ("previous_token", reader)
+            if _changes(summary, task, name)
+        )
+        lines.append(
+            f"- {task} ({'backward' if entry['backward'] else 'forward'}, reads "
+            f"`{BACKWARD_READ if entry['backward'] else FORWARD_READ}`): predicted {entry['prediction']} for "
+            f"{config['position']}; {witnesses}" + (f"; {removed}" if removed else "") + "."
+        )
     greedy = summary["greedy"]
-    lines.append(f"\nCross-check: {greedy['disagreements']} of {greedy['checked']} unablated strings decoded greedily "
-                 "got a different verdict from teacher forcing.")
+    lines.append(
+        f"\nCross-check: {greedy['disagreements']} of {greedy['checked']} unablated strings decoded greedily "
+        "got a different verdict from teacher forcing."
+    )
     if summary["evaluated"] < summary["planned"]:
         lines.append(f"\nIncomplete run: {summary['evaluated']} of {summary['planned']} ablation units evaluated.")
-    lines.append(f"\nEvaluation: {summary['seconds']:.0f} s for {summary['evaluated']} units (compilation included; "
-                 "loading and scores not).\n")
+    lines.append(
+        f"\nEvaluation: {summary['seconds']:.0f} s for {summary['evaluated']} units (compilation included; "
+        "loading and scores not).\n"
+    )
     lines += [f"![scores]({SCORES_FIGURE})\n", f"![ablations]({ABLATIONS_FIGURE})\n"]
     return "\n".join(lines)
 
@@ -377,11 +480,13 @@ def draw_scores(scores: dict, config: dict, path: Path) -> None:
     """A layer x head map of each score's mean, on one scale (attention weights, 0 to 1), so a
     score no head has stays dark."""
     plt = pyplot()
-    figure, axes = plt.subplots(1, len(SCORES), figsize=(2.6 * len(SCORES) + 1, 1.5 + 0.2 * config["n_layers"]),
-                                squeeze=False, sharey=True)
+    figure, axes = plt.subplots(
+        1, len(SCORES), figsize=(2.6 * len(SCORES) + 1, 1.5 + 0.2 * config["n_layers"]), squeeze=False, sharey=True
+    )
     for ax, name in zip(axes[0], SCORES):
-        image = ax.imshow(np.array(scores[name]["mean"]), aspect="auto", cmap="viridis", vmin=0, vmax=1,
-                          interpolation="nearest")
+        image = ax.imshow(
+            np.array(scores[name]["mean"]), aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest"
+        )
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("head")
         ax.set_xticks(range(config["n_heads"]))
@@ -401,13 +506,25 @@ def draw_ablations(summary: dict, path: Path) -> None:
     for ax, (task, label) in zip(axes[0], cells):
         rows = [r for r in summary["rows"] if r["task"] == task and label in r["cells"]]
         for name in [*config["ablate"], "random"]:
-            chosen = [r for r in rows if r["ablation"] == name and r["draw"] in (None, "pooled" if config["draws"] > 1 else 0)]
+            chosen = [
+                r for r in rows if r["ablation"] == name and r["draw"] in (None, "pooled" if config["draws"] > 1 else 0)
+            ]
             if not chosen:
                 continue
             accuracy = np.array([r["cells"][label]["accuracy"] for r in chosen])
-            errors = [accuracy - [r["cells"][label]["low"] for r in chosen], [r["cells"][label]["high"] for r in chosen] - accuracy]
-            ax.errorbar([r["k"] for r in chosen], accuracy, yerr=np.maximum(errors, 0), marker="o", capsize=3,
-                        linestyle="--" if name == "random" else "-", label=name)
+            errors = [
+                accuracy - [r["cells"][label]["low"] for r in chosen],
+                [r["cells"][label]["high"] for r in chosen] - accuracy,
+            ]
+            ax.errorbar(
+                [r["k"] for r in chosen],
+                accuracy,
+                yerr=np.maximum(errors, 0),
+                marker="o",
+                capsize=3,
+                linestyle="--" if name == "random" else "-",
+                label=name,
+            )
         for row in (r for r in rows if r["ablation"] == "none"):
             ax.axhline(row["cells"][label]["accuracy"], color="0.4", linestyle=":", label="none")
         ax.set_xscale("log", base=2)

@@ -18,7 +18,7 @@ from crasp.discrimination import DiscriminationError, Request, bins_discriminati
 from crasp.prediction import predict
 from crasp.tasks import get_task
 from crasplab.results.files import write_json
-from crasplab.results.verdicts import (FAILS, GENERALIZES, Protocol, agrees, judge_seed, seed_fits, task_verdict)
+from crasplab.results.verdicts import FAILS, GENERALIZES, Protocol, agrees, judge_seed, seed_fits, task_verdict
 
 PROTOCOL_FILE, PREDICTIONS_FILE = "protocol.json", "predictions.json"
 # Fitted seeds a verdict needs: five for APE, whose theorem the lab tests first; three elsewhere.
@@ -42,14 +42,23 @@ def write_protocol(run_dir: Path, protocol: Protocol) -> None:
     path = Path(run_dir) / PROTOCOL_FILE
     if path.exists():
         if read_protocol(run_dir) != protocol:
-            raise ValueError(f"{path} holds other rules than this command's; a protocol run keeps the rules it "
-                             "started with: use another --out")
+            raise ValueError(
+                f"{path} holds other rules than this command's; a protocol run keeps the rules it "
+                "started with: use another --out"
+            )
         return
     write_json(path, dict(rules=protocol.to_dict(), text=protocol.text()))
 
 
-def predictions_for(pe: str, tasks, train_lengths: dict, test_bins: dict, task_overrides: dict, threshold: float,
-                    with_discrimination: bool) -> dict:
+def predictions_for(
+    pe: str,
+    tasks,
+    train_lengths: dict,
+    test_bins: dict,
+    task_overrides: dict,
+    threshold: float,
+    with_discrimination: bool,
+) -> dict:
     """For each task its prediction and, with `with_discrimination` (a protocol run: it takes a
     minute or so per task), for a task predicted not to generalize, per test bin, whether the bin
     discriminates (no bounded approximation exact on the training lengths passes it), with each
@@ -59,8 +68,9 @@ def predictions_for(pe: str, tasks, train_lengths: dict, test_bins: dict, task_o
         prediction = predict(task, pe)
         entry = dict(prediction=dataclasses.asdict(prediction), discrimination=None)
         if with_discrimination and prediction.generalizes is False:
-            entry["discrimination"] = _discrimination(task, train_lengths[task], test_bins[task][1:],
-                                                      task_overrides[task], threshold)
+            entry["discrimination"] = _discrimination(
+                task, train_lengths[task], test_bins[task][1:], task_overrides[task], threshold
+            )
         entries[task] = entry
     return dict(pe=pe, tasks=entries)
 
@@ -74,15 +84,26 @@ def write_predictions(run_dir: Path, predictions: dict) -> None:
 
 def _discrimination(task: str, train_lengths, bins, overrides: dict, threshold: float) -> dict:
     try:
-        request = Request(get_task(task, **overrides), tuple(train_lengths), tuple(map(tuple, bins)),
-                          threshold=threshold)
+        request = Request(
+            get_task(task, **overrides), tuple(train_lengths), tuple(map(tuple, bins)), threshold=threshold
+        )
     except DiscriminationError as error:
         return dict(checked=False, why=str(error))
     rows = discriminate(request)
-    return dict(checked=True, bins=[list(b) for b in request.bins],
-                discriminates=list(bins_discriminating(rows, request)),
-                approximations=[dict(name=row.approximation, program=row.program, exact_on_training=row.exact_on_training,
-                                     accuracy=[round(score.accuracy, 4) for score in row.scores]) for row in rows])
+    return dict(
+        checked=True,
+        bins=[list(b) for b in request.bins],
+        discriminates=list(bins_discriminating(rows, request)),
+        approximations=[
+            dict(
+                name=row.approximation,
+                program=row.program,
+                exact_on_training=row.exact_on_training,
+                accuracy=[round(score.accuracy, 4) for score in row.scores],
+            )
+            for row in rows
+        ],
+    )
 
 
 def read_predictions(run_dir: Path) -> dict | None:
@@ -97,11 +118,16 @@ def _train_bin(record: dict) -> tuple[int, int]:
 
 def fitted_seeds(protocol: Protocol, finals: dict[int, dict]) -> list[int]:
     """The seeds (of one task's finished final evaluations) that fit their training lengths."""
-    return [seed for seed, record in sorted(finals.items())
-            if record["finished"] and seed_fits(protocol, *_train_bin(record))]
+    return [
+        seed
+        for seed, record in sorted(finals.items())
+        if record["finished"] and seed_fits(protocol, *_train_bin(record))
+    ]
 
 
-def next_seeds(protocol: Protocol, candidates, finals_by_task: dict[str, dict[int, dict]], tasks) -> dict[str, list[int]]:
+def next_seeds(
+    protocol: Protocol, candidates, finals_by_task: dict[str, dict[int, dict]], tasks
+) -> dict[str, list[int]]:
     """task -> the seeds to run next: its started seeds that have not finished (to resume them);
     else as many unused candidates as its fitted seeds fall short of `min_fitted_seeds` (all of
     them for a task not started). Only the training bin decides this."""
@@ -125,8 +151,14 @@ def _still_improving(evals: list[dict], record: dict, max_steps: int) -> bool:
     return evals[-1]["bins"][0]["accuracy"] > evals[-2]["bins"][0]["accuracy"]
 
 
-def protocol_rows(protocol: Protocol, records: list[dict], finals: dict[str, dict[int, dict]], tasks,
-                  predictions: dict, max_steps: dict) -> list[dict]:
+def protocol_rows(
+    protocol: Protocol,
+    records: list[dict],
+    finals: dict[str, dict[int, dict]],
+    tasks,
+    predictions: dict,
+    max_steps: dict,
+) -> list[dict]:
     """One row per task: fit counts, and per test bin each fitted seed's outcome and the verdict."""
     evals = defaultdict(list)
     for record in records:
@@ -141,45 +173,79 @@ def protocol_rows(protocol: Protocol, records: list[dict], finals: dict[str, dic
         discrimination = predictions[task]["discrimination"]
         bins = []
         for k, first in enumerate(by_seed[fitted[0]]["bins"][1:] if fitted else [], start=1):
-            seeds = [judge_seed(protocol, seed, round(by_seed[seed]["bins"][k]["accuracy"] * by_seed[seed]["bins"][k]["n"]),
-                                by_seed[seed]["bins"][k]["n"]) for seed in fitted]
+            seeds = [
+                judge_seed(
+                    protocol,
+                    seed,
+                    round(by_seed[seed]["bins"][k]["accuracy"] * by_seed[seed]["bins"][k]["n"]),
+                    by_seed[seed]["bins"][k]["n"],
+                )
+                for seed in fitted
+            ]
             verdict = task_verdict(protocol, seeds)
-            discriminates = None if not (discrimination and discrimination["checked"]) else \
-                discrimination["discriminates"][k - 1]
+            discriminates = (
+                None if not (discrimination and discrimination["checked"]) else discrimination["discriminates"][k - 1]
+            )
             # A bin that a bounded program passes cannot show a failure the theory predicts.
             counted = prediction["generalizes"] is not False or discriminates is True
-            bins.append(dict(lo=first["lo"], hi=first["hi"], verdict=verdict, discriminates=discriminates,
-                             agrees=agrees(prediction["generalizes"], verdict) if counted else None,
-                             seeds=[dataclasses.asdict(s) for s in seeds]))
-        rows.append(dict(task=task, predicted=prediction["label"], generalizes=prediction["generalizes"],
-                         seeds_run=sorted(by_seed), fitted=fitted, unfit=unfit,
-                         still_improving=[s for s in unfit if _still_improving(evals[(task, s)], by_seed[s],
-                                                                               max_steps[task])],
-                         steps_to_stop={s: by_seed[s]["step"] for s in sorted(by_seed)}, bins=bins))
+            bins.append(
+                dict(
+                    lo=first["lo"],
+                    hi=first["hi"],
+                    verdict=verdict,
+                    discriminates=discriminates,
+                    agrees=agrees(prediction["generalizes"], verdict) if counted else None,
+                    seeds=[dataclasses.asdict(s) for s in seeds],
+                )
+            )
+        rows.append(
+            dict(
+                task=task,
+                predicted=prediction["label"],
+                generalizes=prediction["generalizes"],
+                seeds_run=sorted(by_seed),
+                fitted=fitted,
+                unfit=unfit,
+                still_improving=[s for s in unfit if _still_improving(evals[(task, s)], by_seed[s], max_steps[task])],
+                steps_to_stop={s: by_seed[s]["step"] for s in sorted(by_seed)},
+                bins=bins,
+            )
+        )
     return rows
 
 
 def protocol_markdown(protocol: Protocol, rows: list[dict]) -> str:
-    lines = ["## Verdicts under the protocol\n", protocol.text() + "\n",
-             "| task | predicted | seeds run | fitted | bin | seeds passing (accuracy [95% interval]) | verdict | "
-             "bin discriminates | agrees |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Verdicts under the protocol\n",
+        protocol.text() + "\n",
+        "| task | predicted | seeds run | fitted | bin | seeds passing (accuracy [95% interval]) | verdict | "
+        "bin discriminates | agrees |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        fit = f"{len(row['fitted'])}" + (f" (still improving at cap: {row['still_improving']})"
-                                         if row["still_improving"] else "")
+        fit = f"{len(row['fitted'])}" + (
+            f" (still improving at cap: {row['still_improving']})" if row["still_improving"] else ""
+        )
         if not row["bins"]:
-            lines.append(f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | - | - | "
-                         "too few fitted seeds | - | - |")
+            lines.append(
+                f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | - | - | "
+                "too few fitted seeds | - | - |"
+            )
         for b in row["bins"]:
             passing = sum(s["outcome"] == "pass" for s in b["seeds"])
             cells = ", ".join(f"{s['correct'] / s['total']:.3f} [{s['low']:.3f}, {s['high']:.3f}]" for s in b["seeds"])
             discriminates = {None: "-", True: "yes", False: "no (a bounded program passes)"}[b["discriminates"]]
             agreement = {None: "-", True: "yes", False: "NO"}[b["agrees"]]
-            lines.append(f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | {b['lo']}-{b['hi']} "
-                         f"| {passing} of {len(b['seeds'])}: {cells} | {b['verdict']} | {discriminates} | {agreement} |")
+            lines.append(
+                f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | {b['lo']}-{b['hi']} "
+                f"| {passing} of {len(b['seeds'])}: {cells} | {b['verdict']} | {discriminates} | {agreement} |"
+            )
     last = [row["bins"][-1] for row in rows if row["bins"]]
     counted = [b for b in last if b["agrees"] is not None]
-    lines.append(f"\nAt the last bin: {sum(b['agrees'] for b in counted)} of {len(counted)} counted verdicts agree "
-                 f"with the prediction ({sum(b['verdict'] in (GENERALIZES, FAILS) for b in last)} tasks with a "
-                 "generalizes/fails verdict; a task predicted not to generalize is counted only where its bin "
-                 "discriminates).\n")
+    lines.append(
+        f"\nAt the last bin: {sum(b['agrees'] for b in counted)} of {len(counted)} counted verdicts agree "
+        f"with the prediction ({sum(b['verdict'] in (GENERALIZES, FAILS) for b in last)} tasks with a "
+        "generalizes/fails verdict; a task predicted not to generalize is counted only where its bin "
+        "discriminates).\n"
+    )
     return "\n".join(lines) + "\n"

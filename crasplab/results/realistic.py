@@ -68,6 +68,7 @@ def shown(entry: dict | None, signed: bool = False) -> str:
 @dataclass(frozen=True)
 class Grid:
     """How a run is laid out: conditions (each a copying direction) x sizes, n prompts each."""
+
     experiment: str
     conditions: str  # the key of config.json that lists the conditions
     condition: str  # the key of a record that names its condition
@@ -91,22 +92,34 @@ def _summarize_grid(run_dir: Path, grid: Grid, summarize_cell) -> dict:
         by_cell[(record[grid.condition], record[grid.size])].append(record)
         by_condition[record[grid.condition]].append(record)
     conditions, sizes = config[grid.conditions], config[grid.sizes]
-    cells = {(condition, size): summarize_cell(by_cell[(condition, size)])
-             for condition in conditions for size in sizes if by_cell[(condition, size)]}
+    cells = {
+        (condition, size): summarize_cell(by_cell[(condition, size)])
+        for condition in conditions
+        for size in sizes
+        if by_cell[(condition, size)]
+    }
     pooled = {condition: summarize_cell(by_condition[condition]) for condition in conditions if by_condition[condition]}
     gaps = []
     forward = [condition for condition in pooled if not grid.directions[condition].reverse]
     backward = [condition for condition in pooled if grid.directions[condition].reverse]
     if forward and backward:
         first, second = forward[0], backward[0]
-        gaps = [dict(size=size, **difference(cells[(first, size)]["exact"], cells[(second, size)]["exact"]))
-                for size in sizes if (first, size) in cells and (second, size) in cells]
+        gaps = [
+            dict(size=size, **difference(cells[(first, size)]["exact"], cells[(second, size)]["exact"]))
+            for size in sizes
+            if (first, size) in cells and (second, size) in cells
+        ]
         gaps.append(dict(size="pooled", **difference(pooled[first]["exact"], pooled[second]["exact"])))
     return {
-        "model": config["model"], "architecture": config["architecture"], grid.conditions: conditions,
-        grid.sizes: sizes, "planned": len(conditions) * len(sizes) * config["n"],
+        "model": config["model"],
+        "architecture": config["architecture"],
+        grid.conditions: conditions,
+        grid.sizes: sizes,
+        "planned": len(conditions) * len(sizes) * config["n"],
         "cells": [{grid.condition: condition, grid.size: size, **cell} for (condition, size), cell in cells.items()],
-        "pooled": pooled, "gaps": gaps, "evaluated": len(records),
+        "pooled": pooled,
+        "gaps": gaps,
+        "evaluated": len(records),
         "generation_seconds": sum(record["seconds"] for record in records),
     }
 
@@ -117,6 +130,7 @@ def _predictions(codes) -> dict:
 
 # Lorem ipsum ---------------------------------------------------------------------------------------
 
+
 def _lorem_counts(records: list[dict]) -> dict:
     """Counts summed over `records`, each aligned to its reference."""
     totals = Counter()
@@ -124,11 +138,18 @@ def _lorem_counts(records: list[dict]) -> dict:
     for record in records:
         reference = record["reference_ids"]
         result = analyze(reference, record["output_ids"])
-        totals.update(items=1, exact=result.exact, slots=result.slots, wrong=result.wrong, edits=result.edits,
-                      reference_tokens=len(reference), reached_ambiguous=result.reached_ambiguous,
-                      reached_unambiguous=result.reached_unambiguous,
-                      first_errors_ambiguous=result.first_errors_ambiguous,
-                      first_errors_unambiguous=len(result.first_errors) - result.first_errors_ambiguous)
+        totals.update(
+            items=1,
+            exact=result.exact,
+            slots=result.slots,
+            wrong=result.wrong,
+            edits=result.edits,
+            reference_tokens=len(reference),
+            reached_ambiguous=result.reached_ambiguous,
+            reached_unambiguous=result.reached_unambiguous,
+            first_errors_ambiguous=result.first_errors_ambiguous,
+            first_errors_unambiguous=len(result.first_errors) - result.first_errors_ambiguous,
+        )
         transitions.update(record["reference_pieces"][slot - 1] if slot else START for slot in result.first_errors)
     return dict(totals=totals, transitions=transitions)
 
@@ -140,10 +161,14 @@ def _lorem_cell(records: list[dict]) -> dict:
     ambiguous = proportion(t["reached_ambiguous"] - t["first_errors_ambiguous"], t["reached_ambiguous"])
     first_errors = t["first_errors_ambiguous"] + t["first_errors_unambiguous"]
     return dict(
-        items=t["items"], mean_reference_tokens=t["reference_tokens"] / t["items"],
-        exact=proportion(t["exact"], t["items"]), token_accuracy=1 - t["wrong"] / t["slots"],
+        items=t["items"],
+        mean_reference_tokens=t["reference_tokens"] / t["items"],
+        exact=proportion(t["exact"], t["items"]),
+        token_accuracy=1 - t["wrong"] / t["slots"],
         errors_per_100_tokens=100 * t["edits"] / t["reference_tokens"],
-        after_unambiguous=unambiguous, after_ambiguous=ambiguous, gap=difference(unambiguous, ambiguous),
+        after_unambiguous=unambiguous,
+        after_ambiguous=ambiguous,
+        gap=difference(unambiguous, ambiguous),
         first_errors=first_errors,
         first_errors_after_ambiguous_share=t["first_errors_ambiguous"] / first_errors if first_errors else None,
         ambiguous_transition_share=t["reached_ambiguous"] / (t["reached_ambiguous"] + t["reached_unambiguous"]),
@@ -153,8 +178,11 @@ def _lorem_cell(records: list[dict]) -> dict:
 
 def summarize_lorem(run_dir: Path) -> dict:
     summary = _summarize_grid(run_dir, LOREM_GRID, _lorem_cell)
-    tasks = [code for name in summary["directions"]
-             for code in (DIRECTIONS[name].unique_task, DIRECTIONS[name].non_unique_task)]
+    tasks = [
+        code
+        for name in summary["directions"]
+        for code in (DIRECTIONS[name].unique_task, DIRECTIONS[name].non_unique_task)
+    ]
     return dict(summary, predictions=_predictions(tasks))
 
 
@@ -167,14 +195,21 @@ def concentration_statement(name: str, cell: dict) -> str:
         "not computable": "there were no transitions of one kind to compare",
     }[side(cell["gap"])]
     share = cell["first_errors_after_ambiguous_share"]
-    where = ("" if share is None else f" {share:.0%} of the {cell['first_errors']} first errors follow an ambiguous "
-             f"token, which make up {cell['ambiguous_transition_share']:.0%} of the transitions reached.")
-    return (f"**{name}**: {verdict} (accuracy {shown(cell['after_unambiguous'])} after unambiguous vs "
-            f"{shown(cell['after_ambiguous'])} after ambiguous tokens; gap {shown(cell['gap'], signed=True)}).{where}")
+    where = (
+        ""
+        if share is None
+        else f" {share:.0%} of the {cell['first_errors']} first errors follow an ambiguous "
+        f"token, which make up {cell['ambiguous_transition_share']:.0%} of the transitions reached."
+    )
+    return (
+        f"**{name}**: {verdict} (accuracy {shown(cell['after_unambiguous'])} after unambiguous vs "
+        f"{shown(cell['after_ambiguous'])} after ambiguous tokens; gap {shown(cell['gap'], signed=True)}).{where}"
+    )
 
 
 def theory_statement(directions: list[str], predictions: dict) -> str:
     """What the interpreter says about the two kinds of transition."""
+
     def named(codes):
         said = defaultdict(list)  # codes with the same prediction share one reason
         for code in codes:
@@ -182,10 +217,12 @@ def theory_statement(directions: list[str], predictions: dict) -> str:
         return "; ".join(f"{', '.join(group)}: {label}, {reason}" for (label, reason), group in said.items())
 
     chosen = [DIRECTIONS[name] for name in directions]
-    return ("Theory: after a token with a single successor in the text, copying needs only that successor, which is "
-            f"unique copying ({named(d.unique_task for d in chosen)}). After an ambiguous token the successor depends "
-            f"on where in the text the copy is, which is non-unique copying ({named(d.non_unique_task for d in chosen)}). "
-            "If the model copies the way these programs do, its errors concentrate after ambiguous tokens.")
+    return (
+        "Theory: after a token with a single successor in the text, copying needs only that successor, which is "
+        f"unique copying ({named(d.unique_task for d in chosen)}). After an ambiguous token the successor depends "
+        f"on where in the text the copy is, which is non-unique copying ({named(d.non_unique_task for d in chosen)}). "
+        "If the model copies the way these programs do, its errors concentrate after ambiguous tokens."
+    )
 
 
 def lorem_markdown(summary: dict) -> str:
@@ -203,24 +240,37 @@ def lorem_markdown(summary: dict) -> str:
         "| after unambiguous | after ambiguous | gap |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    rows = [*summary["cells"], *(dict(direction=name, length="pooled", **cell) for name, cell in summary["pooled"].items())]
+    rows = [
+        *summary["cells"],
+        *(dict(direction=name, length="pooled", **cell) for name, cell in summary["pooled"].items()),
+    ]
     for cell in sorted(rows, key=lambda c: summary["directions"].index(c["direction"])):
         direction = DIRECTIONS[cell["direction"]]
-        predicted = (f"{direction.unique_task} {predictions[direction.unique_task]['label']} / "
-                     f"{direction.non_unique_task} {predictions[direction.non_unique_task]['label']}")
+        predicted = (
+            f"{direction.unique_task} {predictions[direction.unique_task]['label']} / "
+            f"{direction.non_unique_task} {predictions[direction.non_unique_task]['label']}"
+        )
         lines.append(
-            f"| {cell['direction']} | {predicted} | {cell['length']} | {cell['items']} | {cell['mean_reference_tokens']:.0f} "
-            f"| {shown(cell['exact'])} | {cell['token_accuracy']:.3f} | {cell['errors_per_100_tokens']:.1f} "
-            f"| {shown(cell['after_unambiguous'])} | {shown(cell['after_ambiguous'])} | {shown(cell['gap'], signed=True)} |")
+            f"| {cell['direction']} | {predicted} | {cell['length']} | {cell['items']} "
+            f"| {cell['mean_reference_tokens']:.0f} | {shown(cell['exact'])} | {cell['token_accuracy']:.3f} "
+            f"| {cell['errors_per_100_tokens']:.1f} | {shown(cell['after_unambiguous'])} "
+            f"| {shown(cell['after_ambiguous'])} | {shown(cell['gap'], signed=True)} |"
+        )
     if summary["gaps"]:
-        lines += ["\nExact match, forward minus backward (Newcombe's 95% interval): "
-                  + "; ".join(f"{gap['size']}: {shown(gap, signed=True)}" for gap in summary["gaps"]) + ".\n"]
+        lines += [
+            "\nExact match, forward minus backward (Newcombe's 95% interval): "
+            + "; ".join(f"{gap['size']}: {shown(gap, signed=True)}" for gap in summary["gaps"])
+            + ".\n"
+        ]
     lines += ["\n## Where the errors are\n", theory_statement(summary["directions"], predictions) + "\n"]
     for name, cell in summary["pooled"].items():
         lines.append(concentration_statement(name, cell) + "\n")
         if cell["top_transitions"]:
-            lines.append(f"Most frequent transition tokens of first errors ({name}): "
-                         + ", ".join(f"`{token!r}` x{count}" for token, count in cell["top_transitions"]) + ".\n")
+            lines.append(
+                f"Most frequent transition tokens of first errors ({name}): "
+                + ", ".join(f"`{token!r}` x{count}" for token, count in cell["top_transitions"])
+                + ".\n"
+            )
     lines += _closing(summary, LOREM_FIGURE)
     return "\n".join(lines)
 
@@ -234,10 +284,18 @@ def draw_lorem_figure(summary: dict, path: Path) -> None:
         cells = [cell for cell in summary["cells"] if cell["direction"] == name]
         lengths = [cell["length"] for cell in cells]
         style = _curves(axes, lengths, cells, name, d, DIRECTIONS[name].reverse, "token_accuracy")
-        for k, (kind, marker) in enumerate((("unambiguous", dict(marker="o")),
-                                            ("ambiguous", dict(marker="s", markerfacecolor="white")))):
-            _errorbar(axes[2], lengths, [cell[f"after_{kind}"] for cell in cells], f"{name}, after {kind}",
-                      series=2 * d + k, **marker, **style)
+        for k, (kind, marker) in enumerate(
+            (("unambiguous", dict(marker="o")), ("ambiguous", dict(marker="s", markerfacecolor="white")))
+        ):
+            _errorbar(
+                axes[2],
+                lengths,
+                [cell[f"after_{kind}"] for cell in cells],
+                f"{name}, after {kind}",
+                series=2 * d + k,
+                **marker,
+                **style,
+            )
     for ax, title in zip(axes, ("exact match", "token accuracy", "accuracy after the transition token")):
         _size_axes(ax, f"{title} (dashed: backward)", "paragraph length (tokens)", summary["lengths"])
     _save(figure, f"{summary['model']}: lorem-ipsum copying", path)
@@ -272,7 +330,7 @@ def _save(figure, title: str, path: Path) -> None:
 def _errorbar(ax, xs: list, entries: list[dict], label: str, series: int, **style) -> None:
     """Proportions with their Wilson intervals; points without a proportion are left out. Each
     series is shifted a little to the right, so that equal values (often all 0) do not hide each other."""
-    points = [(x * 1.03 ** series, entry) for x, entry in zip(xs, entries) if entry["value"] is not None]
+    points = [(x * 1.03**series, entry) for x, entry in zip(xs, entries) if entry["value"] is not None]
     if points:
         x, values = [x for x, _ in points], [entry["value"] for _, entry in points]
         below = [max(0.0, entry["value"] - entry["low"]) for _, entry in points]
@@ -282,11 +340,15 @@ def _errorbar(ax, xs: list, entries: list[dict], label: str, series: int, **styl
 
 # git ---------------------------------------------------------------------------------------------
 
+
 def _git_cell(records: list[dict]) -> dict:
     hashes = sum(len(record["expected"].split()) for record in records)
     edits = sum(analyze(record["expected"].split(), record["output"].split()).edits for record in records)
-    return dict(items=len(records), exact=proportion(sum(record["correct"] for record in records), len(records)),
-                hash_errors_per_100=100 * edits / hashes)
+    return dict(
+        items=len(records),
+        exact=proportion(sum(record["correct"] for record in records), len(records)),
+        hash_errors_per_100=100 * edits / hashes,
+    )
 
 
 def summarize_git(run_dir: Path) -> dict:
@@ -305,17 +367,27 @@ def git_markdown(summary: dict) -> str:
         "| command | predicted | commits | n | exact match | hash errors / 100 |",
         "|---|---|---|---|---|---|",
     ]
-    rows = [*summary["cells"], *(dict(command=command, commits="pooled", **cell) for command, cell in summary["pooled"].items())]
+    rows = [
+        *summary["cells"],
+        *(dict(command=command, commits="pooled", **cell) for command, cell in summary["pooled"].items()),
+    ]
     for cell in sorted(rows, key=lambda c: summary["commands"].index(c["command"])):
         code = COMMANDS[cell["command"]].unique_task
-        lines.append(f"| {cell['command']} | {code} {summary['predictions'][code]['label']} | {cell['commits']} "
-                     f"| {cell['items']} | {shown(cell['exact'])} | {cell['hash_errors_per_100']:.1f} |")
+        lines.append(
+            f"| {cell['command']} | {code} {summary['predictions'][code]['label']} | {cell['commits']} "
+            f"| {cell['items']} | {shown(cell['exact'])} | {cell['hash_errors_per_100']:.1f} |"
+        )
     if summary["gaps"]:
-        lines.append("\nExact match, revert minus cherry-pick (forward minus backward; Newcombe's 95% interval): "
-                     + "; ".join(f"{gap['size']}: {shown(gap, signed=True)}" for gap in summary["gaps"]) + ".\n")
-        verdict = {"above 0": "forward copying (revert) beats backward copying (cherry-pick), as in the paper",
-                   "below 0": "backward copying (cherry-pick) beats forward copying (revert), the opposite of the paper",
-                   "includes 0": "these samples cannot tell forward from backward copying apart"}
+        lines.append(
+            "\nExact match, revert minus cherry-pick (forward minus backward; Newcombe's 95% interval): "
+            + "; ".join(f"{gap['size']}: {shown(gap, signed=True)}" for gap in summary["gaps"])
+            + ".\n"
+        )
+        verdict = {
+            "above 0": "forward copying (revert) beats backward copying (cherry-pick), as in the paper",
+            "below 0": "backward copying (cherry-pick) beats forward copying (revert), the opposite of the paper",
+            "includes 0": "these samples cannot tell forward from backward copying apart",
+        }
         lines.append(f"Pooled over the history lengths, {verdict[side(summary['gaps'][-1])]}.\n")
     lines += _closing(summary, GIT_FIGURE)
     return "\n".join(lines)
@@ -327,23 +399,38 @@ def draw_git_figure(summary: dict, path: Path) -> None:
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for series, command in enumerate(summary["commands"]):
         cells = [cell for cell in summary["cells"] if cell["command"] == command]
-        _curves(axes, [cell["commits"] for cell in cells], cells, command, series, COMMANDS[command].reverse,
-                "hash_errors_per_100")
+        _curves(
+            axes,
+            [cell["commits"] for cell in cells],
+            cells,
+            command,
+            series,
+            COMMANDS[command].reverse,
+            "hash_errors_per_100",
+        )
     _size_axes(axes[0], "exact match of the hash list (dashed: backward)", "commits in the history", summary["commits"])
-    _size_axes(axes[1], "hash errors per 100 hashes (dashed: backward)", "commits in the history", summary["commits"],
-               proportion=False)
+    _size_axes(
+        axes[1],
+        "hash errors per 100 hashes (dashed: backward)",
+        "commits in the history",
+        summary["commits"],
+        proportion=False,
+    )
     _save(figure, f"{summary['model']}: git revert (forward) / cherry-pick (backward)", path)
 
 
 # Both --------------------------------------------------------------------------------------------
+
 
 def _closing(summary: dict, figure: str) -> list[str]:
     lines = []
     if summary["evaluated"] < summary["planned"]:
         lines.append(f"\nIncomplete run: {summary['evaluated']} of {summary['planned']} prompts evaluated.\n")
     if summary["generation_seconds"]:
-        lines.append(f"\nGeneration: {summary['evaluated']} prompts in {summary['generation_seconds']:.0f} s "
-                     "(compilation included, model loading not).\n")
+        lines.append(
+            f"\nGeneration: {summary['evaluated']} prompts in {summary['generation_seconds']:.0f} s "
+            "(compilation included, model loading not).\n"
+        )
     lines.append(f"\n![figure]({figure})\n")
     return lines
 

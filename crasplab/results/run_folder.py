@@ -58,8 +58,10 @@ def lock_run_folder(path: Path) -> None:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise RunFolderError(f"{path} is in use by another process (it holds {path / LOCK_FILE}); wait for that run to "
-                             "end, or give another --out") from None
+        raise RunFolderError(
+            f"{path} is in use by another process (it holds {path / LOCK_FILE}); wait for that run to "
+            "end, or give another --out"
+        ) from None
     _held[key] = handle
 
 
@@ -89,12 +91,17 @@ def open_run_folder(path: Path, config: dict, may_change: tuple[str, ...] = ()) 
     if saved_file.exists():
         saved = _read_object(saved_file)
         config_as_saved = json.loads(json.dumps(config))  # tuples become lists, as in the file
-        changed = sorted(key for key in (saved or {}).keys() | config_as_saved.keys()
-                         if key not in may_change and (saved or {}).get(key) != config_as_saved.get(key))
+        changed = sorted(
+            key
+            for key in (saved or {}).keys() | config_as_saved.keys()
+            if key not in may_change and (saved or {}).get(key) != config_as_saved.get(key)
+        )
         if saved is None or changed:
             what = f"different settings ({', '.join(changed)})" if saved is not None else "an unreadable config.json"
-            raise RunFolderError(f"{path} holds a run with {what}; use another --out, the original flags to resume "
-                                 "it, or delete the folder to start over")
+            raise RunFolderError(
+                f"{path} holds a run with {what}; use another --out, the original flags to resume "
+                "it, or delete the folder to start over"
+            )
     try:
         write_json(saved_file, config)
     except ResultFileError as error:
@@ -106,17 +113,22 @@ def read_run_config(path: Path, required: tuple[str, ...], experiment: str) -> d
     path = Path(path)
     config_file = path / CONFIG_FILE
     if not config_file.is_file():
-        raise RunFolderError(f"{path} holds no run: it has no {CONFIG_FILE}; give the folder that {experiment} wrote "
-                             "(the folder printed at the end of the run, or the one --out named)")
+        raise RunFolderError(
+            f"{path} holds no run: it has no {CONFIG_FILE}; give the folder that {experiment} wrote "
+            "(the folder printed at the end of the run, or the one --out named)"
+        )
     config = _read_object(config_file)
     if config is None or not set(required) <= config.keys():
-        raise RunFolderError(f"{config_file} is not the settings of a run of {experiment} (a JSON object with "
-                             f"{', '.join(required)}); for a new run, give another --out")
+        raise RunFolderError(
+            f"{config_file} is not the settings of a run of {experiment} (a JSON object with "
+            f"{', '.join(required)}); for a new run, give another --out"
+        )
     return config
 
 
-def read_run_settings(path: Path, settings_type: type[ExperimentSettings], experiment: str,
-                      facts: tuple[str, ...] = ()) -> dict:
+def read_run_settings(
+    path: Path, settings_type: type[ExperimentSettings], experiment: str, facts: tuple[str, ...] = ()
+) -> dict:
     """read_run_config for a run whose settings are `settings_type`: the file must hold each of
     them, of the right kind and in range (a hand-edited file is refused here, not deep in a
     report), and the `facts` the run recorded beside them (such as the model's architecture)."""
@@ -124,8 +136,10 @@ def read_run_settings(path: Path, settings_type: type[ExperimentSettings], exper
     try:
         settings_type.from_config(config)
     except ValueError as error:  # SettingsError, or a check of a nested type (a TaskError, a ConfigError)
-        raise RunFolderError(f"{Path(path) / CONFIG_FILE}: {error}. The file is not as {experiment} wrote it: restore "
-                             "it, or run the experiment again into another --out") from None
+        raise RunFolderError(
+            f"{Path(path) / CONFIG_FILE}: {error}. The file is not as {experiment} wrote it: restore "
+            "it, or run the experiment again into another --out"
+        ) from None
     return config
 
 

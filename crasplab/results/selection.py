@@ -54,7 +54,7 @@ class Configuration:
 
     def size_order(self) -> tuple:
         """Rule 3's order: smaller models first."""
-        return (self.n_layers * self.d_model ** 2, self.n_layers, self.n_heads, self.learning_rate)
+        return (self.n_layers * self.d_model**2, self.n_layers, self.n_heads, self.learning_rate)
 
     @classmethod
     def from_dict(cls, values: dict) -> Configuration:
@@ -63,8 +63,11 @@ class Configuration:
 
 def grid(n_layers, n_heads, d_model, learning_rate) -> list[Configuration]:
     """Every combination, less those whose width the heads cannot split (d_model % n_heads)."""
-    return [Configuration(*values) for values in itertools.product(n_layers, n_heads, d_model, learning_rate)
-            if values[2] % values[1] == 0]
+    return [
+        Configuration(*values)
+        for values in itertools.product(n_layers, n_heads, d_model, learning_rate)
+        if values[2] % values[1] == 0
+    ]
 
 
 def sweep_folder(sweep_dir: Path, task: str, configuration: Configuration, seed: int) -> Path:
@@ -91,13 +94,21 @@ def bin_accuracy(result: dict, wanted: tuple[int, int], path: Path) -> float:
         if (recorded["lo"], recorded["hi"]) == tuple(wanted):
             return recorded["accuracy"]
     held = ", ".join(f"{b['lo']}-{b['hi']}" for b in result["bins"])
-    raise ResultFileError(f"{path}: no evaluation of the bin {wanted[0]}-{wanted[1]} (it holds {held}); the sweep "
-                          "evaluates every run on its training bin and validation bin. Was this folder trained "
-                          "with other --test-bins? Delete it to rerun it, or give the bins it was trained with")
+    raise ResultFileError(
+        f"{path}: no evaluation of the bin {wanted[0]}-{wanted[1]} (it holds {held}); the sweep "
+        "evaluates every run on its training bin and validation bin. Was this folder trained "
+        "with other --test-bins? Delete it to rerun it, or give the bins it was trained with"
+    )
 
 
-def read_candidate(sweep_dir: Path, task: str, configuration: Configuration, seeds, train_bin: tuple[int, int],
-                   validation_bin: tuple[int, int]) -> Candidate:
+def read_candidate(
+    sweep_dir: Path,
+    task: str,
+    configuration: Configuration,
+    seeds,
+    train_bin: tuple[int, int],
+    validation_bin: tuple[int, int],
+) -> Candidate:
     accuracies = []
     for seed in seeds:
         path = sweep_folder(sweep_dir, task, configuration, seed) / "result.json"
@@ -106,8 +117,10 @@ def read_candidate(sweep_dir: Path, task: str, configuration: Configuration, see
         try:
             result = json.loads(path.read_text())
         except ValueError:
-            raise ResultFileError(f"{path}: not JSON; the worker writes result.json atomically, so the file was "
-                                  "changed by hand: delete it to rerun that job") from None
+            raise ResultFileError(
+                f"{path}: not JSON; the worker writes result.json atomically, so the file was "
+                "changed by hand: delete it to rerun that job"
+            ) from None
         accuracies.append((bin_accuracy(result, train_bin, path), bin_accuracy(result, validation_bin, path)))
     train, validation = (round(sum(values) / len(values), 6) for values in zip(*accuracies))
     return Candidate(configuration, finished=True, train_accuracy=train, validation_accuracy=validation)
@@ -125,43 +138,75 @@ def select(candidates: list[Candidate]) -> tuple[str, Candidate | None]:
     return SELECTED, min(tied, key=lambda candidate: candidate.configuration.size_order())
 
 
-def select_per_task(sweep_dir: Path, tasks, configurations: list[Configuration], seeds,
-                    bins: dict[str, tuple[tuple[int, int], tuple[int, int]]]) -> dict:
+def select_per_task(
+    sweep_dir: Path,
+    tasks,
+    configurations: list[Configuration],
+    seeds,
+    bins: dict[str, tuple[tuple[int, int], tuple[int, int]]],
+) -> dict:
     """selection.json's content: per task the status, the chosen configuration and every
     candidate. `bins`: task -> (training bin, validation bin), as its runs record them."""
     selections = {}
     for task in tasks:
         train_bin, validation_bin = bins[task]
-        candidates = [read_candidate(sweep_dir, task, configuration, seeds, train_bin, validation_bin)
-                      for configuration in configurations]
+        candidates = [
+            read_candidate(sweep_dir, task, configuration, seeds, train_bin, validation_bin)
+            for configuration in configurations
+        ]
         status, chosen = select(candidates)
         closest = max((c for c in candidates if c.finished), key=lambda c: c.train_accuracy, default=None)
         selections[task] = dict(
-            train_bin=list(train_bin), validation_bin=list(validation_bin), status=status, selected=None if chosen is None else asdict(chosen.configuration),
+            train_bin=list(train_bin),
+            validation_bin=list(validation_bin),
+            status=status,
+            selected=None if chosen is None else asdict(chosen.configuration),
             closest_on_training_bin=None if closest is None else closest.configuration.name,
-            candidates=[dict(configuration=candidate.configuration.name, finished=candidate.finished,
-                             fits=candidate.fits, train_accuracy=candidate.train_accuracy,
-                             validation_accuracy=candidate.validation_accuracy) for candidate in candidates])
+            candidates=[
+                dict(
+                    configuration=candidate.configuration.name,
+                    finished=candidate.finished,
+                    fits=candidate.fits,
+                    train_accuracy=candidate.train_accuracy,
+                    validation_accuracy=candidate.validation_accuracy,
+                )
+                for candidate in candidates
+            ],
+        )
     return dict(fit_threshold=FIT_THRESHOLD, seeds=list(seeds), tasks=selections)
 
 
 def selection_markdown(selection: dict) -> str:
     """One table per task: every configuration's training-bin and validation-bin accuracy, the
     chosen one marked."""
-    parts = [f"Selection rule: fit = mean training-bin accuracy >= {selection['fit_threshold']}; among those, the "
-             f"highest mean accuracy on the validation bin, which the verdict never reads; ties to the smaller "
-             f"model. Means over seeds {selection['seeds']}.\n"]
+    parts = [
+        f"Selection rule: fit = mean training-bin accuracy >= {selection['fit_threshold']}; among those, the "
+        f"highest mean accuracy on the validation bin, which the verdict never reads; ties to the smaller "
+        f"model. Means over seeds {selection['seeds']}.\n"
+    ]
     for task, entry in selection["tasks"].items():
         (train_lo, train_hi), (lo, hi) = entry["train_bin"], entry["validation_bin"]
         chosen = entry["selected"] and Configuration.from_dict(entry["selected"]).name
-        verdict = {SELECTED: f"selected {chosen}", PENDING: "pending: runs not finished",
-                   NONE_FITS: f"no configuration fits (closest: {entry['closest_on_training_bin']})"}[entry["status"]]
-        parts += [f"\n## {task}: {verdict}\n\n", f"| configuration | {train_lo}-{train_hi} (training) | {lo}-{hi} (validation) | fits |\n",
-                  "|---|---|---|---|\n"]
+        verdict = {
+            SELECTED: f"selected {chosen}",
+            PENDING: "pending: runs not finished",
+            NONE_FITS: f"no configuration fits (closest: {entry['closest_on_training_bin']})",
+        }[entry["status"]]
+        parts += [
+            f"\n## {task}: {verdict}\n\n",
+            f"| configuration | {train_lo}-{train_hi} (training) | {lo}-{hi} (validation) | fits |\n",
+            "|---|---|---|---|\n",
+        ]
         for candidate in entry["candidates"]:
-            cells = ["-", "-", "running"] if not candidate["finished"] else [
-                f"{candidate['train_accuracy']:.3f}", f"{candidate['validation_accuracy']:.3f}",
-                "yes" if candidate["fits"] else "no"]
+            cells = (
+                ["-", "-", "running"]
+                if not candidate["finished"]
+                else [
+                    f"{candidate['train_accuracy']:.3f}",
+                    f"{candidate['validation_accuracy']:.3f}",
+                    "yes" if candidate["fits"] else "no",
+                ]
+            )
             mark = " **(selected)**" if candidate["configuration"] == chosen else ""
             parts.append(f"| {candidate['configuration']}{mark} | " + " | ".join(cells) + " |\n")
     return "".join(parts)

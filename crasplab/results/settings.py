@@ -91,17 +91,21 @@ def _conform(value: Any, kind: Any, name: str) -> Any:
         if isinstance(value, kind):
             return value
         if not isinstance(value, dict):
-            raise SettingsError(f"setting {name} = {_shown(value)} is not accepted; expected a JSON object of "
-                                f"{kind.__name__} settings")
+            raise SettingsError(
+                f"setting {name} = {_shown(value)} is not accepted; expected a JSON object of {kind.__name__} settings"
+            )
         try:
             return kind.from_dict(value)
         except (ValueError, TypeError) as error:
             raise SettingsError(f"setting {name}: {error}") from None
     accepted = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}[kind]
-    fits = (isinstance(value, bool) if kind is bool
-            else isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            if kind is float
-            else isinstance(value, kind) and not isinstance(value, bool))
+    fits = (
+        isinstance(value, bool)
+        if kind is bool
+        else isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if kind is float
+        else isinstance(value, kind) and not isinstance(value, bool)
+    )
     if not fits:
         raise SettingsError(f"setting {name} = {_shown(value)} is not accepted; expected {accepted}")
     return float(value) if kind is float else value
@@ -114,8 +118,10 @@ def _conform_tuple(value: Any, items: tuple, name: str) -> tuple:
         values = tuple(_conform(item, items[0], name) for item in value)
         repeated = sorted({item for item in values if values.count(item) > 1}, key=str)
         if repeated:
-            raise SettingsError(f"setting {name} = {_shown(list(value))} lists {', '.join(map(str, repeated))} more "
-                                "than once; give each value once")
+            raise SettingsError(
+                f"setting {name} = {_shown(list(value))} lists {', '.join(map(str, repeated))} more "
+                "than once; give each value once"
+            )
         return values
     if len(value) != len(items):
         raise SettingsError(f"setting {name} = {_shown(value)} is not accepted; expected {len(items)} values")

@@ -22,7 +22,13 @@ from dataclasses import asdict, dataclass
 
 from crasplab.results.intervals import Z_95, wilson_interval
 
-GENERALIZES, FAILS, MIXED, INCONCLUSIVE, TOO_FEW = "generalizes", "fails", "mixed", "inconclusive", "too few fitted seeds"
+GENERALIZES, FAILS, MIXED, INCONCLUSIVE, TOO_FEW = (
+    "generalizes",
+    "fails",
+    "mixed",
+    "inconclusive",
+    "too few fitted seeds",
+)
 PASS, FAIL, UNSURE = "pass", "fail", "inconclusive"
 
 
@@ -37,13 +43,17 @@ class Protocol:
     z: float = Z_95
 
     def __post_init__(self):
-        checks = [(0 < self.threshold < 1, f"threshold must lie in (0, 1), got {self.threshold!r}"),
-                  (self.min_train_strings >= 1, f"min_train_strings must be >= 1, got {self.min_train_strings!r}"),
-                  (self.min_bin_strings >= 1, f"min_bin_strings must be >= 1, got {self.min_bin_strings!r}"),
-                  (self.min_fitted_seeds >= 1, f"min_fitted_seeds must be >= 1, got {self.min_fitted_seeds!r}"),
-                  (0 <= self.fail_fraction < self.pass_fraction <= 1,
-                   f"need 0 <= fail_fraction < pass_fraction <= 1, got {self.fail_fraction!r}, {self.pass_fraction!r}"),
-                  (self.z > 0, f"z must be > 0, got {self.z!r}")]
+        checks = [
+            (0 < self.threshold < 1, f"threshold must lie in (0, 1), got {self.threshold!r}"),
+            (self.min_train_strings >= 1, f"min_train_strings must be >= 1, got {self.min_train_strings!r}"),
+            (self.min_bin_strings >= 1, f"min_bin_strings must be >= 1, got {self.min_bin_strings!r}"),
+            (self.min_fitted_seeds >= 1, f"min_fitted_seeds must be >= 1, got {self.min_fitted_seeds!r}"),
+            (
+                0 <= self.fail_fraction < self.pass_fraction <= 1,
+                f"need 0 <= fail_fraction < pass_fraction <= 1, got {self.fail_fraction!r}, {self.pass_fraction!r}",
+            ),
+            (self.z > 0, f"z must be > 0, got {self.z!r}"),
+        ]
         for holds, message in checks:
             if not (isinstance(holds, bool) and holds):  # NaN compares False everywhere
                 raise ValueError(f"Protocol: {message}")
@@ -54,14 +64,16 @@ class Protocol:
     def text(self) -> str:
         """The rules in words, as every report prints them."""
         level = round(100 * (1 - math.erfc(self.z / math.sqrt(2))))
-        return (f"A seed fits when it answers all of at least {self.min_train_strings} training-length strings "
-                f"exactly. A fitted seed passes a test bin (at least {self.min_bin_strings} strings) when the "
-                f"{level}% Wilson interval of its accuracy lies at or above {self.threshold}, fails it when the "
-                f"interval lies below, and is inconclusive when the interval straddles {self.threshold}. With at "
-                f"least {self.min_fitted_seeds} fitted seeds, a task generalizes at the bin when at least "
-                f"{self.pass_fraction:.0%} of them pass, fails when at most {self.fail_fraction:.0%} pass, and is "
-                "mixed otherwise; when the inconclusive seeds could change that verdict, it is inconclusive. No "
-                "verdict is made from a mean over seeds.")
+        return (
+            f"A seed fits when it answers all of at least {self.min_train_strings} training-length strings "
+            f"exactly. A fitted seed passes a test bin (at least {self.min_bin_strings} strings) when the "
+            f"{level}% Wilson interval of its accuracy lies at or above {self.threshold}, fails it when the "
+            f"interval lies below, and is inconclusive when the interval straddles {self.threshold}. With at "
+            f"least {self.min_fitted_seeds} fitted seeds, a task generalizes at the bin when at least "
+            f"{self.pass_fraction:.0%} of them pass, fails when at most {self.fail_fraction:.0%} pass, and is "
+            "mixed otherwise; when the inconclusive seeds could change that verdict, it is inconclusive. No "
+            "verdict is made from a mean over seeds."
+        )
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,14 @@ UnsupportedModelError naming the file and what is supported.
 """
 
 from crasplab.models.loading.errors import UnsupportedModelError
-from crasplab.models.loading.loader import (NAMED_MODELS, Pretrained, load_pretrained, load_with_tokenizer, model_from_tensors,
-                                   resolve_model_path)
+from crasplab.models.loading.loader import (
+    NAMED_MODELS,
+    Pretrained,
+    load_pretrained,
+    load_with_tokenizer,
+    model_from_tensors,
+    resolve_model_path,
+)
 from crasplab.models.loading.tokenizer import PretrainedTokenizer
 
 __all__ = [

@@ -68,8 +68,10 @@ class _SizeCheck:
         """A declared count of items of at least `smallest` bytes each, bounded by the bytes left."""
         count = self.integer("<Q", what)
         if count * smallest > len(self.data) - self.offset:
-            raise _Damaged(f"{what} declares {count} items of at least {smallest} bytes each, more than the "
-                           f"{len(self.data) - self.offset} bytes left in the file")
+            raise _Damaged(
+                f"{what} declares {count} items of at least {smallest} bytes each, more than the "
+                f"{len(self.data) - self.offset} bytes left in the file"
+            )
         return count
 
     def value(self, kind: int, what: str) -> None:
@@ -95,7 +97,7 @@ class _SizeCheck:
         self.count("the tensor count", _SMALLEST_TENSOR_INFO)
         for index in range(self.count("the metadata count", 8 + 4)):
             key_bytes = self.integer("<Q", f"metadata key {index}")
-            key = bytes(self.data[self.take(key_bytes, f"metadata key {index}"):self.offset]).decode(errors="replace")
+            key = bytes(self.data[self.take(key_bytes, f"metadata key {index}") : self.offset]).decode(errors="replace")
             self.value(self.integer("<I", f"metadata {key!r}"), f"metadata {key!r}")
 
 

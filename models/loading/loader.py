@@ -1,8 +1,8 @@
 """The one loader: a GGUF file, a Hugging Face checkpoint folder or a named model -> models.Transformer.
 
-    pretrained = load_pretrained("smollm2")          # or a path to a .gguf file or a folder
-    pretrained.model(tokens_BxT).logits_BxTxV
-    pretrained.tokenizer.encode("The capital of France is")
+pretrained = load_pretrained("smollm2")          # or a path to a .gguf file or a folder
+pretrained.model(tokens_BxT).logits_BxTxV
+pretrained.tokenizer.encode("The capital of France is")
 """
 
 from __future__ import annotations
@@ -100,14 +100,15 @@ def load_pretrained(name_or_path: str | Path, dtype: str = "float32") -> Pretrai
     return Pretrained(model=model, tokenizer=tokenizer, path=path, architecture=f"{kind}/{architecture.name}")
 
 
-
 def load_with_tokenizer(name_or_path: str | Path, dtype: str = "float32") -> Pretrained:
     """`load_pretrained`, refusing a model that comes without a tokenizer: prompts are text."""
     pretrained = load_pretrained(name_or_path, dtype=dtype)
     if pretrained.tokenizer is None:
-        raise UnsupportedModelError(str(pretrained.path), "no tokenizer.json beside the weights, and the prompts need the "
-                                    "model's tokenizer")
+        raise UnsupportedModelError(
+            str(pretrained.path), "no tokenizer.json beside the weights, and the prompts need the model's tokenizer"
+        )
     return pretrained
+
 
 def _architecture(table: dict[str, Architecture], name: object, field: str, where: str) -> Architecture:
     # A malformed file may name its architecture with a list or a number, which no table holds.
@@ -144,7 +145,9 @@ def model_from_tensors(config: ModelConfig, source: TensorSource, rules: tuple[R
         for template, part in zip(rule.targets, _converted(source.tensor(name), name, rule, config, where)):
             target = template.format(**groups)
             if target not in shapes:
-                raise UnsupportedModelError(where, f"tensor {name!r} maps to {target!r}, which a model of this config does not have")
+                raise UnsupportedModelError(
+                    where, f"tensor {name!r} maps to {target!r}, which a model of this config does not have"
+                )
             if part.shape != shapes[target]:
                 raise UnsupportedModelError(
                     where, f"tensor {name!r} gives {target!r} shape {part.shape}; the config implies {shapes[target]}"
@@ -152,7 +155,9 @@ def model_from_tensors(config: ModelConfig, source: TensorSource, rules: tuple[R
             values[target] = part
     missing = sorted(set(shapes) - set(values))
     if missing:
-        raise UnsupportedModelError(where, f"no tensor for parameters {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        raise UnsupportedModelError(
+            where, f"no tensor for parameters {missing[:5]}{' ...' if len(missing) > 5 else ''}"
+        )
     # models.set_params writes into initialized arrays only, so the abstract state is filled here.
     graphdef, state = nnx.split(abstract)
     flat = []
@@ -166,8 +171,11 @@ def _check_layer_count(config: ModelConfig, layers: set[str], where: str) -> Non
     """Refuse hyperparameters that declare more blocks than the file has tensors for, before a model
     of that depth is built (10^8 blocks would take forever just to describe)."""
     if config.n_layers > len(layers):
-        raise UnsupportedModelError(where, f"the hyperparameters declare {config.n_layers} blocks, and the file holds "
-                                           f"tensors for {len(layers)}; expected one set of block tensors per block")
+        raise UnsupportedModelError(
+            where,
+            f"the hyperparameters declare {config.n_layers} blocks, and the file holds "
+            f"tensors for {len(layers)}; expected one set of block tensors per block",
+        )
 
 
 def _converted(array: np.ndarray, name: str, rule: Rule, config: ModelConfig, where: str) -> list[np.ndarray]:
@@ -177,13 +185,17 @@ def _converted(array: np.ndarray, name: str, rule: Rule, config: ModelConfig, wh
         for transform in rule.transforms:
             array = transform(array, config)
     except ValueError as error:  # a reshape that the tensor's shape does not allow
-        raise UnsupportedModelError(where, f"tensor {name!r} of shape {shape} does not fit the hyperparameters "
-                                           f"({transform.__name__}: {error})") from None
+        raise UnsupportedModelError(
+            where, f"tensor {name!r} of shape {shape} does not fit the hyperparameters ({transform.__name__}: {error})"
+        ) from None
     if len(rule.targets) == 1:
         return [array]
     if array.ndim == 0 or array.shape[-1] % len(rule.targets):
-        raise UnsupportedModelError(where, f"tensor {name!r} of shape {shape} holds {', '.join(rule.targets)} side by "
-                                           f"side, so its last dimension must divide by {len(rule.targets)}")
+        raise UnsupportedModelError(
+            where,
+            f"tensor {name!r} of shape {shape} holds {', '.join(rule.targets)} side by "
+            f"side, so its last dimension must divide by {len(rule.targets)}",
+        )
     return np.split(array, len(rule.targets), axis=-1)
 
 

@@ -76,13 +76,27 @@ def _value(values: dict[str, Any], key: str, where: str, default: Any, expected:
 
 def _size(values: dict[str, Any], key: str, where: str, default: Any = _REQUIRED) -> int:
     """A count or a width: every integer hyperparameter of these tables is one."""
-    return _value(values, key, where, default, "a positive integer",
-                  lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0)
+    return _value(
+        values,
+        key,
+        where,
+        default,
+        "a positive integer",
+        lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0,
+    )
 
 
 def _real(values: dict[str, Any], key: str, where: str, default: Any = _REQUIRED) -> float:
-    return float(_value(values, key, where, default, "a number",
-                        lambda value: isinstance(value, (int, float)) and not isinstance(value, bool)))
+    return float(
+        _value(
+            values,
+            key,
+            where,
+            default,
+            "a number",
+            lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+        )
+    )
 
 
 def _section(values: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -92,6 +106,7 @@ def _section(values: dict[str, Any], key: str, where: str) -> dict[str, Any]:
 
 # --- GGUF, architecture "llama" (SmolLM, Llama 1-3 without rope scaling) -------------------------
 
+
 def _gguf_llama_config(metadata: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
     def size(name: str, default: Any = _REQUIRED) -> int:
         return _size(metadata, f"llama.{name}", where, default)
@@ -100,7 +115,9 @@ def _gguf_llama_config(metadata: dict[str, Any], tensor_names: frozenset[str], w
         return _real(metadata, f"llama.{name}", where, default)
 
     if "rope_freqs.weight" in tensor_names or real("rope.scaling.factor", 1.0) != 1.0:
-        raise UnsupportedModelError(where, "RoPE scaling (Llama 3.1 style rope_freqs, llama.rope.scaling.*) is not supported")
+        raise UnsupportedModelError(
+            where, "RoPE scaling (Llama 3.1 style rope_freqs, llama.rope.scaling.*) is not supported"
+        )
     n_heads, d_model = size("attention.head_count"), size("embedding_length")
     head_dim = size("attention.key_length", d_model // n_heads)
     return ModelConfig(
@@ -143,6 +160,7 @@ GGUF_LLAMA = Architecture(
 
 
 # --- Hugging Face config.json + safetensors: llama, qwen2, gpt2 ----------------------------------
+
 
 def _rope(config: dict[str, Any], where: str) -> tuple[float, float]:
     """(base, partial rotary factor); transformers 5 writes `rope_parameters`, 4.x `rope_theta`."""
@@ -199,7 +217,8 @@ def _hf_qwen2_config(config: dict[str, Any], tensor_names: frozenset[str], where
 
 def _hf_gpt2_config(config: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
     _reject(
-        config, where,
+        config,
+        where,
         {
             "activation_function": ("gelu_new", "gelu_pytorch_tanh"),
             "scale_attn_weights": (True,),

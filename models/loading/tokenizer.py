@@ -32,7 +32,10 @@ _QWEN2_SPLIT = (
 
 def _regex_then_bytes(split: str) -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(split), behavior="isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        [
+            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
     )
 
 
@@ -42,7 +45,10 @@ def _gpt2_bytes() -> pre_tokenizers.PreTokenizer:
 
 def _digits_then_gpt2_bytes() -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
     )
 
 
@@ -113,13 +119,24 @@ def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> Pretra
     backend.post_processor = processors.ByteLevel(trim_offsets=False)
     token_types = metadata.get("tokenizer.ggml.token_type", [])
     if not (isinstance(token_types, list) and all(isinstance(kind, int) for kind in token_types)):
-        raise UnsupportedModelError(where, f"tokenizer.ggml.token_type is {type(token_types).__name__} "
-                                           f"{str(token_types)[:40]!r}; expected an array of integers, one per token")
+        raise UnsupportedModelError(
+            where,
+            f"tokenizer.ggml.token_type is {type(token_types).__name__} "
+            f"{str(token_types)[:40]!r}; expected an array of integers, one per token",
+        )
     backend.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, token_types) if kind == CONTROL_TOKEN_TYPE]
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t, kind in zip(tokens, token_types)
+            if kind == CONTROL_TOKEN_TYPE
+        ]
     )
     backend.add_tokens(
-        [AddedToken(t, special=False, normalized=False) for t, kind in zip(tokens, token_types) if kind == USER_DEFINED_TOKEN_TYPE]
+        [
+            AddedToken(t, special=False, normalized=False)
+            for t, kind in zip(tokens, token_types)
+            if kind == USER_DEFINED_TOKEN_TYPE
+        ]
     )
     return PretrainedTokenizer(
         backend=backend,
@@ -134,17 +151,26 @@ def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> Pretra
 
 def _byte_level_bpe(tokens: list[str], merges: object, where: str) -> models.BPE:
     """The BPE model of a vocabulary and its merges ("first second", both tokens of the vocabulary)."""
-    malformed = (next((merge for merge in merges if not (isinstance(merge, str) and " " in merge)), None)
-                 if isinstance(merges, list) else merges)
+    malformed = (
+        next((merge for merge in merges if not (isinstance(merge, str) and " " in merge)), None)
+        if isinstance(merges, list)
+        else merges
+    )
     if not isinstance(merges, list) or malformed is not None:
-        raise UnsupportedModelError(where, f"tokenizer.ggml.merges holds {str(malformed)[:40]!r}; expected an array of "
-                                           "strings, each two tokens separated by a space")
+        raise UnsupportedModelError(
+            where,
+            f"tokenizer.ggml.merges holds {str(malformed)[:40]!r}; expected an array of "
+            "strings, each two tokens separated by a space",
+        )
     vocabulary = {token: i for i, token in enumerate(tokens)}
     pairs = [tuple(merge.split(" ", 1)) for merge in merges]
     unknown = next((pair for pair in pairs if pair[0] not in vocabulary or pair[1] not in vocabulary), None)
     if unknown is not None:
-        raise UnsupportedModelError(where, f"tokenizer.ggml.merges merges {' '.join(unknown)!r}, a token of which is not "
-                                           "in tokenizer.ggml.tokens; expected merges of vocabulary tokens")
+        raise UnsupportedModelError(
+            where,
+            f"tokenizer.ggml.merges merges {' '.join(unknown)!r}, a token of which is not "
+            "in tokenizer.ggml.tokens; expected merges of vocabulary tokens",
+        )
     return models.BPE(vocab=vocabulary, merges=pairs)
 
 
@@ -190,8 +216,9 @@ def _read_tokenizer_json(path: Path) -> Tokenizer:
         return Tokenizer.from_file(str(path))
     except Exception as error:  # the tokenizers library raises a bare Exception for every problem
         raise UnsupportedModelError(
-            str(path), f"not a tokenizer the tokenizers library can read ({error}); expected the tokenizer.json "
-            "that transformers' save_pretrained writes"
+            str(path),
+            f"not a tokenizer the tokenizers library can read ({error}); expected the tokenizer.json "
+            "that transformers' save_pretrained writes",
         ) from error
 
 
