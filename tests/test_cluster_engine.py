@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_train_loop import comparable
+from tests.tiny import comparable
 from tests.tiny import TINY_MODEL, tiny_config
 from crasplab.train.engines import (
     PLACEMENTS_FILE,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_train_loop import ROOT, comparable, run_worker
+from tests.tiny import ROOT, comparable, run_worker
 from tests.tiny import TINY_MODEL, tiny_config
 from crasplab.results.files import write_json
 from crasplab.train.engines import PLACEMENTS_FILE

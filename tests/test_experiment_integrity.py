@@ -11,7 +11,7 @@ import pytest
 
 from crasplab.results import files
 from experiments import finetune, mechanism, pretrained, realistic
-from tests.test_pretrained_experiment import _records, write_tiny_llama
+from tests.model_files import answer_records, write_tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +29,9 @@ def test_a_run_folder_in_use_by_another_process_is_refused_and_its_records_stay_
         fcntl.flock(other_process, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(SystemExit, match=f"^error: {re.escape(str(out))} is in use by another process"):
             pretrained.main(["--model", str(tiny), *PRETRAINED_FLAGS, "--n", "3", "--out", str(out)])
-    assert len(_records(out)) == 2
+    assert len(answer_records(out)) == 2
     pretrained.main(["--model", str(tiny), *PRETRAINED_FLAGS, "--out", str(out)])  # released: the same command resumes
-    assert len(_records(out)) == 2
+    assert len(answer_records(out)) == 2
 
 
 @pytest.mark.parametrize(

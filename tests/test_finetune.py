@@ -16,7 +16,7 @@ from crasplab.models.loading import load_pretrained
 from crasplab.models.lora import Frozen, with_lora
 from crasplab.models.params import count_params
 from crasplab.results.finetune import summarize
-from tests.test_pretrained_experiment import write_tiny_llama
+from tests.model_files import write_tiny_llama
 from crasplab.train import finetune
 from crasplab.train.finetune_config import FinetuneConfig
 from crasplab.train.finetune_data import token_batch, training_items

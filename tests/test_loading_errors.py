@@ -11,8 +11,8 @@ from safetensors.numpy import save_file
 
 from crasplab.models.loading import UnsupportedModelError, load_pretrained
 from crasplab.models.loading.tokenizer import tokenizer_from_folder, tokenizer_from_gguf_metadata
-from tests.test_loading_formats import TINY_LLAMA_HYPER, _tiny_llama_tensors, write_gguf
-from tests.test_pretrained_experiment import write_byte_level_tokenizer, write_tiny_llama
+from tests.model_files import TINY_LLAMA_HYPER, tiny_llama_tensors, write_gguf
+from tests.model_files import write_byte_level_tokenizer, write_tiny_llama
 
 TINY_LLAMA_CONFIG = {
     "model_type": "llama",
@@ -181,7 +181,7 @@ def test_a_gguf_metadata_array_declaring_2_to_the_40_items_is_refused_at_once(tm
 def test_a_gguf_block_count_beyond_its_tensors_is_refused_before_the_model_is_built(tmp_path):
     path = write_gguf(
         tmp_path / "m.gguf",
-        _tiny_llama_tensors(np.random.default_rng(0)),
+        tiny_llama_tensors(np.random.default_rng(0)),
         hyper=TINY_LLAMA_HYPER | {"block_count": 10**8},
     )
     error = load_error(path)
@@ -199,7 +199,7 @@ def test_a_config_json_num_hidden_layers_beyond_its_tensors_is_refused_before_th
 
 
 def test_a_query_matrix_of_the_wrong_shape_is_a_clear_error(tmp_path):
-    tensors = _tiny_llama_tensors(np.random.default_rng(0)) | {"blk.0.attn_q.weight": np.ones((30, 32))}
+    tensors = tiny_llama_tensors(np.random.default_rng(0)) | {"blk.0.attn_q.weight": np.ones((30, 32))}
     error = load_error(write_gguf(tmp_path / "m.gguf", tensors, hyper=TINY_LLAMA_HYPER))
     assert error.problem.startswith(
         "tensor 'blk.0.attn_q.weight' of shape (30, 32) does not fit the hyperparameters (unpermute_query_rows:"

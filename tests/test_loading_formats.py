@@ -4,68 +4,20 @@ No torch here: the comparisons with an independent implementation are in test_lo
 """
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType, GGUFWriter
-from gguf.quants import quantize
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
+from crasplab.models.config import ModelConfig
 from crasplab.models.loading import UnsupportedModelError, load_pretrained, resolve_model_path
 from crasplab.models.loading.gguf_file import read_gguf
 from crasplab.models.loading.tables import unpermute_key_rows, unpermute_query_rows
-from crasplab.models.config import ModelConfig
+from gguf import GGMLQuantizationType
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.model_files import TINY_LLAMA_HYPER, llama_cpp_permute, tiny_llama_tensors, write_gguf
 
 QUANTIZED = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1)
-BYTE_LEVEL_ALPHABET = [chr(c) for c in range(ord("!"), ord("~") + 1)] + ["Ġ", "Ċ"]
-
-
-def llama_cpp_permute(weights: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp convert_hf_to_gguf.py's LlamaModel.permute, which it applies to q and k rows."""
-    return (
-        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weights.shape)
-    )
-
-
-def write_gguf(
-    path: Path,
-    tensors: dict[str, np.ndarray],
-    *,
-    types: dict[str, GGMLQuantizationType] | None = None,
-    architecture: str = "llama",
-    hyper: dict | None = None,
-    tokens: list[str] | None = None,
-) -> Path:
-    """A GGUF file: `tensors` as numpy [out, in] arrays, each stored with its type from `types`
-    (default F32), llama hyperparameters from `hyper`, and a byte-level BPE tokenizer of `tokens`."""
-    writer = GGUFWriter(str(path), architecture)
-    for key, value in (hyper or {}).items():
-        if isinstance(value, float):
-            writer.add_float32(f"{architecture}.{key}", value)
-        else:
-            writer.add_uint32(f"{architecture}.{key}", value)
-    tokens = tokens or BYTE_LEVEL_ALPHABET
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * len(tokens))
-    writer.add_token_merges(["Ġ a"] if "Ġa" in tokens else [])
-    writer.add_eos_token_id(0)
-    for name, array in tensors.items():
-        kind = (types or {}).get(name, GGMLQuantizationType.F32)
-        if kind == GGMLQuantizationType.F32:
-            writer.add_tensor(name, array.astype(np.float32))
-        else:
-            writer.add_tensor(name, quantize(array.astype(np.float32), kind), raw_dtype=kind)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.mark.parametrize("kind", [GGMLQuantizationType.F32, GGMLQuantizationType.F16, *QUANTIZED], ids=lambda k: k.name)
@@ -142,37 +94,8 @@ def test_unsupported_gguf_architecture_names_the_supported_ones(tmp_path):
         load_pretrained(path)
 
 
-def _tiny_llama_tensors(rng, d=32, layers=1, vocab=len(BYTE_LEVEL_ALPHABET), ff=64):
-    tensors = {"token_embd.weight": rng.normal(size=(vocab, d)), "output_norm.weight": np.ones(d)}
-    for layer in range(layers):
-        for name, shape in [
-            ("attn_q", (d, d)),
-            ("attn_k", (d, d)),
-            ("attn_v", (d, d)),
-            ("attn_output", (d, d)),
-            ("ffn_gate", (ff, d)),
-            ("ffn_up", (ff, d)),
-            ("ffn_down", (d, ff)),
-        ]:
-            tensors[f"blk.{layer}.{name}.weight"] = rng.normal(size=shape)
-        tensors[f"blk.{layer}.attn_norm.weight"] = np.ones(d)
-        tensors[f"blk.{layer}.ffn_norm.weight"] = np.ones(d)
-    return tensors
-
-
-TINY_LLAMA_HYPER = {
-    "block_count": 1,
-    "embedding_length": 32,
-    "feed_forward_length": 64,
-    "attention.head_count": 2,
-    "attention.head_count_kv": 2,
-    "context_length": 64,
-    "attention.layer_norm_rms_epsilon": 1e-5,
-}
-
-
 def test_unsupported_tensor_type_names_the_supported_types(tmp_path):
-    tensors = _tiny_llama_tensors(np.random.default_rng(0))
+    tensors = tiny_llama_tensors(np.random.default_rng(0))
     path = write_gguf(
         tmp_path / "m.gguf", tensors, types={"blk.0.ffn_up.weight": GGMLQuantizationType.Q5_0}, hyper=TINY_LLAMA_HYPER
     )
@@ -181,13 +104,13 @@ def test_unsupported_tensor_type_names_the_supported_types(tmp_path):
 
 
 def test_a_tensor_outside_the_table_is_an_error_naming_it(tmp_path):
-    tensors = _tiny_llama_tensors(np.random.default_rng(0)) | {"blk.0.attn_q.bias": np.zeros(32)}
+    tensors = tiny_llama_tensors(np.random.default_rng(0)) | {"blk.0.attn_q.bias": np.zeros(32)}
     with pytest.raises(UnsupportedModelError, match="'blk.0.attn_q.bias' matches no rule"):
         load_pretrained(write_gguf(tmp_path / "m.gguf", tensors, hyper=TINY_LLAMA_HYPER))
 
 
 def test_a_tensor_of_the_wrong_shape_is_an_error_naming_it(tmp_path):
-    tensors = _tiny_llama_tensors(np.random.default_rng(0), ff=64)
+    tensors = tiny_llama_tensors(np.random.default_rng(0), ff=64)
     hyper = TINY_LLAMA_HYPER | {"feed_forward_length": 96}
     with pytest.raises(
         UnsupportedModelError,
@@ -197,7 +120,7 @@ def test_a_tensor_of_the_wrong_shape_is_an_error_naming_it(tmp_path):
 
 
 def test_a_missing_tensor_is_an_error_naming_the_parameter(tmp_path):
-    tensors = _tiny_llama_tensors(np.random.default_rng(0))
+    tensors = tiny_llama_tensors(np.random.default_rng(0))
     del tensors["blk.0.ffn_norm.weight"]
     with pytest.raises(UnsupportedModelError, match="no tensor for parameters \\['layers.0.mlp_norm.scale'\\]"):
         load_pretrained(write_gguf(tmp_path / "m.gguf", tensors, hyper=TINY_LLAMA_HYPER))

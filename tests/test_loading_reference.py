@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize, quantize  # noqa: E402
 
 from crasplab.models.loading import load_pretrained  # noqa: E402
-from tests.test_loading_formats import BYTE_LEVEL_ALPHABET, llama_cpp_permute, write_gguf  # noqa: E402
+from tests.model_files import BYTE_LEVEL_ALPHABET, llama_cpp_permute, write_gguf  # noqa: E402
 
 TOLERANCE = 1e-3
 VOCAB = len(BYTE_LEVEL_ALPHABET)

@@ -16,8 +16,8 @@ from crasplab.models import ModelConfig, Transformer, set_params
 from crasplab.models.analysis import SCORES, ablation, ablation_plan, head_scores, score_edges, top_heads
 from crasplab.train.config import PRESETS, RunSettings
 from crasplab.train.loop import Job
-from tests.test_model_architecture import STYLES, random_tokens, tiny_model
-from tests.test_pretrained_experiment import write_tiny_llama
+from tests.tiny import STYLES, random_tokens, tiny_model
+from tests.model_files import write_tiny_llama
 
 POSITIONS, VOCAB, D = 16, 8, 32
 

@@ -5,12 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
-
-from crasp.fragment import POSITION_ENCODINGS
 from crasplab.models import (
     PRESETS,
-    ModelConfig,
     Transformer,
     count_params,
     forward_flops_per_token,
@@ -23,24 +19,10 @@ from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import LayerNorm
 from crasplab.train.config import ARCHITECTURE_OF_POSITION
 from crasplab.train.config import PRESETS as TRAIN_PRESETS
+from flax import nnx
 
-STYLES = {
-    "gpt2_ape": dict(block="gpt2", position="ape"),
-    "llama_rope_gqa": dict(block="llama", position="rope", n_kv_heads=2, qkv_bias=True),
-    "llama_partial_rope": dict(block="llama", position="rope", rope_dim=4),
-    "gpt2_nope": dict(block="gpt2", position="nope"),
-    "gpt2_alibi": dict(block="gpt2", position="alibi"),
-}
-
-
-def tiny_model(seed=0, **overrides) -> Transformer:
-    """A 2-layer, d 32, 4-head model with weights large enough that attention is not uniform."""
-    fields = dict(vocab_size=16, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=64, init_std=0.3)
-    return Transformer(ModelConfig(**(fields | overrides)), rngs=nnx.Rngs(seed))
-
-
-def random_tokens(shape, seed=0, vocab_size=16):
-    return jnp.asarray(np.random.default_rng(seed).integers(0, vocab_size, shape), jnp.int32)
+from crasp.fragment import POSITION_ENCODINGS
+from tests.tiny import STYLES, random_tokens, tiny_model
 
 
 @pytest.mark.parametrize("style", STYLES)

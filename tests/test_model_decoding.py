@@ -6,7 +6,7 @@ import pytest
 
 from crasplab.models import generate
 from crasplab.models.generate import left_align
-from tests.test_model_architecture import STYLES, random_tokens, tiny_model
+from tests.tiny import STYLES, random_tokens, tiny_model
 
 PROMPT_LENGTHS = np.array([6, 3, 1])
 

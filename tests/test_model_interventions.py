@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from crasplab.models import Interventions, knockout_bias, mean_head_outputs, set_params
-from tests.test_model_architecture import STYLES, random_tokens, tiny_model
+from tests.tiny import STYLES, random_tokens, tiny_model
 
 LAYERS, HEADS = 2, 4
 

@@ -5,7 +5,7 @@ import pytest
 from flax import nnx
 
 from crasplab.models import param_shapes, set_params
-from tests.test_model_architecture import STYLES, random_tokens, tiny_model
+from tests.tiny import STYLES, random_tokens, tiny_model
 
 
 def test_parameter_tree_has_the_documented_paths():

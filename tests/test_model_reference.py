@@ -6,7 +6,7 @@ import pytest
 from flax import nnx
 
 from crasplab.models import ModelConfig, Transformer, set_params
-from tests.test_model_architecture import random_tokens
+from tests.tiny import random_tokens
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -6,23 +6,19 @@ import json
 import re
 
 import jax
-import numpy as np
 import pytest
+from crasplab.models.loading.tokenizer import tokenizer_from_folder
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from safetensors.numpy import save_file
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from experiments import pretrained
 from crasp.tasks import COPYING_CODES, RETRIEVAL_CODES
-from crasplab.incontext import formal_prompts
-from crasplab.incontext import greedy
+from crasplab.incontext import formal_prompts, greedy
 from crasplab.incontext.greedy import answer_line
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.results.in_context import bias_statement, summarize
 from crasplab.results.intervals import difference_interval, wilson_interval
-from crasplab.models.loading.tokenizer import tokenizer_from_folder
-from tests.test_loading_formats import BYTE_LEVEL_ALPHABET
+from experiments import pretrained
+from tests.model_files import answer_records, write_byte_level_tokenizer, write_tiny_llama
 
 LETTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 LETTERS_AND_DIGITS = LETTERS | set("0123456789")
@@ -83,15 +79,6 @@ def test_cells_are_fixed_by_the_seed_whatever_else_runs():
     assert first == again and first != other_seed
 
 
-def write_byte_level_tokenizer(folder):
-    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(BYTE_LEVEL_ALPHABET)}, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
-    backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
-
-
 def test_answer_line_stops_at_a_line_break_or_special_token(tmp_path):
     write_byte_level_tokenizer(tmp_path)
     tokenizer = tokenizer_from_folder(tmp_path)
@@ -141,59 +128,13 @@ def test_summary_gaps_and_bias_statement_follow_the_counts(tmp_path):
     assert summary["prompts_per_second"] == pytest.approx(2.0)
 
 
-def write_tiny_llama(folder, seed=0):
-    """A random Llama checkpoint in Hugging Face's names and layout (Linear weights [out, in])."""
-    rng = np.random.default_rng(seed)
-    vocab, d, ff, layers = len(BYTE_LEVEL_ALPHABET) + 1, 32, 64, 2
-    config = dict(
-        model_type="llama",
-        vocab_size=vocab,
-        hidden_size=d,
-        intermediate_size=ff,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
-        hidden_act="silu",
-    )
-    tensors = {"model.embed_tokens.weight": rng.normal(size=(vocab, d)), "model.norm.weight": np.ones(d)}
-    shapes = {
-        "self_attn.q_proj": (d, d),
-        "self_attn.k_proj": (d // 2, d),
-        "self_attn.v_proj": (d // 2, d),
-        "self_attn.o_proj": (d, d),
-        "mlp.gate_proj": (ff, d),
-        "mlp.up_proj": (ff, d),
-        "mlp.down_proj": (d, ff),
-    }
-    for layer in range(layers):
-        for name, shape in shapes.items():
-            tensors[f"model.layers.{layer}.{name}.weight"] = rng.normal(size=shape) / np.sqrt(shape[1])
-        for name in ("input_layernorm", "post_attention_layernorm"):
-            tensors[f"model.layers.{layer}.{name}.weight"] = np.ones(d)
-    save_file({k: v.astype(np.float32) for k, v in tensors.items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(config))
-    write_byte_level_tokenizer(folder)
-    return folder
-
-
-def _records(run):
-    return [
-        {k: v for k, v in r.items() if k != "seconds"}
-        for r in map(json.loads, (run / "results.jsonl").read_text().splitlines())
-    ]
-
-
 def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
     (tmp_path / "model").mkdir()
     model = write_tiny_llama(tmp_path / "model")
     common = ["--model", str(model), "--tasks", "UR", "NB", "--lengths", "6", "--batch-size", "2"]
     flags = common + ["--n", "3"]
     pretrained.main(flags + ["--out", str(tmp_path / "whole")])
-    whole = _records(tmp_path / "whole")
+    whole = answer_records(tmp_path / "whole")
     assert len(whole) == 6 and {r["task"] for r in whole} == {"UR", "NB"}
 
     real_answer_lines, calls = pretrained.answer_lines, []
@@ -207,10 +148,10 @@ def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "answer_lines", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pretrained.main(flags + ["--out", str(tmp_path / "resumed")])
-    assert len(_records(tmp_path / "resumed")) == 3  # UR's batches (2 + 1 prompts) finished, NB's not
+    assert len(answer_records(tmp_path / "resumed")) == 3  # UR's batches (2 + 1 prompts) finished, NB's not
     monkeypatch.setattr(pretrained, "answer_lines", real_answer_lines)
     pretrained.main(flags + ["--out", str(tmp_path / "resumed")])
-    assert sorted(_records(tmp_path / "resumed"), key=str) == sorted(whole, key=str)
+    assert sorted(answer_records(tmp_path / "resumed"), key=str) == sorted(whole, key=str)
     summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
     assert summary["evaluated"] == summary["planned"] == 6
     assert (tmp_path / "resumed" / "accuracy_by_length.png").stat().st_size > 0
@@ -257,10 +198,10 @@ def test_running_out_of_memory_says_what_to_lower_and_keeps_the_answered_batches
         r".*run the same command again with a smaller batch \(--batch-size",
     ):
         pretrained.main(flags)
-    assert len(_records(tmp_path / "run")) == 2  # the first batch's two prompts
+    assert len(answer_records(tmp_path / "run")) == 2  # the first batch's two prompts
     monkeypatch.setattr(greedy, "generate", real_generate)
     pretrained.main(flags[:-3] + ["1"] + flags[-2:])  # --batch-size 1: the third prompt
-    assert len(_records(tmp_path / "run")) == 3
+    assert len(answer_records(tmp_path / "run")) == 3
 
 
 def test_other_runtime_errors_of_the_model_are_not_called_a_lack_of_memory(tmp_path, monkeypatch):
@@ -321,7 +262,7 @@ def test_a_bad_demonstration_count_writes_nothing_and_the_corrected_command_runs
     assert "argument --retrieval-demonstrations: must be at least 1, got -1" in capsys.readouterr().err
     assert not out.exists()
     pretrained.main(flags + ["--retrieval-demonstrations", "1"])
-    assert len(_records(out)) == 1
+    assert len(answer_records(out)) == 1
 
 
 @pytest.mark.parametrize(

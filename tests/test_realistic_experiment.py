@@ -12,7 +12,7 @@ import pytest
 from experiments import realistic
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
 from crasplab.results.realistic import summarize_git, summarize_lorem
-from tests.test_pretrained_experiment import _records as records_of, write_tiny_llama
+from tests.model_files import answer_records as records_of, write_tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
-from hypothesis import given, strategies as st
-
-from crasp.tasks import get_task
 from crasplab.train.config import TrainConfig
-from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, greedy_exact_match, teacher_forced_exact
-from crasplab.train.trained import load_trained_model
 from crasplab.train.data import sample_batch, sequence_length
+from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, greedy_exact_match, teacher_forced_exact
 from crasplab.train.loop import Job, run_stack
-from tests.tiny import TINY_MODEL, tiny_config
 from crasplab.train.steps import (
     _answer_scores,
     init_stack,
@@ -32,8 +26,13 @@ from crasplab.train.steps import (
     make_train_step,
     part_bounds,
 )
+from crasplab.train.trained import load_trained_model
+from flax import nnx
+from hypothesis import given
+from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[1]
+from crasp.tasks import get_task
+from tests.tiny import ROOT, TINY_MODEL, comparable, run_worker, tiny_config
 
 
 def test_loss_is_cross_entropy_over_answer_and_eos_only():
@@ -119,22 +118,6 @@ def test_stacked_training_equals_separate_runs():
         alone = train([seed])
         for a, b in zip(jax.tree.leaves(together), jax.tree.leaves(alone)):
             np.testing.assert_allclose(np.asarray(a[index]), np.asarray(b[0]), rtol=2e-5, atol=2e-6)
-
-
-def comparable(folder: Path) -> tuple[list[dict], dict]:
-    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    result = json.loads((folder / "result.json").read_text())
-    result.pop("elapsed_s")
-    return records, result
-
-
-def run_worker(folder: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "crasplab.train.workers", str(folder)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
 
 
 def write_job(folder: Path, config: TrainConfig) -> None:

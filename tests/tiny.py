@@ -1,7 +1,57 @@
-"""The smallest models and training settings the lab accepts, shared by the test modules (and,
-as fixtures, by conftest.py)."""
+"""The smallest models, training settings and job folders the lab accepts, shared by the test
+modules (and, as fixtures, by conftest.py)."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+from crasplab.models import (
+    ModelConfig,
+    Transformer,
+)
 from crasplab.train.config import ModelSettings, TrainConfig
+from flax import nnx
+
+STYLES = {
+    "gpt2_ape": dict(block="gpt2", position="ape"),
+    "llama_rope_gqa": dict(block="llama", position="rope", n_kv_heads=2, qkv_bias=True),
+    "llama_partial_rope": dict(block="llama", position="rope", rope_dim=4),
+    "gpt2_nope": dict(block="gpt2", position="nope"),
+    "gpt2_alibi": dict(block="gpt2", position="alibi"),
+}
+
+
+def tiny_model(seed=0, **overrides) -> Transformer:
+    """A 2-layer, d 32, 4-head model with weights large enough that attention is not uniform."""
+    fields = dict(vocab_size=16, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=64, init_std=0.3)
+    return Transformer(ModelConfig(**(fields | overrides)), rngs=nnx.Rngs(seed))
+
+
+def random_tokens(shape, seed=0, vocab_size=16):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, vocab_size, shape), jnp.int32)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def comparable(folder: Path) -> tuple[list[dict], dict]:
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    result = json.loads((folder / "result.json").read_text())
+    result.pop("elapsed_s")
+    return records, result
+
+
+def run_worker(folder: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "crasplab.train.workers", str(folder)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
 
 TINY_MODEL = ModelSettings(n_layers=1, n_heads=2, d_model=16)
 

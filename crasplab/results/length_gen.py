@@ -11,6 +11,7 @@ gets the APE prediction marked "no theorem".
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def collect_metrics(run_dir: Path, jobs: list[tuple[str, int]]) -> None:
         records += [dict(record, **tag) for record in read_jsonl(folder.metrics_file)]
         records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder.provenance_file)]
         if folder.is_done():
-            records.append(dict(folder.read_result().to_dict(), kind="result", **tag))
+            # As written: fine-tuning runs collect their own result records through this function too.
+            records.append(dict(json.loads(folder.result_file.read_text()), kind="result", **tag))
     write_jsonl(run_dir / "metrics.jsonl", records)
 
 
