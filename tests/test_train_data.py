@@ -132,8 +132,8 @@ def test_config_errors_name_the_setting():
         TrainConfig().replace(learning_rat=1.0)
     with pytest.raises(ConfigError, match="unknown ModelSettings setting.*'position'"):
         ModelSettings.from_dict(dict(position="ape"))
-    with pytest.raises(ConfigError, match="pe must be one of \\('ape', 'rope', 'nope'\\)"):
-        ModelSettings(pe="alibi").validate()
+    with pytest.raises(ConfigError, match="pe must be one of \\('ape', 'rope', 'nope', 'alibi'\\)"):
+        ModelSettings(pe="xpos").validate()
     with pytest.raises(ConfigError, match="test bin 15-30 starts at or below 20, where the bin before it ends"):
         TrainConfig(train_lengths=(1, 20), test_bins=((1, 20), (15, 30))).validate()
     with pytest.raises(ConfigError, match="test bin 21-25 starts at or below 30"):
