@@ -39,7 +39,14 @@ from crasplab.results.length_gen import (
     write_report,
 )
 from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
-from crasplab.results.protocol import next_seeds, predictions_for, protocol_for, write_predictions, write_protocol
+from crasplab.results.protocol import (
+    last_bin_agreement,
+    next_seeds,
+    predictions_for,
+    protocol_for,
+    write_predictions,
+    write_protocol,
+)
 from crasplab.train.config import (
     PRESETS,
     ConfigError,
@@ -305,11 +312,10 @@ def train_and_report(args: argparse.Namespace) -> None:
             "verdicts over fresh seeds."
         )
     else:
-        last = [row["bins"][-1] for row in summary["protocol"]["rows"] if row["bins"]]
-        counted = [b for b in last if b["agrees"] is not None]
+        agreeing, counted, _ = last_bin_agreement(summary["protocol"]["rows"])
         print(
-            f"protocol verdicts at the last bin: {sum(b['agrees'] for b in counted)} of {len(counted)} counted agree "
-            f"(report.md has every seed's interval)"
+            f"protocol verdicts at the last bin: {agreeing} of {counted} counted agree "
+            "(report.md has every seed's interval)"
         )
 
 

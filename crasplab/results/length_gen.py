@@ -128,7 +128,8 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
     check_task_names(config, run_dir)
     threshold = config.get("threshold", DEFAULT_THRESHOLD) if threshold is None else threshold
-    finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    finals = final_evaluations(records)
     # What the interpreter predicted when the run started; computed now only for runs made before
     # predictions.json existed.
     written = read_predictions(run_dir)
@@ -198,17 +199,17 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
             text=protocol.text(),
             rows=protocol_rows(
                 protocol,
-                read_jsonl(run_dir / "metrics.jsonl"),
+                records,
                 finals,
                 [task for task in config["tasks"] if task in finals],
-                read_predictions(run_dir),
+                written,
                 {task: train["max_steps"] for task, train in config["train"].items()},
             ),
         )
     )
     return dict(
         protocol=under_protocol,
-        environments=environments(read_jsonl(run_dir / "metrics.jsonl")),
+        environments=environments(records),
         pe=config["model"]["pe"],
         preset=config["preset"],
         model=model_description(config),
@@ -253,13 +254,15 @@ def environments(records: list[dict]) -> list[dict]:
                     cpu=record["cpu"].get("model"),
                     cpu_flags_sha256=record["cpu"].get("flags_sha256"),
                     xla_flags=record["xla_flags"],
-                    lab_commits=[],
-                    jobs=[],
+                    lab_commits=set(),
+                    jobs=set(),
                 ),
             )
-            group["jobs"] = sorted({*map(tuple, group["jobs"]), (record["task"], record["seed"])})
-            group["lab_commits"] = sorted({*group["lab_commits"], str(record["lab_commit"])})
-    return list(groups.values())
+            group["jobs"].add((record["task"], record["seed"]))
+            group["lab_commits"].add(str(record["lab_commit"]))
+    return [
+        dict(group, jobs=sorted(group["jobs"]), lab_commits=sorted(group["lab_commits"])) for group in groups.values()
+    ]
 
 
 def markdown_table(summary: dict) -> str:

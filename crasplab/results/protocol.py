@@ -18,6 +18,7 @@ from crasp.discrimination import DiscriminationError, Request, bins_discriminati
 from crasp.prediction import predict
 from crasp.tasks import get_task
 from crasplab.results.files import write_json
+from crasplab.results.job_folder import BinEval
 from crasplab.results.verdicts import FAILS, GENERALIZES, Protocol, agrees, judge_seed, seed_fits, task_verdict
 
 PROTOCOL_FILE, PREDICTIONS_FILE = "protocol.json", "predictions.json"
@@ -111,9 +112,10 @@ def read_predictions(run_dir: Path) -> dict | None:
     return json.loads(path.read_text())["tasks"] if path.exists() else None
 
 
-def _train_bin(record: dict) -> tuple[int, int]:
-    first = record["bins"][0]
-    return round(first["accuracy"] * first["n"]), first["n"]
+def _correct_of(bin_record: dict) -> tuple[int, int]:
+    """(strings answered right, strings) of one bin of an evaluation record."""
+    bin_eval = BinEval.from_dict(bin_record)
+    return bin_eval.correct, bin_eval.n
 
 
 def fitted_seeds(protocol: Protocol, finals: dict[int, dict]) -> list[int]:
@@ -121,7 +123,7 @@ def fitted_seeds(protocol: Protocol, finals: dict[int, dict]) -> list[int]:
     return [
         seed
         for seed, record in sorted(finals.items())
-        if record["finished"] and seed_fits(protocol, *_train_bin(record))
+        if record["finished"] and seed_fits(protocol, *_correct_of(record["bins"][0]))
     ]
 
 
@@ -173,15 +175,7 @@ def protocol_rows(
         discrimination = predictions[task]["discrimination"]
         bins = []
         for k, first in enumerate(by_seed[fitted[0]]["bins"][1:] if fitted else [], start=1):
-            seeds = [
-                judge_seed(
-                    protocol,
-                    seed,
-                    round(by_seed[seed]["bins"][k]["accuracy"] * by_seed[seed]["bins"][k]["n"]),
-                    by_seed[seed]["bins"][k]["n"],
-                )
-                for seed in fitted
-            ]
+            seeds = [judge_seed(protocol, seed, *_correct_of(by_seed[seed]["bins"][k])) for seed in fitted]
             verdict = task_verdict(protocol, seeds)
             discriminates = (
                 None if not (discrimination and discrimination["checked"]) else discrimination["discriminates"][k - 1]
@@ -214,6 +208,14 @@ def protocol_rows(
     return rows
 
 
+def last_bin_agreement(rows: list[dict]) -> tuple[int, int, int]:
+    """At each task's last bin: verdicts that agree with the prediction, verdicts counted, and
+    tasks with a generalizes/fails verdict."""
+    last = [row["bins"][-1] for row in rows if row["bins"]]
+    counted = [b for b in last if b["agrees"] is not None]
+    return sum(b["agrees"] for b in counted), len(counted), sum(b["verdict"] in (GENERALIZES, FAILS) for b in last)
+
+
 def protocol_markdown(protocol: Protocol, rows: list[dict]) -> str:
     lines = [
         "## Verdicts under the protocol\n",
@@ -240,11 +242,10 @@ def protocol_markdown(protocol: Protocol, rows: list[dict]) -> str:
                 f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | {b['lo']}-{b['hi']} "
                 f"| {passing} of {len(b['seeds'])}: {cells} | {b['verdict']} | {discriminates} | {agreement} |"
             )
-    last = [row["bins"][-1] for row in rows if row["bins"]]
-    counted = [b for b in last if b["agrees"] is not None]
+    agreeing, counted, decided = last_bin_agreement(rows)
     lines.append(
-        f"\nAt the last bin: {sum(b['agrees'] for b in counted)} of {len(counted)} counted verdicts agree "
-        f"with the prediction ({sum(b['verdict'] in (GENERALIZES, FAILS) for b in last)} tasks with a "
+        f"\nAt the last bin: {agreeing} of {counted} counted verdicts agree "
+        f"with the prediction ({decided} tasks with a "
         "generalizes/fails verdict; a task predicted not to generalize is counted only where its bin "
         "discriminates).\n"
     )
