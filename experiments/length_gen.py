@@ -17,20 +17,23 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import jax
 
 from crasplab.cli.arguments import DistinctValues, add_length_flags, add_setting_flags, at_least, fraction
 from crasp.search.results import SearchResultsError
-from crasp.tasks import TASK_CODES
+from crasp.discrimination import SAMPLERS
+from crasp.tasks import TASK_CODES, TASKS, parameters_of
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
 from crasplab.incontext.memory import FLOAT_BYTES, check_batch_memory, decoding_bytes, training_bytes
-from crasplab.results.files import ResultFileError, read_jsonl
+from crasplab.results.files import ResultFileError, append_jsonl, read_jsonl
 from crasplab.results.job_folder import RUN_SETTINGS_KEYS, job_folder
 from crasplab.results.length_gen import (
     DEFAULT_THRESHOLD,
+    INVOCATIONS_FILE,
     check_task_names,
     collect_metrics,
     final_evaluations,
@@ -65,6 +68,8 @@ MODEL_FLAGS = command_line_settings(ModelSettings)
 TRAIN_FLAGS = command_line_settings(TrainConfig)
 # Flags whose accepted values are a fixed vocabulary.
 CHOICES = {"pe": POSITIONS, "dtype": tuple(DTYPES)}
+# The tasks whose sampler --sampler chooses (the non-unique retrieval tasks).
+WITH_OCCURRENCES = tuple(code for code, cls in TASKS.items() if "occurrences" in parameters_of(cls))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=TASK_CODES,
         action=DistinctValues,
         help="task codes (default: the preset's ten retrieval and copying tasks); accepted: " + ", ".join(TASK_CODES),
+    )
+    parser.add_argument(
+        "--sampler",
+        choices=tuple(SAMPLERS),
+        default=None,
+        help=f"how {' '.join(WITH_OCCURRENCES)} place the query: paper (the default) draws the context i.i.d.; "
+        "official as the official code does (it also rejects NLLast strings whose last occurrence is the final "
+        "slot); spread spreads the number of occurrences and the distance of the retrieved one, so that a bin at "
+        "3x-4x the training length holds strings no bounded program exact on the training lengths gets right. "
+        "Without --tasks it runs those four tasks; the run folder's default name ends in -<sampler>",
     )
     parser.add_argument(
         "--seeds",
@@ -153,7 +168,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         changes["train_lengths"] = tuple(args.train_lengths)
         changes["test_bins"] = args.test_bins or bins_for_train_lengths(args.train_lengths, preset.train.test_bins)
     model_changes = {name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None}
-    tasks = tuple(args.tasks or preset.tasks)
+    tasks = tuple(args.tasks or (WITH_OCCURRENCES if args.sampler else preset.tasks))
+    if args.sampler and (others := [task for task in tasks if task not in WITH_OCCURRENCES]):
+        raise ConfigError(
+            f"--sampler {args.sampler} chooses the sampler of {', '.join(WITH_OCCURRENCES)}; "
+            f"it does not apply to {', '.join(others)}: leave them out of --tasks"
+        )
+    sampler = SAMPLERS[args.sampler] if args.sampler else {}
     return RunSettings(
         preset=preset.name,
         tasks=tasks,
@@ -161,11 +182,16 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
         model=preset.model.replace(**model_changes),
         train={task: preset.train_for(task, **changes) for task in tasks},
-        task_overrides={task: preset.overrides_for(task) for task in tasks},
+        task_overrides={task: {**preset.overrides_for(task), **sampler} for task in tasks},
         model_overrides={
             task: changed for task in tasks if (changed := preset.model_changes_for(task, **model_changes))
         },
     )
+
+
+def default_run_folder(settings: RunSettings, sampler: str | None) -> Path:
+    name = f"{settings.model.pe}-{settings.preset}" + (f"-{sampler}" if sampler else "")
+    return Path("runs") / "length_gen" / name
 
 
 def make_jobs(settings: RunSettings, run_dir: Path, seeds_by_task: dict[str, list[int]] | None = None) -> list[Job]:
@@ -270,7 +296,7 @@ def report_only(run_dir: Path, threshold: float | None) -> None:
 def train_and_report(args: argparse.Namespace) -> None:
     try:  # everything that could fail is checked before the first file is written
         settings = run_settings(args)
-        run_dir = args.out or Path("runs") / "length_gen" / f"{settings.model.pe}-{settings.preset}"
+        run_dir = args.out or default_run_folder(settings, args.sampler)
         jobs = make_jobs(settings, run_dir)
         engine = engine_settings(args)
         protocol = protocol_for(settings.model.pe, settings.threshold) if args.protocol else None
@@ -291,7 +317,7 @@ def train_and_report(args: argparse.Namespace) -> None:
         write_predictions(run_dir, predictions)
     except ValueError as error:  # ConfigError, TaskError, RunFolderError, SearchResultsError: each says what to change
         raise SystemExit(f"error: {error}")
-    start = time.monotonic()
+    start, started = time.monotonic(), datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     try:
         if protocol is None:
             run_jobs_on(engine, jobs, show_progress=not args.no_progress)
@@ -302,6 +328,10 @@ def train_and_report(args: argparse.Namespace) -> None:
     finally:
         collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
     wall_s = time.monotonic() - start
+    append_jsonl(
+        run_dir / INVOCATIONS_FILE,
+        dict(started=started, wall_s=round(wall_s, 1), jobs=len(jobs), workers=engine.describe()),
+    )
     summary = write_report(run_dir, args.threshold)
     print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
     print(markdown_table(summary))

@@ -176,6 +176,21 @@ def test_training_lengths_alone_move_the_presets_test_bins_with_them():
     }
 
 
+def test_a_sampler_runs_the_non_unique_retrieval_tasks_in_their_own_folder(tmp_path):
+    parser = length_gen.build_parser()
+    settings = length_gen.run_settings(parser.parse_args(["--protocol", "--sampler", "spread"]))
+    assert settings.tasks == ("NLFirst", "NRFirst", "NLLast", "NRLast")
+    assert {task: overrides for task, overrides in settings.task_overrides.items()} == {
+        task: dict(occurrences="spread") for task in settings.tasks
+    }
+    assert {job.task_overrides["occurrences"] for job in length_gen.make_jobs(settings, tmp_path)} == {"spread"}
+    assert length_gen.default_run_folder(settings, "spread").name == "ape-protocol-spread"
+    unique = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", "UL"]))
+    assert unique.task_overrides["UL"] == PRESETS["quick"].overrides_for("UL")  # no sampler, no change
+    with pytest.raises(ConfigError, match="does not apply to UL, NF"):
+        length_gen.run_settings(parser.parse_args(["--sampler", "official", "--tasks", "NLLast", "UL", "NF"]))
+
+
 def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_sets_it(tmp_path):
     quick = PRESETS["quick"]
     ((task, changes),) = quick.model_overrides.items()
@@ -312,6 +327,11 @@ def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdict
     length_gen.main(argv)
     assert (out / "UF" / "seed0" / "result.json").read_text() == first
     assert [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] == records
+    # Each invocation leaves its wall time in the run's files, and the report sums them.
+    invocations = [json.loads(line) for line in (out / "invocations.jsonl").read_text().splitlines()]
+    assert [(i["jobs"], i["workers"]) for i in invocations] == [(2, "2 pinned CPU workers")] * 2
+    total = sum(i["wall_s"] for i in invocations) / 60
+    assert f"Wall time: {total:.1f} min over 2 invocation(s)" in (out / "report.md").read_text()
 
 
 def test_readme_table_is_the_committed_quick_runs():

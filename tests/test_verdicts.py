@@ -6,7 +6,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from crasplab.results.protocol import next_seeds, protocol_rows
+from crasplab.results.protocol import next_seeds, protocol_rows, recipe_markdown, recipe_rows
 from crasplab.results.verdicts import (
     FAILS,
     GENERALIZES,
@@ -153,3 +153,27 @@ def test_protocol_rows_judge_seeds_and_leave_out_a_bin_that_cannot_discriminate(
     assert ub["fitted"] == [1000, 1001, 1002, 1003, 1004] and ub["still_improving"] == [1005]
     assert ub["bins"][0]["verdict"] == GENERALIZES and ub["bins"][0]["agrees"] is True  # 4 of 5 pass
     assert nllast["bins"][0]["verdict"] == FAILS and nllast["bins"][0]["agrees"] is None  # a window program passes
+
+
+def test_the_recipe_benchmark_reads_the_training_bin_only():
+    def evaluation(seed, step, train_correct, test_correct):
+        return dict(final(seed, train_correct, test_correct, step=step), kind="eval", task="UR")
+
+    records = [
+        evaluation(1000, 500, 1200, 0),
+        evaluation(1000, 1000, 2000, 0),  # first exact on the training bin
+        evaluation(1000, 1500, 2000, 1000),
+        dict(kind="result", task="UR", seed=1000, steps=1500, elapsed_s=61.26),
+        evaluation(1001, 500, 2000, 1000),  # exact once, then lost: fitted at some evaluation
+        evaluation(1001, 16000, 1990, 1000),
+        dict(kind="result", task="UR", seed=1001, steps=16000, elapsed_s=600.0),
+        evaluation(1002, 500, 100, 1000),  # a perfect test bin never makes a seed fit
+        dict(kind="result", task="UR", seed=1002, steps=16000, elapsed_s=590.0),
+        evaluation(1003, 500, 2000, 0),  # still running: not counted
+    ]
+    (row,) = recipe_rows(PROTOCOL, records, ["UR"])
+    assert row["seeds"] == [1000, 1001, 1002]
+    assert row["steps_to_fit"] == {1000: 1000, 1001: 500}
+    assert row["steps_at_stop"] == {1000: 1500, 1001: 16000, 1002: 16000}
+    table = recipe_markdown([row])
+    assert "| UR | 3 | 2 of 3 | 750 (500-1000) | 16000 (1500-16000) | 590 (61.3-600) |" in table

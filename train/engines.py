@@ -77,6 +77,16 @@ class EngineSettings:
         if not 0.0 <= self.gpu_share <= 1.0 or (self.gpu_share and self.engine != "ray"):
             raise ValueError(f"--gpu-share must be in [0, 1] and needs --engine ray, got {self.gpu_share}")
 
+    def describe(self) -> str:
+        """Where the jobs ran, for a run's records."""
+        import jax
+
+        if self.engine == "ray":
+            return f"Ray at {self.ray_address}" if self.ray_address else "a private Ray cluster on this machine"
+        if jax.default_backend() == "cpu":
+            return f"{self.workers or len(available_cores())} pinned CPU workers"
+        return f"one process on the {jax.default_backend()} device"
+
 
 def add_engine_flags(parser) -> None:
     """--engine, --ray-address and --gpu-share (the job scripts already have --workers)."""

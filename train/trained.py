@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from flax import nnx
 
 from crasplab.models.transformer import Transformer
@@ -18,8 +19,9 @@ from crasplab.results.job_folder import RUN_SETTINGS_KEYS, JobFolder, job_folder
 from crasplab.results.run_folder import read_run_config
 from crasplab.train.checkpoint import load_checkpoint
 from crasplab.train.config import RunSettings
+from crasplab.train.evaluate import EvalSet, build_eval_sets, teacher_forced_exact
 from crasplab.train.loop import Job, TaskSetup
-from crasplab.train.steps import make_optimizer
+from crasplab.train.steps import data_mesh, init_stack, make_eval_step, make_optimizer, shard_batch
 
 
 class TrainedModelError(ValueError):
@@ -60,3 +62,24 @@ def load_trained_model(job_dir: Path) -> TrainedModel:
     (params, _), meta = load_checkpoint(files.checkpoint_file, (params, make_optimizer(job.train).init(params)))
     nnx.update(model, params)
     return TrainedModel(model=model, task=setup.task, job=job, setup=setup, step=meta["step"])
+
+
+def evaluate_bin_again(trained: TrainedModel, bin_index: int) -> tuple[EvalSet, np.ndarray]:
+    """The strings of one of the job's bins (drawn from its seed, as training drew them) and
+    exact_N on them, computed as training's evaluation computes it (the same vmapped step and
+    chunk size), so that on the machine that trained it the count equals the recorded one."""
+    setup, config = trained.setup, trained.job.train
+    # Every bin is drawn: a bin's strings come from a stream numbered by its place among them.
+    eval_set = build_eval_sets(
+        setup.task, trained.job.seed, setup.bins, config.eval_examples_per_length, setup.max_positions
+    )[bin_index]
+    graphdef, rest, params_S, _ = init_stack([trained.model], make_optimizer(config))
+    mesh = data_mesh()
+    exact_SxN = teacher_forced_exact(
+        make_eval_step(graphdef, rest),
+        params_S,
+        [eval_set],
+        config.eval_batch_size,
+        lambda part: shard_batch(mesh, part),
+    )
+    return eval_set, exact_SxN[0]

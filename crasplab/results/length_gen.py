@@ -23,11 +23,21 @@ from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report, write_jsonl
 from crasplab.results.job_folder import RUN_SETTINGS_KEYS, JobFolder
 from crasplab.results.verdicts import Protocol
-from crasplab.results.protocol import protocol_markdown, protocol_rows, read_predictions, read_protocol
+from crasplab.results.protocol import (
+    protocol_markdown,
+    protocol_rows,
+    read_predictions,
+    read_protocol,
+    recipe_markdown,
+    recipe_rows,
+)
 from crasplab.results.run_folder import RunFolderError, read_run_config
 from crasplab.train.provenance import bits_key
 
 FIGURE_FILE = "accuracy_by_length.png"
+# One line per invocation of experiments/length_gen.py that trained: its wall time, so that the
+# time a report states is read from the run's files.
+INVOCATIONS_FILE = "invocations.jsonl"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
 DEFAULT_THRESHOLD = 0.9
 
@@ -205,11 +215,14 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                 written,
                 {task: train["max_steps"] for task, train in config["train"].items()},
             ),
+            recipe=recipe_rows(protocol, records, [task for task in config["tasks"] if task in finals]),
         )
     )
+    invocations = read_jsonl(run_dir / INVOCATIONS_FILE) if (run_dir / INVOCATIONS_FILE).exists() else []
     return dict(
         protocol=under_protocol,
         environments=environments(records),
+        invocations=invocations,
         pe=config["model"]["pe"],
         preset=config["preset"],
         model=model_description(config),
@@ -321,6 +334,7 @@ def report_markdown(summary: dict) -> str:
         ),
         f"Greedy KV-cache decoding disagreed with teacher forcing on {disagreements} of {checked} checked strings.\n",
         f"Training time (sum over jobs): {summary['train_seconds']:.0f} s.\n",
+        invocations_markdown(summary.get("invocations", [])),
     ]
     parts.append(
         "\nWhy each prediction:\n\n"
@@ -335,8 +349,20 @@ def report_markdown(summary: dict) -> str:
     parts.append(environments_markdown(summary.get("environments", [])))
     if summary.get("protocol"):
         parts.append("\n" + protocol_markdown(Protocol(**summary["protocol"]["rules"]), summary["protocol"]["rows"]))
+        parts.append("\n" + recipe_markdown(summary["protocol"]["recipe"]))
     parts.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
     return "".join(parts)
+
+
+def invocations_markdown(invocations: list[dict]) -> str:
+    if not invocations:
+        return "No invocation record (invocations.jsonl): the run's wall time is not in its files.\n"
+    total = sum(record["wall_s"] for record in invocations)
+    parts = ", ".join(
+        f"{record['started']}: {record['wall_s'] / 60:.1f} min, {record['jobs']} jobs on {record['workers']}"
+        for record in invocations
+    )
+    return f"Wall time: {total / 60:.1f} min over {len(invocations)} invocation(s) ({parts}).\n"
 
 
 def environments_markdown(groups: list[dict]) -> str:

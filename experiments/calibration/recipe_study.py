@@ -1,0 +1,51 @@
+"""The training recipe judged on the training bin alone: fit rate, steps to fit and time per job
+of each run folder given, by the protocol's fit rule (every training-length string exact, at
+least 500 of them). No test bin is read, so a recipe chosen from this table is chosen on
+training lengths only.
+
+    python experiments/calibration/recipe_study.py experiments/calibration/three-seeds-ape \\
+        experiments/calibration/protocol-ape
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from crasplab.results.files import read_jsonl
+from crasplab.results.protocol import read_protocol, recipe_markdown, recipe_rows
+from crasplab.results.verdicts import Protocol
+
+
+def recipe_of(config: dict) -> str:
+    """The settings that make a recipe, as they differ between presets (first task's)."""
+    train = config["train"][config["tasks"][0]]
+    return (
+        f"schedule {train['schedule']}, learning rate {train['learning_rate']:g}, warmup {train['warmup_steps']}, "
+        f"stop after {train['stop_after_perfect_evals']} perfect evaluation(s) (0: never), "
+        f"evaluation every {train['eval_every']} steps, seeds {config['seeds']}"
+    )
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="length_gen run folders (config.json, metrics.jsonl)")
+    args = parser.parse_args(argv)
+    for run_dir in args.runs:
+        config = json.loads((run_dir / "config.json").read_text())
+        protocol = read_protocol(run_dir)
+        rule = "the protocol's rules (protocol.json)"
+        if protocol is None:
+            # Runs from before the protocol evaluated fewer than 500 training-length strings; for
+            # them a seed fits when every string of its (smaller) training bin is exact.
+            protocol, rule = (
+                Protocol(min_train_strings=1),
+                "made before the protocol: fit = its whole training bin exact",
+            )
+        rows = recipe_rows(protocol, read_jsonl(run_dir / "metrics.jsonl"), config["tasks"])
+        print(f"# {run_dir}\n\n{recipe_of(config)}; {rule}\n\n{recipe_markdown(rows)}")
+
+
+if __name__ == "__main__":
+    main()
