@@ -22,6 +22,10 @@ SCHEDULES = ("linear", "constant")
 # GPT-2 blocks (LayerNorm, GELU) for APE, NoPE and every other encoding.
 ARCHITECTURE_OF_POSITION = {"rope": dict(block="llama", rope_base=500.0, tie_embeddings=False)}
 GPT2_BLOCKS = dict(block="gpt2")
+# The ModelConfig fields a ModelSettings' `architecture` may set: all but its own size, encoding
+# and dtype fields, and the vocabulary and position table, which the task decides.
+SET_ELSEWHERE = ("vocab_size", "max_positions", "n_layers", "n_heads", "d_model", "d_ff", "dtype", "position")
+ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in SET_ELSEWHERE)
 
 
 class ConfigError(ValueError):
@@ -66,7 +70,9 @@ class Settings:
 @dataclass(frozen=True)
 class ModelSettings(Settings):
     """A from-scratch transformer: its position encoding and size (the block follows from the
-    encoding, the vocabulary and position table from the task)."""
+    encoding, the vocabulary and position table from the task). `architecture` sets ModelConfig
+    fields (ARCHITECTURE_FIELDS) over what the encoding implies, for a model that no encoding's
+    default describes: a compiled C-RASP program (crasplab.compiler.job). Training leaves it empty."""
 
     pe: str = field(
         default="ape",
@@ -80,6 +86,27 @@ class ModelSettings(Settings):
     d_model: int = field(default=256, metadata=setting_help("width of the residual stream"))
     d_ff: int = field(default=0, metadata=setting_help("hidden width of the MLP (0: 4 x d_model)"))
     dtype: str = field(default="float32", metadata=setting_help("compute dtype (parameters stay float32)"))
+    architecture: dict = field(default_factory=dict)
+
+    @classmethod
+    def of_config(cls, config: ModelConfig) -> ModelSettings:
+        """The settings that build exactly `config` for its vocabulary and position table."""
+        values = dataclasses.asdict(config)
+        return cls(
+            pe=config.position,
+            n_layers=config.n_layers,
+            n_heads=config.n_heads,
+            d_model=config.d_model,
+            d_ff=config.d_ff,
+            dtype=config.dtype,
+            architecture={name: values[name] for name in ARCHITECTURE_FIELDS},
+        ).validate()
+
+    def to_dict(self) -> dict:
+        values = super().to_dict()
+        if not self.architecture:
+            del values["architecture"]  # the settings of a trained job stay as they were written before it existed
+        return values
 
     def validate(self) -> ModelSettings:
         require = lambda condition, message: require_setting("ModelSettings", condition, message)  # noqa: E731
@@ -88,7 +115,24 @@ class ModelSettings(Settings):
         for name in ("n_layers", "n_heads", "d_model"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(self.d_ff >= 0, f"d_ff must be >= 0 (0: 4 x d_model), got {self.d_ff}")
-        require(self.d_model % self.n_heads == 0, f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        require(
+            isinstance(self.architecture, dict),
+            f"architecture must be a mapping of ModelConfig fields to values, got {self.architecture!r}",
+        )
+        unknown = sorted(set(self.architecture) - set(ARCHITECTURE_FIELDS))
+        require(
+            not unknown,
+            f"architecture sets {unknown}; it may set only {', '.join(ARCHITECTURE_FIELDS)} (the size, encoding "
+            "and dtype are ModelSettings' own fields, the vocabulary and position table the task's)",
+        )
+        require(
+            "d_head" in self.architecture or self.d_model % self.n_heads == 0,
+            f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}",
+        )
+        try:
+            self.model_config(vocab_size=1, max_positions=1)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"ModelSettings: architecture {self.architecture} makes no model: {error}") from None
         return self
 
     def model_config(self, vocab_size: int, max_positions: int) -> ModelConfig:
@@ -101,7 +145,7 @@ class ModelSettings(Settings):
             d_ff=self.d_ff or 4 * self.d_model,
             dtype=self.dtype,
             position=self.pe,
-            **ARCHITECTURE_OF_POSITION.get(self.pe, GPT2_BLOCKS),
+            **{**ARCHITECTURE_OF_POSITION.get(self.pe, GPT2_BLOCKS), **self.architecture},
         )
 
     def build(self, vocab_size: int, max_positions: int, seed: int) -> Transformer:

@@ -67,7 +67,7 @@ class Job:
     out_dir: str = ""
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return dict(dataclasses.asdict(self), model=self.model.to_dict())
 
     @classmethod
     def from_dict(cls, values: dict) -> Job:

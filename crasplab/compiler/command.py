@@ -1,4 +1,4 @@
-"""`python -m crasp compile PROGRAM --pe ape|rope|nope --out DIR [--task TASK --lengths N ...]`.
+"""`python -m crasp compile PROGRAM --pe ape|rope|nope --out DIR [--task TASK --lengths N ... --preset NAME]`.
 
 Registered with crasp's command line through the entry point group "crasp.commands"
 (pyproject.toml), so crasp never imports the lab by name.
@@ -19,8 +19,10 @@ from crasp.nexttoken import check_teacher_forced, encode
 from crasp.tasks import Task
 from crasplab.compiler import DEFAULT_MAX_LENGTH, compile_program, definition_places
 from crasplab.compiler.folder import save_compiled
+from crasplab.compiler.job import save_compiled_job
 from crasplab.compiler.lower import CompileError
 from crasplab.compiler.run import answers_right, output_table, require_dtype_available
+from crasplab.train.config import PRESETS
 
 DEFAULT_LENGTHS = (10, 100, 1000)
 
@@ -40,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--task",
         metavar="NAME",
         help="compile over this task's symbols (a generic program reads "
-        "them) and score the compiled model on its strings",
+        "them), score the compiled model on its strings, and write DIR/config.json and DIR/TASK/seed0 "
+        "(with --seed k: seedk), the job folder train.trained.load_trained_model and "
+        "experiments/mechanism.py --run DIR --task TASK read",
     )
     parser.add_argument(
         "--lengths",
@@ -52,7 +56,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cannot produce are skipped and named)",
     )
     parser.add_argument("--samples", type=int, default=20, help="with --task: strings per length (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="with --task: seed of the strings (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="with --task: seed of the strings, and the job folder's (default 0)"
+    )
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="quick",
+        help="with --task: the length_gen preset whose training lengths and test bins the job folder records "
+        "(default quick), so the compiled model is tested on the strings that preset's trained models are",
+    )
     parser.add_argument(
         "--max-length",
         type=int,
@@ -96,9 +109,20 @@ def run(args) -> int:
     compiled = compile_program(
         program, args.pe, args.max_length, args.dtype, places=definition_places(source.text, source.name)
     )
+    # The job folder first: it refuses a --max-length too short for the preset's test bins, and
+    # nothing is written then.
+    job = (
+        save_compiled_job(
+            compiled, args.out, target.code, PRESETS[args.preset].train_for(target.code), args.preset, args.seed
+        )
+        if target is not None
+        else None
+    )
     save_compiled(compiled, args.out, source.name)
     print(compiled.listing())
     print(f"written: {args.out}")
+    if job is not None:
+        print(f"job folder: {job.folder} (experiments/mechanism.py --run {args.out} --task {target.code})")
     if args.show:
         print(attention_table(compiled, args.show.split()))
     if target is not None:

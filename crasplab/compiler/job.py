@@ -1,0 +1,119 @@
+"""A compiled program as a job of a from-scratch run, so the lab's tools for trained models read it.
+
+`python -m crasp compile PROGRAM --pe PE --task TASK --out DIR` writes, beside the compiled files,
+
+    DIR/config.json                  the run's settings (train.config.RunSettings): one task, one seed
+    DIR/<task>/seed<k>/job.json      the job (train.loop.Job): the model's settings with the compiled
+                                     architecture, a preset's lengths and test bins
+    DIR/<task>/seed<k>/checkpoint.npz  the weights over the task's token ids, at step 0
+
+so that `train.trained.load_trained_model(DIR/<task>/seed<k>)` builds the model,
+`train.evaluate.build_eval_sets` gives the strings training would test it on, and
+`experiments/mechanism.py --run DIR --task TASK` analyses its heads. The model is the compiled one
+with its vocabulary re-indexed to the task's ids (`task_weights`): no special case at run time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from flax import nnx
+
+from crasp.check import to_program_ids
+from crasp.tasks import get_task
+from crasplab.compiler import CompiledProgram
+from crasplab.compiler.folder import DESCRIPTION_FILE
+from crasplab.compiler.lower import CompileError
+from crasplab.models import ModelConfig, set_params
+from crasplab.results.files import write_json
+from crasplab.results.job_folder import job_folder
+from crasplab.results.length_gen import DEFAULT_THRESHOLD
+from crasplab.results.run_folder import CONFIG_FILE
+from crasplab.train.checkpoint import save_checkpoint
+from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
+from crasplab.train.loop import Job, TaskSetup
+from crasplab.train.steps import make_optimizer
+
+
+def check_run_folder(run_dir: Path) -> None:
+    """Refuse a folder whose config.json another experiment wrote: the job's would replace it."""
+    run_dir = Path(run_dir)
+    if (run_dir / CONFIG_FILE).exists() and not (run_dir / DESCRIPTION_FILE).exists():
+        raise CompileError(
+            f"{run_dir} holds a run of another experiment (its {CONFIG_FILE}, and no {DESCRIPTION_FILE}); "
+            "give --out a new folder or one this command wrote"
+        )
+
+
+def task_weights(compiled: CompiledProgram, vocab: tuple[str, ...]) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """The compiled model over a task's token ids (`vocab`, <pad> first) instead of the program's
+    alphabet: the embedding rows and output columns of each task symbol are the compiled ones of
+    that symbol. <pad> embeds as zeros (padding only follows a string, which causal attention never
+    reads) and its logit is 0 everywhere: between the +8 of a true output and the -8 of a false one,
+    so the argmax is the program's output where exactly one is true, and <pad> (always wrong) where
+    none is. Program symbols the task lacks are never read or answered, and are dropped."""
+    program_id = to_program_ids(np.arange(len(vocab)), vocab, compiled.program)  # -1 for <pad>
+    read = program_id >= 0
+    params = dict(compiled.params)
+    embedding = np.zeros((len(vocab), compiled.config.d_model))
+    embedding[read] = params["embed.embedding"][program_id[read]]
+    output = np.zeros((compiled.config.d_model, len(vocab)))
+    output[:, read] = params["lm_head.kernel"][:, program_id[read]]
+    params["embed.embedding"], params["lm_head.kernel"] = embedding, output
+    return compiled.config.replace(vocab_size=len(vocab)), params
+
+
+def save_compiled_job(
+    compiled: CompiledProgram,
+    run_dir: Path,
+    task_code: str,
+    train: TrainConfig,
+    preset: str,
+    seed: int = 0,
+    task_overrides: dict | None = None,
+) -> Job:
+    """Write `run_dir`'s config.json and the job folder of the compiled model for the task (see the
+    module's docstring). `train` gives the lengths and test bins the job records (those of the
+    named `preset`); its position table is the compiled model's, max_length rows. Nothing is written
+    when the job is refused (a folder of another experiment, test strings beyond max_length)."""
+    check_run_folder(run_dir)
+    task_overrides = dict(task_overrides or {})
+    config, params = task_weights(compiled, get_task(task_code, **task_overrides).vocab)
+    job = Job(
+        task_code=task_code,
+        seed=seed,
+        model=ModelSettings.of_config(config),
+        train=train.replace(max_positions=compiled.max_length),
+        task_overrides=task_overrides,
+        out_dir=str(job_folder(run_dir, task_code, seed)),
+    )
+    try:
+        setup = TaskSetup.for_job(job)
+    except ValueError as error:
+        raise CompileError(
+            f"{error}. The job folder records the {preset} preset's test bins {list(train.test_bins)} "
+            f"for {task_code}; compile with a --max-length of at least their longest string"
+        ) from None
+    model = job.model.build(len(setup.task.vocab), setup.max_positions, seed)
+    set_params(model, params, require_all=True)
+    weights = nnx.state(model, nnx.Param)
+    # A training job's checkpoint at step 0: the weights and the optimizer's initial state, so the
+    # folder loads through the same template as every trained job's.
+    job.folder.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(job.files.checkpoint_file, (weights, make_optimizer(job.train).init(weights)), {"step": 0})
+    write_json(job.files.job_file, job.to_dict())
+    settings = RunSettings(
+        preset=preset,
+        tasks=(task_code,),
+        seeds=(seed,),
+        threshold=DEFAULT_THRESHOLD,
+        model=job.model,
+        train={task_code: job.train},
+        task_overrides={task_code: task_overrides},
+    )
+    write_json(Path(run_dir) / CONFIG_FILE, settings.to_dict())
+    return job
+
+
+__all__ = ["save_compiled_job", "task_weights"]
