@@ -3,6 +3,7 @@ previous token, ablation removes exactly a head's output, random controls avoid 
 a resumed run equals an uninterrupted one, and bad input is refused before anything is written."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from crasplab.models import ModelConfig, Transformer, set_params
 from crasplab.models.analysis import SCORES, ablation, ablation_plan, head_scores, score_edges, top_heads
 from crasplab.train.config import PRESETS, RunSettings
 from crasplab.train.loop import Job
-from tests.tiny import STYLES, random_tokens, tiny_model
+from tests.tiny import ROOT, STYLES, random_tokens, tiny_model
 from tests.model_files import write_tiny_llama
 
 POSITIONS, VOCAB, D = 16, 8, 32
@@ -408,3 +409,17 @@ def test_a_job_folder_that_does_not_hold_its_model_is_an_error_line(tmp_path, n_
     with pytest.raises(SystemExit, match=f"^error: .*{message}"):
         mechanism.main(["--run", str(run), "--task", "UF", "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(path.name for path in (ROOT / "experiments/calibration/mechanism").iterdir() if path.is_dir())
+)
+def test_committed_mechanism_runs_rebuild_their_reports_from_their_files(folder, tmp_path, capsys):
+    """Folders written before the settings recorded both kinds of model are read as they were
+    written (none of them is refused), and their reports come back the same."""
+    copy = tmp_path / folder
+    shutil.copytree(ROOT / "experiments/calibration/mechanism" / folder, copy)
+    mechanism.main(["--report-only", str(copy)])
+    assert (copy / "report.md").read_text() == (
+        ROOT / "experiments/calibration/mechanism" / folder / "report.md"
+    ).read_text()

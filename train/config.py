@@ -86,7 +86,8 @@ class ModelSettings(Settings):
     d_model: int = field(default=256, metadata=setting_help("width of the residual stream"))
     d_ff: int = field(default=0, metadata=setting_help("hidden width of the MLP (0: 4 x d_model)"))
     dtype: str = field(default="float32", metadata=setting_help("compute dtype (parameters stay float32)"))
-    architecture: dict = field(default_factory=dict)
+    # Compared but not hashed: settings stay usable as set members and dict keys (a dict is unhashable).
+    architecture: dict = field(default_factory=dict, hash=False)
 
     @classmethod
     def of_config(cls, config: ModelConfig) -> ModelSettings:

@@ -8,6 +8,8 @@ Defaults are the scripts' defaults.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass
 
 from crasp.tasks import RETRIEVAL_AND_COPYING, TASK_CODES, TaskError
@@ -202,6 +204,20 @@ class MechanismSettings(PromptSettings):
     greedy_check: int = 8
     seed: int = 0
     batch_size: int = 32
+
+    @classmethod
+    def upgrade_config(cls, values: dict) -> dict:
+        """Runs before these settings (the committed ones in experiments/calibration/mechanism)
+        recorded only their own kind of model, and a from-scratch model's seed only in the name
+        of its job folder (<run>/<task>/seed<k>)."""
+        if "train_seed" in values or "kind" not in values:
+            return values
+        if values["kind"] == "from-scratch":
+            seed = Path(str(values.get("job_folder", ""))).name.removeprefix("seed")
+            other = dict(model=None, tasks=None, lengths=None, n=None, train_seed=int(seed) if seed.isdigit() else None)
+        else:
+            other = dict(run=None, task=None, train_seed=None, examples_per_length=None)
+        return {**other, **values}
 
     def check(self) -> None:
         super().check()

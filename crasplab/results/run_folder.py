@@ -108,8 +108,9 @@ def open_run_folder(path: Path, config: dict, may_change: tuple[str, ...] = ()) 
         raise RunFolderError(str(error)) from None
 
 
-def read_run_config(path: Path, required: tuple[str, ...], experiment: str) -> dict:
-    """The settings a run of `experiment` wrote into folder `path`, which must hold `required`."""
+def read_run_config(path: Path, required: tuple[str, ...], experiment: str, upgrade=lambda config: config) -> dict:
+    """The settings a run of `experiment` wrote into folder `path`, which must hold `required`
+    once `upgrade` has rewritten a file that an earlier version of the experiment wrote."""
     path = Path(path)
     config_file = path / CONFIG_FILE
     if not config_file.is_file():
@@ -118,6 +119,8 @@ def read_run_config(path: Path, required: tuple[str, ...], experiment: str) -> d
             "(the folder printed at the end of the run, or the one --out named)"
         )
     config = _read_object(config_file)
+    if config is not None:
+        config = upgrade(config)
     if config is None or not set(required) <= config.keys():
         raise RunFolderError(
             f"{config_file} is not the settings of a run of {experiment} (a JSON object with "
@@ -132,7 +135,7 @@ def read_run_settings(
     """read_run_config for a run whose settings are `settings_type`: the file must hold each of
     them, of the right kind and in range (a hand-edited file is refused here, not deep in a
     report), and the `facts` the run recorded beside them (such as the model's architecture)."""
-    config = read_run_config(path, settings_type.recorded() + facts, experiment)
+    config = read_run_config(path, settings_type.recorded() + facts, experiment, settings_type.upgrade_config)
     try:
         settings_type.from_config(config)
     except ValueError as error:  # SettingsError, or a check of a nested type (a TaskError, a ConfigError)

@@ -66,6 +66,12 @@ class ExperimentSettings:
         return tuple(field.name for field in dataclasses.fields(cls) if field.name not in cls.RESULTS_UNCHANGED)
 
     @classmethod
+    def upgrade_config(cls, values: dict) -> dict:
+        """A config.json that an earlier version of the experiment wrote, as this one writes it
+        (an experiment whose settings changed says how; unchanged here)."""
+        return values
+
+    @classmethod
     def from_config(cls, values: dict):
         """The settings a config.json holds (other keys, such as the model's path, are ignored)."""
         missing = [name for name in cls.recorded() if name not in values]
