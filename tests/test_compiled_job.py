@@ -21,7 +21,7 @@ from crasplab.train.config import ConfigError, ModelSettings, TrainConfig
 from crasplab.train.evaluate import build_eval_sets
 from crasplab.train.loop import Job
 from crasplab.train.trained import job_folders, load_trained_model
-from experiments import mechanism
+from experiments import length_gen, mechanism
 from flax import nnx
 
 SHORT_BINS = TrainConfig(train_lengths=(1, 8), test_bins=((1, 8), (9, 12)))
@@ -125,6 +125,11 @@ def test_the_compile_command_writes_a_job_that_mechanism_finds_the_built_heads_i
     trained = load_trained_model(out / "NRFirst" / "seed0")
     assert trained.setup.bins == [(2, 20), (21, 30), (31, 40)]  # the quick preset's, from NRFirst's shortest input
     assert set(exact_on_test_strings(trained, 2).values()) == {1.0}
+    # The job's evaluation is recorded as training records one: length_gen reports it.
+    length_gen.main(["--report-only", str(out)])
+    [row] = json.loads((out / "summary.json").read_text())["rows"]
+    assert [(b["lo"], b["mean"]) for b in row["bins"]] == [(2, 1.0), (21, 1.0), (31, 1.0)]
+    assert row["observed"] == "generalizes" and row["agrees"] is True
     analysis = tmp_path / "mechanism"
     mechanism.main(
         ["--run", str(out), "--task", "NRFirst", "--examples-per-length", "2", "--periods", "3", "4"]

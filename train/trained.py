@@ -15,7 +15,7 @@ import numpy as np
 from flax import nnx
 
 from crasplab.models.transformer import Transformer
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS, JobFolder, job_folder
+from crasplab.results.job_folder import RUN_SETTINGS_KEYS, BinEval, JobFolder, job_folder
 from crasplab.results.run_folder import read_run_config
 from crasplab.train.checkpoint import load_checkpoint
 from crasplab.train.config import RunSettings
@@ -64,22 +64,51 @@ def load_trained_model(job_dir: Path) -> TrainedModel:
     return TrainedModel(model=model, task=setup.task, job=job, setup=setup, step=meta["step"])
 
 
-def evaluate_bin_again(trained: TrainedModel, bin_index: int) -> tuple[EvalSet, np.ndarray]:
-    """The strings of one of the job's bins (drawn from its seed, as training drew them) and
-    exact_N on them, computed as training's evaluation computes it (the same vmapped step and
-    chunk size), so that on the machine that trained it the count equals the recorded one."""
+def evaluation_strings(trained: TrainedModel) -> list[EvalSet]:
+    """The strings of every bin of the job, drawn from its seed as training draws them (a bin's
+    strings come from a stream numbered by its place among the bins)."""
     setup, config = trained.setup, trained.job.train
-    # Every bin is drawn: a bin's strings come from a stream numbered by its place among them.
-    eval_set = build_eval_sets(
+    return build_eval_sets(
         setup.task, trained.job.seed, setup.bins, config.eval_examples_per_length, setup.max_positions
-    )[bin_index]
-    graphdef, rest, params_S, _ = init_stack([trained.model], make_optimizer(config))
+    )
+
+
+def exact_as_training_computes(trained: TrainedModel, eval_set: EvalSet) -> np.ndarray:
+    """exact_N of the model on `eval_set`, computed by training's evaluation step (the same vmapped
+    step and chunk size), so that on the machine that trained it the count equals the recorded one."""
+    graphdef, rest, params_S, _ = init_stack([trained.model], make_optimizer(trained.job.train))
     mesh = data_mesh()
     exact_SxN = teacher_forced_exact(
         make_eval_step(graphdef, rest),
         params_S,
         [eval_set],
-        config.eval_batch_size,
+        trained.job.train.eval_batch_size,
         lambda part: shard_batch(mesh, part),
     )
-    return eval_set, exact_SxN[0]
+    return exact_SxN[0]
+
+
+def evaluate_bin_again(trained: TrainedModel, bin_index: int) -> tuple[EvalSet, np.ndarray]:
+    """One bin's strings and the model's exact_N on them, as training's evaluation found them."""
+    eval_set = evaluation_strings(trained)[bin_index]
+    return eval_set, exact_as_training_computes(trained, eval_set)
+
+
+def evaluate_every_bin(trained: TrainedModel) -> tuple[BinEval, ...]:
+    """Every bin of the job, recorded as training records an evaluation (without the greedy
+    decoding cross-check)."""
+    bins = []
+    for eval_set in evaluation_strings(trained):
+        exact_N = exact_as_training_computes(trained, eval_set)
+        bins.append(
+            BinEval.from_dict(
+                dict(
+                    lo=eval_set.lo,
+                    hi=eval_set.hi,
+                    accuracy=round(float(exact_N.mean()), 6),
+                    n=len(exact_N),
+                    **eval_set.by_length(exact_N),
+                )
+            )
+        )
+    return tuple(bins)

@@ -122,7 +122,10 @@ def run(args) -> int:
     print(compiled.listing())
     print(f"written: {args.out}")
     if job is not None:
-        print(f"job folder: {job.folder} (experiments/mechanism.py --run {args.out} --task {target.code})")
+        print(
+            f"job folder: {job.folder} (experiments/length_gen.py --report-only {args.out}; "
+            f"experiments/mechanism.py --run {args.out} --task {target.code})"
+        )
     if args.show:
         print(attention_table(compiled, args.show.split()))
     if target is not None:

@@ -7,7 +7,10 @@
                                      architecture, a preset's lengths and test bins
     DIR/<task>/seed<k>/checkpoint.npz  the weights over the task's token ids, at step 0
 
-so that `train.trained.load_trained_model(DIR/<task>/seed<k>)` builds the model,
+and the job's evaluation of every bin at step 0 (metrics.jsonl, result.json, gathered in the
+run's metrics.jsonl, with the run's predictions.json), so that
+`experiments/length_gen.py --report-only DIR` reports it beside the prediction,
+`train.trained.load_trained_model(DIR/<task>/seed<k>)` builds the model,
 `train.evaluate.build_eval_sets` gives the strings training would test it on, and
 `experiments/mechanism.py --run DIR --task TASK` analyses its heads. The model is the compiled one
 with its vocabulary re-indexed to the task's ids (`task_weights`): no special case at run time.
@@ -26,14 +29,16 @@ from crasplab.compiler import CompiledProgram
 from crasplab.compiler.folder import DESCRIPTION_FILE
 from crasplab.compiler.lower import CompileError
 from crasplab.models import ModelConfig, set_params
-from crasplab.results.files import write_json
-from crasplab.results.job_folder import job_folder
-from crasplab.results.length_gen import DEFAULT_THRESHOLD
+from crasplab.results.files import append_jsonl, write_json
+from crasplab.results.job_folder import EvalRecord, JobResult, job_folder
+from crasplab.results.length_gen import DEFAULT_THRESHOLD, collect_metrics
+from crasplab.results.protocol import PREDICTIONS_FILE, predictions_for, write_predictions
 from crasplab.results.run_folder import CONFIG_FILE
 from crasplab.train.checkpoint import save_checkpoint
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import make_optimizer
+from crasplab.train.trained import evaluate_every_bin, load_trained_model
 
 
 def check_run_folder(run_dir: Path) -> None:
@@ -113,7 +118,30 @@ def save_compiled_job(
         task_overrides={task_code: task_overrides},
     )
     write_json(Path(run_dir) / CONFIG_FILE, settings.to_dict())
+    record_evaluation(Path(run_dir), job, settings)
     return job
+
+
+def record_evaluation(run_dir: Path, job: Job, settings: RunSettings) -> None:
+    """The job's evaluation at step 0, written as training writes a finished job's, and what the
+    interpreter predicts for the task: the files length_gen's report reads."""
+    bins = evaluate_every_bin(load_trained_model(job.folder))
+    job.files.metrics_file.unlink(missing_ok=True)  # a recompiled job is evaluated afresh
+    append_jsonl(job.files.metrics_file, EvalRecord(step=0, bins=bins).to_dict())
+    result = JobResult(job.task_code, job.seed, job.model.pe, steps=0, stopped_early=False, elapsed_s=0.0, bins=bins)
+    write_json(job.files.result_file, result.to_dict())
+    collect_metrics(run_dir, [(job.task_code, job.seed)])
+    predictions = predictions_for(
+        job.model.pe,
+        [job.task_code],
+        {job.task_code: job.train.train_lengths},
+        {job.task_code: job.train.test_bins},
+        settings.task_overrides,
+        settings.threshold,
+        with_discrimination=False,
+    )
+    (run_dir / PREDICTIONS_FILE).unlink(missing_ok=True)  # the prediction for this compile, not an earlier one
+    write_predictions(run_dir, predictions)
 
 
 __all__ = ["save_compiled_job", "task_weights"]
