@@ -377,25 +377,29 @@ QUICK = Preset(
     seeds=(0,),
 )
 
-# The verdict protocol's recipe at the quick scale, fixed before its first run. One rule for every
-# task: a constant learning rate after warmup (a schedule that reaches 0 while a model still
-# improves, as the linear decay did for UR seed 1 at 0.876, turns "not yet" into "did not fit"),
-# and a stop when the training bin (at least 500 strings) is perfect in two evaluations in a row,
-# else at 16,000 steps. Bins hold 100 strings per length: 1000 per test bin. The model is the
-# quick preset's, with NB's fourth layer (chosen because two layers never fit NB's training
-# lengths). Its seeds start at 1000, which no calibration run used; the first few run for every
-# task, the rest only for tasks with fewer fitted seeds than the protocol needs.
+# The verdict protocol's recipe at the quick scale. One rule for every task: the learning rate
+# decays linearly to 0 over 8000 steps after warmup, and a job stops when the training bin (at
+# least 500 strings) is perfect in two evaluations in a row, else at 8000 steps. Bins hold 100
+# strings per length: 1000 per test bin. The model is the quick preset's, with NB's fourth layer
+# (two layers never fit NB's training lengths). The first version of this recipe kept the rate
+# constant (a decay that reaches 0 while a model still improves turns "not yet" into "did not
+# fit"); its first jobs, read on their training bins alone, never settled: NB at 0.9955-0.999 from
+# step 5000 to 10,500 with drops to 0.85, NLFirst on the spread sampler at 0.94-1.00 from step 2000
+# to 8000, never two perfect evaluations in a row (experiments/calibration/trials/protocol_constant_lr,
+# and the calibration notes, round 12). Those seeds (1000, 1001) informed the recipe, so its seeds
+# start at 2000; the first few run for every task, the rest only for tasks with fewer fitted seeds
+# than the protocol needs. A job that ends its decay still improving is reported as such.
 PROTOCOL_QUICK = Preset(
     name="protocol",
-    description="the verdict protocol at the quick scale: lengths 1-20, bins to 40, one stopping rule, constant "
-    "learning rate, 1000 strings per test bin, fresh seeds from 1000 until enough seeds fit.",
+    description="the verdict protocol at the quick scale: lengths 1-20, bins to 40, one stopping rule, linear "
+    "decay over 8000 steps, 1000 strings per test bin, fresh seeds from 2000 until enough seeds fit.",
     train=QUICK.train.replace(
-        schedule="constant", stop_after_perfect_evals=2, max_steps=16000, eval_examples_per_length=100
+        schedule="linear", stop_after_perfect_evals=2, max_steps=8000, eval_examples_per_length=100
     ).validate(),
     model=QUICK.model,
     task_overrides=QUICK.task_overrides,
     model_overrides=QUICK.model_overrides,
-    seeds=tuple(range(1000, 1010)),
+    seeds=tuple(range(2000, 2010)),
 )
 
 PRESETS = {preset.name: preset for preset in (QUICK, PAPER, PROTOCOL_QUICK)}
