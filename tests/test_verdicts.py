@@ -6,7 +6,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from crasplab.results.protocol import next_seeds, protocol_rows, recipe_markdown, recipe_rows
+from crasplab.results.protocol import next_seeds, protocol_markdown, protocol_rows, recipe_markdown, recipe_rows
 from crasplab.results.verdicts import (
     FAILS,
     GENERALIZES,
@@ -177,3 +177,28 @@ def test_the_recipe_benchmark_reads_the_training_bin_only():
     assert row["steps_at_stop"] == {1000: 1500, 1001: 16000, 1002: 16000}
     table = recipe_markdown([row])
     assert "| UR | 3 | 2 of 3 | 750 (500-1000) | 16000 (1500-16000) | 590 (61.3-600) |" in table
+
+
+def test_a_last_task_counts_only_where_its_first_control_generalizes():
+    def rows_with(control_test_correct):
+        finals = {
+            "NLFirst": {2000 + s: final(2000 + s, 2000, control_test_correct) for s in range(5)},
+            "NLLast": {2000 + s: final(2000 + s, 2000, 100) for s in range(5)},
+        }
+        predictions = {
+            "NLFirst": dict(prediction=dict(label="yes", generalizes=True), discrimination=None),
+            "NLLast": dict(
+                prediction=dict(label="no", generalizes=False), discrimination=dict(checked=True, discriminates=[True])
+            ),
+        }
+        return protocol_rows(
+            PROTOCOL, [], finals, ["NLFirst", "NLLast"], predictions, {"NLFirst": 8000, "NLLast": 8000}
+        )
+
+    first, last = rows_with(control_test_correct=1000)
+    assert last["bins"][0]["control"] == dict(task="NLFirst", verdict=GENERALIZES)
+    assert last["bins"][0]["verdict"] == FAILS and last["bins"][0]["agrees"] is True
+    first, last = rows_with(control_test_correct=700)  # the control fails the bin too
+    assert first["bins"][0]["verdict"] == FAILS and first["bins"][0]["agrees"] is False
+    assert last["bins"][0]["control"]["verdict"] == FAILS and last["bins"][0]["agrees"] is None
+    assert "its control NLFirst fails: not counted" in protocol_markdown(PROTOCOL, [first, last])

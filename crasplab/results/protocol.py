@@ -20,9 +20,22 @@ from crasp.prediction import predict
 from crasp.tasks import get_task
 from crasplab.results.files import write_json
 from crasplab.results.job_folder import BinEval
-from crasplab.results.verdicts import FAILS, GENERALIZES, Protocol, agrees, judge_seed, seed_fits, task_verdict
+from crasplab.results.verdicts import (
+    FAILS,
+    GENERALIZES,
+    TOO_FEW,
+    Protocol,
+    agrees,
+    judge_seed,
+    seed_fits,
+    task_verdict,
+)
 
 PROTOCOL_FILE, PREDICTIONS_FILE = "protocol.json", "predictions.json"
+# A task predicted not to generalize, and its mirror image that theory says must generalize on
+# the same strings' shape: where both run, the first is counted at a bin only if its control
+# generalizes there (otherwise the bin fails models for a reason that is not the prediction's).
+CONTROLS = {"NLLast": "NLFirst", "NRLast": "NRFirst"}
 # Fitted seeds a verdict needs: five for APE, whose theorem the lab tests first; three elsewhere.
 REQUIRED_FITTED_SEEDS = {"ape": 5}
 DEFAULT_REQUIRED_FITTED_SEEDS = 3
@@ -206,7 +219,23 @@ def protocol_rows(
                 bins=bins,
             )
         )
+    _apply_controls(rows)
     return rows
+
+
+def _apply_controls(rows: list[dict]) -> None:
+    """Each bin of a task with a control in the run records the control's verdict there, and is
+    left out of the agreement count unless the control generalizes."""
+    by_task = {row["task"]: row for row in rows}
+    for row in rows:
+        control = by_task.get(CONTROLS.get(row["task"]))
+        if control is None:
+            continue
+        verdicts = {(b["lo"], b["hi"]): b["verdict"] for b in control["bins"]}
+        for b in row["bins"]:
+            b["control"] = dict(task=control["task"], verdict=verdicts.get((b["lo"], b["hi"]), TOO_FEW))
+            if b["control"]["verdict"] != GENERALIZES:
+                b["agrees"] = None
 
 
 def recipe_rows(protocol: Protocol, records: list[dict], tasks) -> list[dict]:
@@ -294,6 +323,8 @@ def protocol_markdown(protocol: Protocol, rows: list[dict]) -> str:
             passing = sum(s["outcome"] == "pass" for s in b["seeds"])
             cells = ", ".join(f"{s['correct'] / s['total']:.3f} [{s['low']:.3f}, {s['high']:.3f}]" for s in b["seeds"])
             discriminates = {None: "-", True: "yes", False: "no (a bounded program passes)"}[b["discriminates"]]
+            if b.get("control") and b["control"]["verdict"] != GENERALIZES:
+                discriminates += f"; its control {b['control']['task']} {b['control']['verdict']}: not counted"
             agreement = {None: "-", True: "yes", False: "NO"}[b["agrees"]]
             lines.append(
                 f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | {b['lo']}-{b['hi']} "
@@ -304,6 +335,6 @@ def protocol_markdown(protocol: Protocol, rows: list[dict]) -> str:
         f"\nAt the last bin: {agreeing} of {counted} counted verdicts agree "
         f"with the prediction ({decided} tasks with a "
         "generalizes/fails verdict; a task predicted not to generalize is counted only where its bin "
-        "discriminates).\n"
+        "discriminates and, where its control ran, the control generalizes).\n"
     )
     return "\n".join(lines) + "\n"

@@ -1,0 +1,65 @@
+"""The top-level README's protocol tables, printed from the committed protocol runs' summaries
+(protocol-ape/ and protocol-ape-spread/ here), so that no number in them is typed by hand.
+
+    python experiments/calibration/protocol_table.py   # paste its output over the README's tables
+
+Each test-bin cell: the task's verdict, how many fitted seeds passed, the range of their
+accuracies, and a mark for agreement with the prediction; a bin that cannot discriminate (a
+bounded program exact on the training lengths passes it), or where the task's control (its
+"first" twin) does not generalize, is shown as "not counted".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNS = ("protocol-ape", "protocol-ape-spread")
+
+
+def bin_cell(b: dict) -> str:
+    seeds = b["seeds"]
+    passing = sum(s["outcome"] == "pass" for s in seeds)
+    accuracies = [s["correct"] / s["total"] for s in seeds]
+    spread = f"{min(accuracies):.2f}-{max(accuracies):.2f}" if len(seeds) > 1 else f"{accuracies[0]:.2f}"
+    mark = {True: " ✓", False: " ✗", None: ""}[b["agrees"]]
+    control = b.get("control")
+    counted = (
+        "; not counted: a bounded program passes"
+        if b["discriminates"] is False
+        else f"; not counted: its control {control['task']} {control['verdict']}"
+        if control and control["verdict"] != "generalizes"
+        else ""
+    )
+    return f"{b['verdict']}{mark} ({passing} of {len(seeds)} pass, {spread}{counted})"
+
+
+def table(summary: dict) -> str:
+    rows = summary["protocol"]["rows"]
+    bins = [f"{b['lo']}-{b['hi']}" for b in next(row for row in rows if row["bins"])["bins"]]
+    lines = [
+        "| task | predicted | fitted of seeds run | " + " | ".join(bins) + " |",
+        "|---|---|---|" + "---|" * len(bins),
+    ]
+    for row in rows:
+        cells = [bin_cell(b) for b in row["bins"]] or ["too few fitted seeds"] * len(bins)
+        lines.append(
+            f"| {row['task']} | {row['predicted']} | {len(row['fitted'])} of {len(row['seeds_run'])} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def committed_summaries() -> dict[str, dict]:
+    return {run: json.loads((HERE / run / "summary.json").read_text()) for run in RUNS}
+
+
+def main() -> None:
+    for run, summary in committed_summaries().items():
+        print(f"{run}:\n\n{table(summary)}\n")
+
+
+if __name__ == "__main__":
+    main()
