@@ -81,6 +81,7 @@ def length_gen_arguments(args: argparse.Namespace, pe: str) -> list[str]:
     arguments += ["--dtype", args.dtype] if args.dtype else []
     arguments += ["--ray-address", args.ray_address] if args.ray_address else []
     arguments += ["--workers", str(args.workers)] if args.workers else []
+    arguments += ["--stack-size", str(args.stack_size)] if args.stack_size else []
     return arguments + (["--no-progress"] if args.no_progress else [])
 
 

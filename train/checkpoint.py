@@ -35,6 +35,28 @@ def save_checkpoint(path: Path, state, meta: dict) -> None:
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
+UNREADABLE = (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile)
+
+
+def _unreadable(path: Path, error: Exception) -> CheckpointError:
+    # Our own writes are atomic, so this is a file damaged or cut short elsewhere (a full disk, a
+    # copy that did not finish).
+    return CheckpointError(
+        f"{path}: not a readable checkpoint ({type(error).__name__}: {error}); expected the .npz file "
+        "that training writes. To recover, delete it and run the same command again: that job then "
+        "trains again from scratch (same seed, same result), or restore the file from a copy"
+    )
+
+
+def read_checkpoint_meta(path: Path) -> dict:
+    """The `meta` dict alone (the arrays are not read): what a stack needs to know before it loads."""
+    try:
+        with np.load(path) as data:
+            return json.loads(bytes(data["meta_json"]).decode())
+    except UNREADABLE as error:
+        raise _unreadable(path, error) from None
+
+
 def load_checkpoint(path: Path, template):
     """(state, meta): the saved leaves placed into `template`'s structure."""
     try:
@@ -43,14 +65,8 @@ def load_checkpoint(path: Path, template):
             template_leaves = jax.tree.leaves(template)
             leaves = [data[f"leaf_{i:05d}"] for i in range(len(template_leaves))]
             meta = json.loads(bytes(data["meta_json"]).decode())
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        # Our own writes are atomic, so this is a file damaged or cut short elsewhere (a full disk,
-        # a copy that did not finish).
-        raise CheckpointError(
-            f"{path}: not a readable checkpoint ({type(error).__name__}: {error}); expected the .npz file "
-            "that training writes. To recover, delete it and run the same command again: that job then "
-            "trains again from scratch (same seed, same result), or restore the file from a copy"
-        ) from None
+    except UNREADABLE as error:
+        raise _unreadable(path, error) from None
     if saved_structure != str(jax.tree.structure(template)):
         raise CheckpointError(
             f"{path}: the checkpoint was written for a different model or optimizer "

@@ -3,23 +3,27 @@
 The Ray engine submits each job as a Ray task that runs the lab's own worker entry point,
 `python -m crasplab.train.workers FOLDER --core N`, in the environment the local pool gives it:
 XLA told to use one thread, the process pinned to a core that the task owns on its node (Ray
-reserves a CPU but pins nothing, and XLA sizes its thread pool from the core affinity), and on a
-GPU share `XLA_PYTHON_CLIENT_PREALLOCATE=false` so that jobs packed on one GPU do not each reserve
-most of its memory. Every node must see the job folders at the same path (one machine, or a
-shared filesystem) and run the same installation of the lab.
+reserves a CPU but pins nothing, and XLA sizes its thread pool from the core affinity). On a GPU
+share (`--gpu-share F > 0`) a Ray task trains a stack instead: the seeds of a task (jobs that
+differ in the seed alone, at most `--stack-size` of them: train.stacks) run as one vmapped model
+by one worker, `python -m crasplab.train.workers FOLDER1 FOLDER2 ... --core N`, which asks Ray
+for F of a GPU and runs with `XLA_PYTHON_CLIENT_PREALLOCATE=false` so that stacks packed on one
+GPU do not each reserve most of its memory. Every node must see the job folders at the same path
+(one machine, or a shared filesystem) and run the same installation of the lab.
 
 Failures: a worker that exits with an error is not retried (rerunning it would fail the same
 way); the error shows the tail of its log. A lost node (its raylet or the task's process killed)
 is a system failure that Ray retries on another node, and the worker resumes from the job's last
 checkpoint, so the job ends with the numbers of an uninterrupted run. Each attempt is recorded in
-the job folder's `placements.jsonl` (node, host, core, visible GPUs, start and end), which is the
-timeline of which node ran what.
+the job folder's `placements.jsonl` (node, host, core, visible GPUs, the folders that trained
+together, start and end), which is the timeline of which node ran what.
 
 Ray is optional: `pip install -e ".[cluster]"`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -33,6 +37,7 @@ from pathlib import Path
 from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.train.loop import Job, is_done
+from crasplab.train.stacks import group_into_stacks
 from crasplab.train.workers import (
     TaskBars,
     worker_command,
@@ -61,13 +66,15 @@ class EngineError(RuntimeError):
 @dataclass(frozen=True)
 class EngineSettings:
     """How a grid is run: the engine, the Ray cluster's address (None: a private local cluster),
-    how many jobs run at once on a private cluster or the local pool (None: one per core), and
-    the share of a GPU each job takes on a cluster with GPUs (0: CPU jobs)."""
+    how many jobs run at once on a private cluster or the local pool (None: one per core), the
+    share of a GPU each stack of seeds takes on a cluster with GPUs (0: CPU jobs, one per task),
+    and the most seeds a stack holds where seeds train as stacks (None: all seeds of a task)."""
 
     engine: str = "local"
     ray_address: str | None = None
     workers: int | None = None
     gpu_share: float = 0.0
+    stack_size: int | None = None
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -76,6 +83,23 @@ class EngineSettings:
             raise ValueError(f"--ray-address {self.ray_address} needs --engine ray")
         if not 0.0 <= self.gpu_share <= 1.0 or (self.gpu_share and self.engine != "ray"):
             raise ValueError(f"--gpu-share must be in [0, 1] and needs --engine ray, got {self.gpu_share}")
+        if self.stack_size is not None:
+            self._check_stack_size()
+
+    def _check_stack_size(self) -> None:
+        import jax
+
+        if self.stack_size < 1:
+            raise ValueError(
+                f"--stack-size must be at least 1 (or left out: all seeds of a task), got {self.stack_size}"
+            )
+        on_cpu_jobs = not self.gpu_share if self.engine == "ray" else jax.default_backend() == "cpu"
+        if on_cpu_jobs:
+            raise ValueError(
+                f"--stack-size {self.stack_size} applies only where seeds train as stacks: with --engine ray "
+                "and --gpu-share above 0, or with --engine local on an accelerator; here each job runs alone "
+                "on a CPU core, so leave it out"
+            )
 
     def describe(self) -> str:
         """Where the jobs ran, for a run's records."""
@@ -109,20 +133,34 @@ def add_engine_flags(parser) -> None:
         type=float,
         default=0.0,
         metavar="FRACTION",
-        help="with --engine ray: the fraction of a GPU each job takes (0.25 packs four jobs on one GPU); 0: CPU jobs",
+        help="with --engine ray: the fraction of a GPU each stack of seeds takes (0.25 packs four stacks on one "
+        "GPU); the seeds of a task then train as one vmapped stack in one Ray task; 0: CPU jobs, one per task",
+    )
+    parser.add_argument(
+        "--stack-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="where seeds train as stacks (--gpu-share above 0, or --engine local on an accelerator): at most N "
+        "seeds of a task in one stack, a task with more is cut into stacks of nearly equal sizes; "
+        "default: all seeds of a task in one stack",
     )
 
 
 def engine_settings(args) -> EngineSettings:
     return EngineSettings(
-        engine=args.engine, ray_address=args.ray_address, workers=args.workers, gpu_share=args.gpu_share
+        engine=args.engine,
+        ray_address=args.ray_address,
+        workers=args.workers,
+        gpu_share=args.gpu_share,
+        stack_size=args.stack_size,
     )
 
 
 def run_jobs_on(settings: EngineSettings, jobs: list[Job], show_progress: bool = True) -> None:
     """Run the jobs on the chosen engine; jobs already done are skipped. Locally, on a CPU one
-    pinned process per job, on an accelerator the seeds of a task as one vmapped stack in this
-    process; on Ray, one task per job."""
+    pinned process per job, on an accelerator the seeds of a task as vmapped stacks in this
+    process; on Ray, one task per job, or on a GPU share one task per stack."""
     import jax
 
     if settings.engine == "ray":
@@ -130,7 +168,7 @@ def run_jobs_on(settings: EngineSettings, jobs: list[Job], show_progress: bool =
     elif jax.default_backend() == "cpu":
         run_on_cpu_cores(jobs, settings.workers or len(available_cores()), show_progress=show_progress)
     else:
-        run_stacked_in_process(jobs, show_progress=show_progress)
+        run_stacked_in_process(jobs, show_progress=show_progress, stack_size=settings.stack_size)
 
 
 # -- the Ray task -------------------------------------------------------------------------------
@@ -159,9 +197,11 @@ def job_environment(gpu_share: float) -> dict[str, str]:
     return env
 
 
-def run_job_folder(folder: str, gpu_share: float) -> dict:
-    """Body of the Ray task: run the worker on one job folder, pinned to a core this task owns;
-    returns the worker's exit code and, on failure, the tail of its log."""
+def run_job_folders(folders: list[str], gpu_share: float) -> dict:
+    """Body of the Ray task: run the worker on job folders (one job, or on a GPU share the seeds
+    of a task as one stack), pinned to a core this task owns. Every folder's worker.log gets the
+    worker's output and its placements.jsonl the attempt, naming the folders trained together.
+    Returns the worker's exit code and, on failure, the tail of its log."""
     import ray
 
     core, core_lock = claim_core()
@@ -173,19 +213,36 @@ def run_job_folder(folder: str, gpu_share: float) -> dict:
         core=core,
         cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
         xla_flags=env["XLA_FLAGS"],
+        gpu_share=gpu_share,
+        folders=folders,
     )
-    append_jsonl(Path(folder) / PLACEMENTS_FILE, dict(placement, event="start", time=time.time()))
+    _record(folders, dict(placement, event="start", time=time.time()))
     try:
-        with open(JobFolder(Path(folder)).log_file, "ab") as log:
-            returncode = subprocess.run(
-                worker_command(folder, core, "--die-with-parent"), env=env, stdout=log, stderr=subprocess.STDOUT
-            ).returncode
+        returncode = _run_logged(worker_command(folders, core, "--die-with-parent"), env, folders)
     finally:
         core_lock.close()
-    append_jsonl(Path(folder) / PLACEMENTS_FILE, dict(placement, event="end", time=time.time(), returncode=returncode))
+    _record(folders, dict(placement, event="end", time=time.time(), returncode=returncode))
     return dict(
-        returncode=returncode, log_tail=_tail(JobFolder(Path(folder)).log_file) if returncode else "", **placement
+        returncode=returncode, log_tail=_tail(JobFolder(Path(folders[0])).log_file) if returncode else "", **placement
     )
+
+
+def _record(folders: list[str], placement: dict) -> None:
+    for folder in folders:
+        append_jsonl(Path(folder) / PLACEMENTS_FILE, placement)
+
+
+def _run_logged(command: list[str], env: dict[str, str], folders: list[str]) -> int:
+    """Run the command; its output goes, line by line as it comes, to each folder's worker.log
+    (a stack's worker speaks for all its jobs, and each folder keeps its whole history)."""
+    with contextlib.ExitStack() as files:
+        logs = [files.enter_context(open(JobFolder(Path(folder)).log_file, "ab")) for folder in folders]
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for line in process.stdout:
+            for log in logs:
+                log.write(line)
+                log.flush()
+        return process.wait()
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -238,11 +295,12 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = True) -> None:
-    """Submit every job that is not done as a Ray task (longest first), show progress from the job
-    folders as the local pool does, and stop at the first job that fails."""
+    """Submit every job that is not done as a Ray task, or on a GPU share every stack of them
+    (longest first), show progress from the job folders as the local pool does, and stop at the
+    first task that fails."""
     ray = import_ray()
     started_cluster = connect(settings)
-    task = ray.remote(run_job_folder).options(
+    task = ray.remote(run_job_folders).options(
         num_cpus=1, num_gpus=settings.gpu_share or 0, max_retries=NODE_LOSS_RETRIES, retry_exceptions=False
     )
     bars = TaskBars(jobs, enabled=show_progress)
@@ -251,25 +309,27 @@ def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = 
         for job in jobs:
             if is_done(job):
                 bars.finish(job)
-        for job in sorted((job for job in jobs if not is_done(job)), key=expected_cost, reverse=True):
-            job.folder.mkdir(parents=True, exist_ok=True)
-            write_json(job.files.job_file, job.to_dict())
-            pending[task.remote(str(job.folder.resolve()), settings.gpu_share)] = job
+        for stack in sorted(ray_units(jobs, settings), key=stack_cost, reverse=True):
+            for job in stack:
+                job.folder.mkdir(parents=True, exist_ok=True)
+                write_json(job.files.job_file, job.to_dict())
+            pending[task.remote([str(job.folder.resolve()) for job in stack], settings.gpu_share)] = stack
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_SECONDS)
-            for job in pending.values():
+            for job in (job for stack in pending.values() for job in stack):
                 if (progress := _read_progress(job)) is not None:
                     bars.update(progress)
             for ref in ready:
-                job = pending.pop(ref)
-                outcome = _outcome(ray, ref, job)
+                stack = pending.pop(ref)
+                outcome = _outcome(ray, ref, stack)
                 if outcome["returncode"] != 0:
                     raise WorkerError(
-                        f"the worker for {job.task_code} seed {job.seed} (node {outcome['host']}, core "
+                        f"the worker for {describe(stack)} (node {outcome['host']}, core "
                         f"{outcome['core']}) exited with code {outcome['returncode']}; its log:\n"
                         f"{outcome['log_tail']}"
                     )
-                bars.finish(job)
+                for job in stack:
+                    bars.finish(job)
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)  # kills the task's process, and with it the worker (--die-with-parent)
@@ -278,11 +338,30 @@ def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = 
             ray.shutdown()
 
 
-def _outcome(ray, ref, job: Job) -> dict:
+def ray_units(jobs: list[Job], settings: EngineSettings) -> list[list[Job]]:
+    """What each Ray task trains: on a GPU share a stack of a task's seeds (one vmapped model
+    uses a GPU better than several processes of one seed), on CPUs one job, pinned to its own
+    core as the local pool runs it."""
+    pending = [job for job in jobs if not is_done(job)]
+    return group_into_stacks(pending, settings.stack_size) if settings.gpu_share else [[job] for job in pending]
+
+
+def stack_cost(stack: list[Job]) -> int:
+    """A stack's seeds train side by side: it takes as long as its longest job."""
+    return max(expected_cost(job) for job in stack)
+
+
+def describe(stack: list[Job]) -> str:
+    """ "UR seed 0", or "UR seeds 0, 1, 2" for a stack."""
+    seeds = ", ".join(str(job.seed) for job in stack)
+    return f"{stack[0].task_code} seed{'s' if len(stack) > 1 else ''} {seeds}"
+
+
+def _outcome(ray, ref, stack: list[Job]) -> dict:
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as error:  # retries exhausted on lost nodes, or the task could not run
         raise WorkerError(
-            f"the Ray task for {job.task_code} seed {job.seed} failed ({type(error).__name__}); its "
-            f"log:\n{_tail(job.files.log_file)}\n{error}"
+            f"the Ray task for {describe(stack)} failed ({type(error).__name__}); its "
+            f"log:\n{_tail(stack[0].files.log_file)}\n{error}"
         ) from None

@@ -27,7 +27,7 @@ from crasplab.models.positions import SCHEMES
 from crasplab.results.job_folder import BinEval, EvalRecord, JobFolder, JobResult, TrainRecord
 from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_jsonl
 from crasplab.train.allocator import keep_freed_memory
-from crasplab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from crasplab.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from crasplab.train.compile_cache import use_compile_cache
 from crasplab.train.config import ModelSettings, TrainConfig
 from crasplab.train.provenance import provenance
@@ -82,6 +82,21 @@ class Job:
     def stack_key(self) -> tuple:
         """Jobs with equal keys differ only in seed and can share one compiled step."""
         return (self.task_code, repr(self.model), repr(self.train), repr(sorted(self.task_overrides.items())))
+
+    def stack_differences(self, other: Job) -> list[str]:
+        """The settings in which this job differs from `other`, each as "name (this job's value,
+        not other's)": the parts of stack_key that differ, field by field, compared as the key
+        compares them."""
+        parts = [("task_code", repr(self.task_code), repr(other.task_code))]
+        for part in ("model", "train"):
+            mine, theirs = getattr(self, part), getattr(other, part)
+            parts += [
+                (f"{part}.{f.name}", repr(getattr(mine, f.name)), repr(getattr(theirs, f.name)))
+                for f in dataclasses.fields(mine)
+            ]
+        overrides = (repr(sorted(self.task_overrides.items())), repr(sorted(other.task_overrides.items())))
+        parts.append(("task_overrides", *overrides))
+        return [f"{name} ({mine}, not {theirs})" for name, mine, theirs in parts if mine != theirs]
 
     @property
     def folder(self) -> Path:
@@ -148,16 +163,43 @@ def run_job(job: Job, progress: ProgressCallback | None = None) -> dict:
     return run_stack([job], progress)[0]
 
 
+def stack_mismatch(jobs: list[Job]) -> str | None:
+    """Why the jobs cannot train as one stack (each job whose settings differ from the first's,
+    with the settings), or None when they differ in the seed alone."""
+    first = jobs[0]
+    lines = [
+        f"{job.folder} differs from {first.folder} in {', '.join(job.stack_differences(first))}"
+        for job in jobs[1:]
+        if job.stack_key() != first.stack_key()
+    ]
+    return "; ".join(lines) or None
+
+
 def run_stack(jobs: list[Job], progress: ProgressCallback | None = None) -> list[dict]:
-    """Train the jobs (same settings, different seeds) in one vmapped step; return their results."""
-    if len({job.stack_key() for job in jobs}) != 1:
-        raise ValueError("run_stack: the jobs differ in more than the seed; run them separately")
+    """Train the jobs (same settings, different seeds) in one vmapped step; return their results.
+    Jobs whose checkpoints stand at different steps (a stack killed while it wrote its
+    checkpoints, or folders first trained apart) train as one stack per step, one after another,
+    so that each resumes exactly where it stopped."""
+    if (mismatch := stack_mismatch(jobs)) is not None:
+        raise ValueError(f"run_stack: the jobs differ in more than the seed: {mismatch}; run them separately")
     pending = [job for job in jobs if not is_done(job)]
     if pending:
         keep_freed_memory()
         use_compile_cache()
-        _StackRun(pending, progress).run()
+        for same_start in by_resume_step(pending):
+            _StackRun(same_start, progress).run()
     return [job.files.read_result() for job in jobs]
+
+
+def by_resume_step(jobs: list[Job]) -> list[list[Job]]:
+    """The jobs grouped by the step their checkpoint holds (jobs without one start at step 0 as
+    a group of their own), groups in the order of their first job."""
+    groups: dict[int | None, list[Job]] = {}
+    for job in jobs:
+        path = job.files.checkpoint_file
+        step = read_checkpoint_meta(path)["step"] if path.exists() else None
+        groups.setdefault(step, []).append(job)
+    return list(groups.values())
 
 
 class _StackRun:
@@ -197,17 +239,13 @@ class _StackRun:
 
     # -- files ---------------------------------------------------------------------------------
     def _resume_or_start(self) -> None:
+        # run_stack hands over jobs that all have a checkpoint at one step, or none that has one.
         checkpoints = [job.files.checkpoint_file for job in self.jobs]
-        if all(path.exists() for path in checkpoints):
+        if checkpoints[0].exists():
             loaded = [load_checkpoint(path, unstack(self.state, 0)) for path in checkpoints]
-            steps = {meta["step"] for _, meta in loaded}
-            if len(steps) != 1:
-                raise RuntimeError(
-                    f"checkpoints of one stack are at different steps {sorted(steps)}; run these seeds separately"
-                )
             stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *[state for state, _ in loaded])
             self.state = replicate(self.mesh, stacked)
-            self.step = steps.pop()
+            self.step = loaded[0][1]["step"]
             for i, (job, (_, meta)) in enumerate(zip(self.jobs, loaded)):
                 _check_identity(job, meta)
                 self.elapsed_s[i] = meta["elapsed_s"]

@@ -4,9 +4,26 @@ On a CPU, each job runs in its own process pinned to one core (os.sched_setaffin
 told to use a single thread: on the 2-core development machine two such processes give 1.7x the
 throughput of one process using both cores (benchmarks/train_step.py, real-token table). Jobs
 start longest first. On an accelerator, the seeds of one task are trained as one stacked,
-vmapped model in this process (train.loop.run_stack).
+vmapped model in this process (train.loop.run_stack), in stacks of a bounded size
+(train.stacks.group_into_stacks).
 
-Run a single job folder by hand with `python -m crasplab.train.workers JOB_FOLDER` (what the pool does).
+The worker entry point runs job folders by hand, or for an engine:
+
+    python -m crasplab.train.workers FOLDER                 # one job, as the CPU pool runs it
+    python -m crasplab.train.workers FOLDER1 FOLDER2 ...    # the seeds of a task as one stack
+
+Several folders train as ONE vmapped stack through run_stack, each resuming from its own
+checkpoint (folders whose checkpoints stand at different steps train as one stack per step).
+Folders whose jobs differ in more than the seed (task, model, training settings, sampler
+parameters), a folder named twice, or two folders of one seed are refused before anything is
+locked or trained, with the folders and the settings that differ. Folders already done are
+skipped; when all are, the worker exits 0 at once. The Ray engine runs one such command per
+stack on a GPU share (train.engines).
+
+Stacked numbers: a seed in a stack ends where it ends trained alone up to float32 rounding
+(tests/test_train_loop.py asserts losses within rtol 1e-4, not equality: the vmapped step may
+reduce in another order; on the 2-core CPU the tiny test stacks matched single runs bit for
+bit). A stack of one folder is the single-job run itself.
 """
 
 from __future__ import annotations
@@ -21,7 +38,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from tqdm import tqdm
@@ -31,7 +48,8 @@ from crasplab.results.files import write_json
 from crasplab.results.job_folder import JobFolder
 from crasplab.train.allocator import with_huge_page_blocks
 from crasplab.train.data import sequence_length
-from crasplab.train.loop import Job, is_done, run_stack
+from crasplab.train.loop import Job, is_done, run_stack, stack_mismatch
+from crasplab.train.stacks import group_into_stacks
 
 SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -191,14 +209,12 @@ def expected_cost(job: Job) -> int:
     return job.train.max_steps * sequence_length(task, longest) * job.model.n_layers
 
 
-def run_stacked_in_process(jobs: list[Job], show_progress: bool = True) -> None:
-    """Accelerator path: the seeds of each task train together as one vmapped stack."""
+def run_stacked_in_process(jobs: list[Job], show_progress: bool = True, stack_size: int | None = None) -> None:
+    """Accelerator path: the seeds of each task train together as vmapped stacks of at most
+    `stack_size` seeds (None: all of them), one stack after another."""
     bars = TaskBars(jobs, enabled=show_progress)
-    stacks = defaultdict(list)
-    for job in jobs:
-        stacks[job.stack_key()].append(job)
     try:
-        for stack in stacks.values():
+        for stack in group_into_stacks(jobs, stack_size):
             run_stack(stack, bars.update)
             for job in stack:
                 bars.finish(job)
@@ -206,12 +222,12 @@ def run_stacked_in_process(jobs: list[Job], show_progress: bool = True) -> None:
         bars.close()
 
 
-def worker_command(folder: Path | str, core: int, *extra: str) -> list[str]:
-    """The command that runs one job folder pinned to `core`. `-P` keeps the current folder off
-    sys.path, so a `train.py` or a `crasplab/` folder where the run was started cannot shadow the
-    lab's modules. The child pins itself (--core): a preexec_fn would make Python fork a
-    multithreaded parent."""
-    return [sys.executable, "-P", "-m", "crasplab.train.workers", str(folder), "--core", str(core), *extra]
+def worker_command(folders: list[Path | str], core: int, *extra: str) -> list[str]:
+    """The command that runs job folders (one, or the seeds of a task as one stack) pinned to
+    `core`. `-P` keeps the current folder off sys.path, so a `train.py` or a `crasplab/` folder
+    where the run was started cannot shadow the lab's modules. The child pins itself (--core): a
+    preexec_fn would make Python fork a multithreaded parent."""
+    return [sys.executable, "-P", "-m", "crasplab.train.workers", *map(str, folders), "--core", str(core), *extra]
 
 
 def _launch(job: Job, core: int) -> subprocess.Popen:
@@ -219,7 +235,7 @@ def _launch(job: Job, core: int) -> subprocess.Popen:
     write_json(job.files.job_file, job.to_dict())
     with open(job.files.log_file, "ab") as log:
         return subprocess.Popen(
-            worker_command(job.folder, core, "--die-with-parent"),
+            worker_command([job.folder], core, "--die-with-parent"),
             env=worker_env(),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -257,31 +273,56 @@ def _lock_folder(folder: Path):
     return handle
 
 
-def _worker_main(folder: str, core: int | None, with_parent: bool) -> None:
+def read_stack(folders: list[str]) -> list[Job]:
+    """The jobs of the folders, refused (SystemExit, before anything is locked or trained) when
+    they cannot train as one stack: a folder named twice, two folders of one seed, or settings
+    that differ in more than the seed."""
+    if repeated := sorted(folder for folder, count in Counter(map(os.path.realpath, folders)).items() if count > 1):
+        raise SystemExit(f"error: job folder(s) named more than once: {', '.join(repeated)}; name each folder once")
+    # The folder named here is the job's, whatever out_dir job.json holds: a hand-edited or copied
+    # job.json cannot send the job's files outside it.
+    jobs = [
+        dataclasses.replace(Job.from_dict(json.loads(JobFolder(Path(f)).job_file.read_text())), out_dir=str(f))
+        for f in folders
+    ]
+    if mismatch := stack_mismatch(jobs):
+        raise SystemExit(
+            f"error: these job folders cannot train as one stack: {mismatch}. Folders train together only "
+            "when their jobs differ in the seed alone; run the others in a worker of their own"
+        )
+    if len({job.seed for job in jobs}) < len(jobs):  # progress reports name a job by its seed
+        seeds = ", ".join(f"{job.folder}: seed {job.seed}" for job in jobs)
+        raise SystemExit(f"error: a stack trains distinct seeds, and these job folders repeat one ({seeds})")
+    return jobs
+
+
+def _worker_main(folders: list[str], core: int | None, with_parent: bool) -> None:
     if with_parent:
         _die_with_parent()
     if core is not None:
         os.sched_setaffinity(0, {core})
-    lock = _lock_folder(Path(folder))  # noqa: F841 (held until exit)
-    job = Job.from_dict(json.loads(JobFolder(Path(folder)).job_file.read_text()))
-    # The folder named here is the job's, whatever out_dir job.json holds: a hand-edited or copied
-    # job.json cannot send the job's files outside it.
-    job = dataclasses.replace(job, out_dir=str(folder))
-    last_write = [0.0]
+    jobs = read_stack(folders)
+    locks = [_lock_folder(job.folder) for job in jobs]  # noqa: F841 (held until exit)
+    by_seed = {job.seed: job for job in jobs}
+    last_write = defaultdict(float)
 
     def write_progress(progress: dict) -> None:
         # Throttled: the pool polls twice a second, a file per step would only cost time.
-        if time.monotonic() - last_write[0] >= 1.0 or progress["step"] >= progress["max_steps"]:
-            write_json(job.files.progress_file, progress)
-            last_write[0] = time.monotonic()
+        seed = progress["seed"]
+        if time.monotonic() - last_write[seed] >= 1.0 or progress["step"] >= progress["max_steps"]:
+            write_json(by_seed[seed].files.progress_file, progress)
+            last_write[seed] = time.monotonic()
 
-    run_stack([job], write_progress)
+    run_stack(jobs, write_progress)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="Run (or resume) one job folder holding job.json.")
-    parser.add_argument("folder", help="the job folder")
+    parser = argparse.ArgumentParser(
+        description="Run (or resume) job folders holding job.json: one folder, or the seeds of one task "
+        "(jobs that differ in the seed alone) trained as one vmapped stack. Folders already done are skipped."
+    )
+    parser.add_argument("folders", nargs="+", metavar="FOLDER", help="the job folders")
     parser.add_argument("--core", type=int, default=None, help="pin this process to this CPU core")
     parser.add_argument("--die-with-parent", action="store_true", help="exit when the launching process dies")
     arguments = parser.parse_args()
-    _worker_main(arguments.folder, arguments.core, arguments.die_with_parent)
+    _worker_main(arguments.folders, arguments.core, arguments.die_with_parent)
