@@ -318,20 +318,24 @@ def train_and_report(args: argparse.Namespace) -> None:
     except ValueError as error:  # ConfigError, TaskError, RunFolderError, SearchResultsError: each says what to change
         raise SystemExit(f"error: {error}")
     start, started = time.monotonic(), datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    finished = False
     try:
         if protocol is None:
             run_jobs_on(engine, jobs, show_progress=not args.no_progress)
         else:
             jobs = run_protocol_rounds(settings, run_dir, protocol, engine, show_progress=not args.no_progress)
+        finished = True
     except EngineError as error:
         raise SystemExit(f"error: {error}")
-    finally:
+    finally:  # an interrupted invocation (Ctrl-C, a failed job) keeps its records and its time too
         collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
-    wall_s = time.monotonic() - start
-    append_jsonl(
-        run_dir / INVOCATIONS_FILE,
-        dict(started=started, wall_s=round(wall_s, 1), jobs=len(jobs), workers=engine.describe()),
-    )
+        wall_s = time.monotonic() - start
+        append_jsonl(
+            run_dir / INVOCATIONS_FILE,
+            dict(
+                started=started, wall_s=round(wall_s, 1), jobs=len(jobs), workers=engine.describe(), finished=finished
+            ),
+        )
     summary = write_report(run_dir, args.threshold)
     print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
     print(markdown_table(summary))

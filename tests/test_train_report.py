@@ -329,7 +329,7 @@ def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdict
     assert [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] == records
     # Each invocation leaves its wall time in the run's files, and the report sums them.
     invocations = [json.loads(line) for line in (out / "invocations.jsonl").read_text().splitlines()]
-    assert [(i["jobs"], i["workers"]) for i in invocations] == [(2, "2 pinned CPU workers")] * 2
+    assert [(i["jobs"], i["workers"], i["finished"]) for i in invocations] == [(2, "2 pinned CPU workers", True)] * 2
     total = sum(i["wall_s"] for i in invocations) / 60
     assert f"Wall time: {total:.1f} min over 2 invocation(s)" in (out / "report.md").read_text()
 
@@ -344,3 +344,26 @@ def test_readme_table_is_the_committed_quick_runs():
     readme = (readme_table.HERE.parents[1] / "README.md").read_text()
     assert readme_table.table(summaries) in readme
     assert readme_table.agreement_line(summaries) in " ".join(readme.split())
+
+
+def test_readme_protocol_tables_are_the_committed_protocol_runs():
+    """The README's protocol tables are what the committed protocol runs' summaries give."""
+    from experiments.calibration import protocol_table
+
+    readme = (protocol_table.HERE.parents[1] / "README.md").read_text()
+    for run, summary in protocol_table.committed_summaries().items():
+        assert protocol_table.table(summary) in readme, run
+
+
+@pytest.mark.parametrize("run", ["protocol-ape", "protocol-ape-spread"])
+def test_committed_protocol_runs_rebuild_their_reports_from_their_files(run, tmp_path, capsys):
+    """A copied run folder (no job folders, no checkpoints) is its own record: its report comes
+    back the same from config.json, metrics.jsonl, protocol.json, predictions.json and
+    invocations.jsonl."""
+    import shutil
+
+    from experiments.calibration import protocol_table
+
+    shutil.copytree(protocol_table.HERE / run, tmp_path / run)
+    length_gen.main(["--report-only", str(tmp_path / run)])
+    assert (tmp_path / run / "report.md").read_text() == (protocol_table.HERE / run / "report.md").read_text()

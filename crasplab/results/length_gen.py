@@ -343,7 +343,7 @@ def report_markdown(summary: dict) -> str:
         )
     )
     if unfinished:
-        parts.append(f"\nStill running (last evaluation shown): {', '.join(unfinished)}.\n")
+        parts.append(f"\nNot finished (last evaluation shown): {', '.join(unfinished)}.\n")
     if summary["missing_tasks"]:
         parts.append(f"\nNo evaluation yet: {', '.join(summary['missing_tasks'])}.\n")
     parts.append(environments_markdown(summary.get("environments", [])))
@@ -360,6 +360,7 @@ def invocations_markdown(invocations: list[dict]) -> str:
     total = sum(record["wall_s"] for record in invocations)
     parts = ", ".join(
         f"{record['started']}: {record['wall_s'] / 60:.1f} min, {record['jobs']} jobs on {record['workers']}"
+        + ("" if record.get("finished", True) else ", stopped before its end")
         for record in invocations
     )
     return f"Wall time: {total / 60:.1f} min over {len(invocations)} invocation(s) ({parts}).\n"
