@@ -161,6 +161,15 @@ def next_seeds(
     return plan
 
 
+def _by_job(records: list[dict], kind: str) -> dict[tuple[str, int], list[dict]]:
+    """(task, seed) -> the run's records of one kind for that job, in the order written."""
+    found = defaultdict(list)
+    for record in records:
+        if record["kind"] == kind:
+            found[(record["task"], record["seed"])].append(record)
+    return found
+
+
 def _still_improving(evals: list[dict], record: dict, max_steps: int) -> bool:
     if record["step"] < max_steps or len(evals) < 2:
         return False
@@ -176,10 +185,7 @@ def protocol_rows(
     max_steps: dict,
 ) -> list[dict]:
     """One row per task: fit counts, and per test bin each fitted seed's outcome and the verdict."""
-    evals = defaultdict(list)
-    for record in records:
-        if record["kind"] == "eval":
-            evals[(record["task"], record["seed"])].append(record)
+    evals = _by_job(records, "eval")
     rows = []
     for task in tasks:
         by_seed = {seed: record for seed, record in finals.get(task, {}).items() if record["finished"]}
@@ -242,12 +248,8 @@ def recipe_rows(protocol: Protocol, records: list[dict], tasks) -> list[dict]:
     """The recipe's benchmark, read from the training bin alone (never a test bin): per task, the
     seeds run and fitted, each fitted seed's step of its first fitted evaluation, each seed's step
     at its stop and its training time."""
-    evals, results = defaultdict(list), {}
-    for record in records:
-        if record["kind"] == "eval":
-            evals[(record["task"], record["seed"])].append(record)
-        elif record["kind"] == "result":
-            results[(record["task"], record["seed"])] = record
+    evals = _by_job(records, "eval")
+    results = {job: found[-1] for job, found in _by_job(records, "result").items()}
     rows = []
     for task in tasks:
         seeds = sorted(seed for (t, seed) in results if t == task)
