@@ -16,7 +16,6 @@ below the threshold, so an approximation near it is never rounded into a discrim
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from crasp.approximations import BOUNDED_APPROXIMATIONS, Maker
 from crasp.expr import CraspError
 from crasp.check import EXHAUSTIVE_MAX_LENGTH, check_lengths, check_witness, correct_answers
 from crasp.fragment import fragment_of
+from crasp.intervals import wilson_interval
 from crasp.program import print_program
 from crasp.tasks import Task, get_task
 from crasp.tasks.retrieval import NonUniqueRetrieval
@@ -34,23 +34,12 @@ DEFAULT_THRESHOLD = 0.9  # the lab's verdict threshold (a bin "passes" at >= 0.9
 DEFAULT_STRINGS = 1000  # per bin
 DEFAULT_TRAINING_SAMPLES = 200  # random strings per training length, after the exhaustive stage
 MAX_DRAWS_PER_STRING = 200  # far cells: strings drawn per string kept before the sampler is called too sparse
-Z95 = 1.959963984540054
 # A sampler the command line names -> task parameters; "paper" is each task's own default.
 SAMPLERS = {"paper": {}, "official": {"occurrences": "official"}, "spread": {"occurrences": "spread"}}
 
 
 class DiscriminationError(CraspError, ValueError):
     """A request the discrimination check cannot satisfy; the message says what is accepted."""
-
-
-def wilson_interval(correct: int, total: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a proportion (95% by default)."""
-    if total <= 0:
-        raise ValueError(f"a proportion needs at least one trial, got {total}")
-    p = correct / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z / (1 + z * z / total) * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)

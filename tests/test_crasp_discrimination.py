@@ -17,9 +17,9 @@ from crasp.discrimination import (
     bins_discriminating,
     discriminate,
     task_with_sampler,
-    wilson_interval,
 )
 from crasp.fragment import fragment_of
+from crasp.intervals import wilson_interval
 from crasp.tasks import TASK_CODES, get_task
 
 PARAMETERS = [(code, name, factory) for code, makers in BOUNDED_APPROXIMATIONS.items() for name, factory in makers]

@@ -23,7 +23,8 @@ from crasp.tasks import LEFT_OR_BACKWARD
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report
 from crasplab.results.in_context import GAPS
-from crasplab.results.intervals import difference_interval, wilson_interval
+from crasp.intervals import wilson_interval
+from crasplab.results.intervals import difference_interval
 from crasplab.results.length_gen import FIT_THRESHOLD, observe
 from crasplab.incontext.settings import FinetuneSettings
 from crasplab.results.run_folder import read_run_settings

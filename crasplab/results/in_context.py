@@ -19,7 +19,8 @@ from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report
-from crasplab.results.intervals import difference_interval, wilson_interval
+from crasp.intervals import wilson_interval
+from crasplab.results.intervals import difference_interval
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.results.run_folder import read_run_settings
 

@@ -27,7 +27,8 @@ from crasp.tasks import LEFT_OR_BACKWARD
 from crasplab.models.analysis import SCORE_MEANINGS, SCORES, top_heads
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import ResultFileError, read_jsonl, write_summary_and_report
-from crasplab.results.intervals import difference_interval, wilson_interval
+from crasp.intervals import wilson_interval
+from crasplab.results.intervals import difference_interval
 from crasplab.incontext.settings import MechanismSettings
 from crasplab.results.run_folder import read_run_settings
 

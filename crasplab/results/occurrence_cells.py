@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crasplab.results.intervals import wilson_interval
+from crasp.intervals import wilson_interval
 
 # The four quadrants, in the order tables show them; the last is the one that discriminates.
 QUADRANTS = ("D < L, k <= L", "D >= L, k <= L", "D < L, k > L", "D >= L, k > L")

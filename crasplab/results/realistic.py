@@ -28,7 +28,8 @@ from crasplab.incontext.directions import DIRECTIONS, Direction
 from crasplab.incontext.git_history import COMMANDS
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report
-from crasplab.results.intervals import difference_interval, wilson_interval
+from crasp.intervals import wilson_interval
+from crasplab.results.intervals import difference_interval
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
 from crasplab.results.run_folder import read_run_settings
 

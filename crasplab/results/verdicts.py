@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from crasplab.results.intervals import Z_95, wilson_interval
+from crasp.intervals import Z_95, wilson_interval
 
 GENERALIZES, FAILS, MIXED, INCONCLUSIVE, TOO_FEW = (
     "generalizes",
