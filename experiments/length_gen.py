@@ -17,39 +17,46 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import jax
 
-from crasplab.cli.arguments import DistinctValues, add_length_flags, add_setting_flags, at_least, fraction
-from crasp.search.results import SearchResultsError
 from crasp.discrimination import SAMPLERS
 from crasp.tasks import TASK_CODES, TASKS, parameters_of
+from crasplab.cli.arguments import (
+    DistinctValues,
+    add_length_flags,
+    add_preset_flag,
+    add_run_folder_flags,
+    add_setting_flags,
+    at_least,
+    fraction,
+)
+from crasplab.cli.experiment import Experiment, Report, run_experiment
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
-from crasplab.incontext.memory import FLOAT_BYTES, check_batch_memory, decoding_bytes, training_bytes
-from crasplab.results.files import ResultFileError, append_jsonl, read_jsonl
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS, job_folder
+from crasplab.results.files import append_jsonl
+from crasplab.results.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
 from crasplab.results.length_gen import (
     DEFAULT_THRESHOLD,
     INVOCATIONS_FILE,
-    check_task_names,
-    collect_metrics,
     final_evaluations,
     markdown_table,
-    run_jobs,
     write_report,
 )
-from crasplab.results.run_folder import RunFolderError, check_output_folder, open_run_folder, read_run_config
 from crasplab.results.protocol import (
+    PREDICTIONS_FILE,
     last_bin_agreement,
     next_seeds,
-    predictions_for,
     protocol_for,
+    settings_predictions,
     write_predictions,
     write_protocol,
 )
+from crasplab.results.run_folder import RunFolderError, open_run_folder, read_run_config
+from crasplab.results.verdicts import Protocol
 from crasplab.train.config import (
     PRESETS,
     ConfigError,
@@ -59,10 +66,9 @@ from crasplab.train.config import (
     bins_for_train_lengths,
     command_line_settings,
 )
-from crasplab.train.compile_cache import compile_cache_folder
-from crasplab.train.data import sequence_length
-from crasplab.train.loop import Job, TaskSetup
-from crasplab.train.engines import EngineError, add_engine_flags, engine_settings, run_jobs_on
+from crasplab.train.engines import EngineError, EngineSettings, add_engine_flags, engine_settings, run_jobs_on
+from crasplab.train.loop import Job
+from crasplab.train.runs import check_jobs, make_jobs
 
 MODEL_FLAGS = command_line_settings(ModelSettings)
 TRAIN_FLAGS = command_line_settings(TrainConfig)
@@ -76,13 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pe_type, pe_help = MODEL_FLAGS["pe"]
     parser.add_argument("--pe", type=pe_type, choices=POSITIONS, default="ape", help=pe_help)
-    parser.add_argument(
-        "--preset",
-        choices=sorted(PRESETS),
-        default=None,
-        help="experiment scale; default: paper on an accelerator, quick on a CPU. "
-        + " ".join(f"{p.name}: {p.description}" for p in PRESETS.values()),
-    )
+    add_preset_flag(parser, PRESETS)
     parser.add_argument(
         "--tasks",
         nargs="+",
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=DistinctValues,
         help="training seeds (default: the preset's)",
     )
-    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/length_gen/<pe>-<preset>)")
+    add_run_folder_flags(parser, "runs/length_gen/<pe>-<preset>[-<sampler>]", "the figure")
     parser.add_argument(
         "--workers",
         type=at_least(1),
@@ -125,13 +125,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a task generalizes when the mean accuracy of the last bin is at least this "
         f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)",
-    )
-    parser.add_argument(
-        "--report-only",
-        type=Path,
-        default=None,
-        metavar="RUN_DIR",
-        help="rebuild summary.json, report.md and the figure of an existing run folder; train nothing",
     )
     parser.add_argument(
         "--protocol",
@@ -194,184 +187,152 @@ def default_run_folder(settings: RunSettings, sampler: str | None) -> Path:
     return Path("runs") / "length_gen" / name
 
 
-def make_jobs(settings: RunSettings, run_dir: Path, seeds_by_task: dict[str, list[int]] | None = None) -> list[Job]:
-    """The run's jobs: every task with every seed, or the seeds `seeds_by_task` names."""
-    pairs = (
-        run_jobs(settings.tasks, settings.seeds)
-        if seeds_by_task is None
-        else [(task, seed) for task, seeds in seeds_by_task.items() for seed in seeds]
+@dataclass(frozen=True)
+class Invocation:
+    """One invocation's settings: what the run trains (config.json) and how this invocation runs it."""
+
+    run: RunSettings
+    sampler: str | None  # only names the default run folder: run.task_overrides hold the sampler
+    protocol: Protocol | None  # the verdict protocol's rules, for a --protocol run
+    engine: EngineSettings
+    show_progress: bool
+
+
+def invocation(args: argparse.Namespace) -> Invocation:
+    """The command line read once, validated (ConfigError, TaskError otherwise)."""
+    settings = run_settings(args)
+    return Invocation(
+        run=settings,
+        sampler=args.sampler,
+        protocol=protocol_for(settings.model.pe, settings.threshold) if args.protocol else None,
+        engine=engine_settings(args),
+        show_progress=not args.no_progress,
     )
-    return [
-        Job(
-            task_code=task,
-            seed=seed,
-            model=settings.model_for(task),
-            train=settings.train[task],
-            task_overrides=settings.task_overrides[task],
-            out_dir=str(job_folder(run_dir, task, seed)),
-        )
-        for task, seed in pairs
-    ]
 
 
-def check_jobs(jobs: list[Job], run_dir: Path, protocol=None) -> None:
-    """Everything that could fail once training has started, checked before a file is written."""
-    check_output_folder(run_dir)
-    compile_cache_folder()  # a cache path that names a file fails here, not in every worker
+def check_protocol_sizes(jobs: list[Job], setups: dict, protocol: Protocol) -> None:
+    """The protocol's evaluation sizes: enough training-length strings to call a seed fitted, and
+    enough strings per test bin for a narrow interval."""
     for job in jobs:
-        setup = TaskSetup.for_job(job)  # task parameters, lengths the sampler can produce, the position table
-        check_job_memory(job, setup)
-        if protocol is not None:
-            per_length = job.train.eval_examples_per_length
-            sizes = [per_length * (hi - lo + 1) for lo, hi in setup.bins]
-            if (
-                sizes[0] < protocol.min_train_strings
-                or min(sizes[1:], default=protocol.min_bin_strings) < protocol.min_bin_strings
-            ):
-                raise ConfigError(
-                    f"{job.task_code}: the protocol needs {protocol.min_train_strings} training-length "
-                    f"strings and {protocol.min_bin_strings} per test bin; --eval-examples-per-length "
-                    f"{per_length} gives {sizes}"
-                )
+        per_length = job.train.eval_examples_per_length
+        sizes = [per_length * (hi - lo + 1) for lo, hi in setups[job.task_code].bins]
+        if sizes[0] < protocol.min_train_strings or min(sizes[1:], default=protocol.min_bin_strings) < (
+            protocol.min_bin_strings
+        ):
+            raise ConfigError(
+                f"{job.task_code}: the protocol needs {protocol.min_train_strings} training-length "
+                f"strings and {protocol.min_bin_strings} per test bin; --eval-examples-per-length "
+                f"{per_length} gives {sizes}"
+            )
 
 
-def check_job_memory(job: Job, setup: TaskSetup) -> None:
-    """Refuse sizes whose smallest footprint exceeds this machine's memory, before config.json is
-    written (a batch of 10^9 sequences used to grow to 4 GB in the worker first)."""
-    config = job.model.model_config(len(setup.task.vocab), setup.max_positions)
-    # Parameters, gradients and AdamW's two moments of the position table.
-    check_batch_memory(
-        4 * FLOAT_BYTES * setup.max_positions * config.d_model,
-        f"{job.task_code}: a position table of {setup.max_positions} rows",
-        "--max-positions",
-    )
-    train_tokens = sequence_length(setup.task, setup.train_range[1])
-    attention = FLOAT_BYTES * job.train.batch_size * config.n_heads * train_tokens**2 * config.n_layers
-    check_batch_memory(
-        training_bytes(config, job.train.batch_size, train_tokens) + attention,
-        f"{job.task_code}: a training batch of {job.train.batch_size} strings of {train_tokens} tokens",
-        "--batch-size",
-    )
-    test_tokens = sequence_length(setup.task, max(hi for _, hi in setup.bins))
-    strings = job.train.eval_examples_per_length * sum(hi - lo + 1 for lo, hi in setup.bins)
-    check_batch_memory(
-        3 * FLOAT_BYTES * strings * test_tokens,
-        f"{job.task_code}: {strings} test strings of up to {test_tokens} tokens",
-        "--eval-examples-per-length",
-    )
-    check_batch_memory(
-        decoding_bytes(config, job.train.eval_batch_size, test_tokens),
-        f"{job.task_code}: evaluating {job.train.eval_batch_size} strings at once",
-        "the eval batch size",
-    )
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.report_only is not None:
-            report_only(args.report_only, args.threshold)
-        else:
-            train_and_report(args)
-    except (RunFolderError, ResultFileError, SearchResultsError) as error:  # a damaged or unwritable file
-        raise SystemExit(f"error: {error}")
-
-
-def report_only(run_dir: Path, threshold: float | None) -> None:
-    config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
-    check_task_names(config, run_dir)  # before any task name is used as a folder name
-    try:
-        settings = RunSettings.from_dict(config)
-    except (KeyError, TypeError, ValueError) as error:  # a hand-edited config.json
-        raise RunFolderError(
-            f"{run_dir}/config.json is not the settings of a length_gen run ({type(error).__name__}: "
-            f"{error}); restore the file the run wrote"
-        ) from None
-    # The job folders are the primary record; refresh the run's metrics.jsonl from them if present.
-    if any((run_dir / task).is_dir() for task in settings.tasks):
-        collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
-    print(markdown_table(write_report(run_dir, threshold)))
-
-
-def train_and_report(args: argparse.Namespace) -> None:
-    try:  # everything that could fail is checked before the first file is written
-        settings = run_settings(args)
-        run_dir = args.out or default_run_folder(settings, args.sampler)
-        jobs = make_jobs(settings, run_dir)
-        engine = engine_settings(args)
-        protocol = protocol_for(settings.model.pe, settings.threshold) if args.protocol else None
-        check_jobs(jobs, run_dir, protocol)
-        # What the interpreter predicts now is what the report will show, whenever it is rebuilt.
-        predictions = predictions_for(
-            settings.model.pe,
-            settings.tasks,
-            {t: c.train_lengths for t, c in settings.train.items()},
-            {t: c.test_bins for t, c in settings.train.items()},
-            settings.task_overrides,
-            settings.threshold,
-            with_discrimination=protocol is not None,
-        )
-        open_run_folder(run_dir, settings.to_dict(), may_change=("threshold",))
-        if protocol is not None:
-            write_protocol(run_dir, protocol)
-        write_predictions(run_dir, predictions)
-    except ValueError as error:  # ConfigError, TaskError, RunFolderError, SearchResultsError: each says what to change
-        raise SystemExit(f"error: {error}")
+def run(settings: Invocation, run_dir: Path) -> None:
+    """Train what the run folder lacks (resuming unfinished jobs), after checking everything that
+    could fail before the first file is written; each invocation's wall time goes to invocations.jsonl."""
+    jobs = make_jobs(settings.run, run_dir)
+    setups = check_jobs(jobs, run_dir)
+    if settings.protocol is not None:
+        check_protocol_sizes(jobs, setups, settings.protocol)
+    # What the interpreter predicts now is what the report will show, whenever it is rebuilt.
+    predictions = settings_predictions(settings.run, with_discrimination=settings.protocol is not None)
+    open_run_folder(run_dir, settings.run.to_dict(), may_change=("threshold",))
+    if settings.protocol is not None:
+        write_protocol(run_dir, settings.protocol)
+    write_predictions(run_dir, predictions)
     start, started = time.monotonic(), datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     finished = False
     try:
-        if protocol is None:
-            run_jobs_on(engine, jobs, show_progress=not args.no_progress)
+        if settings.protocol is None:
+            run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
         else:
-            jobs = run_protocol_rounds(settings, run_dir, protocol, engine, show_progress=not args.no_progress)
+            jobs = run_protocol_rounds(settings, run_dir)
         finished = True
-    except EngineError as error:
-        raise SystemExit(f"error: {error}")
-    finally:  # an interrupted invocation (Ctrl-C, a failed job) keeps its records and its time too
-        collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
+    finally:  # an interrupted invocation (Ctrl-C, a failed job) keeps its time too
         wall_s = time.monotonic() - start
         append_jsonl(
             run_dir / INVOCATIONS_FILE,
             dict(
-                started=started, wall_s=round(wall_s, 1), jobs=len(jobs), workers=engine.describe(), finished=finished
+                started=started,
+                wall_s=round(wall_s, 1),
+                jobs=len(jobs),
+                workers=settings.engine.describe(),
+                finished=finished,
             ),
         )
-    summary = write_report(run_dir, args.threshold)
     print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
-    print(markdown_table(summary))
-    if protocol is None:
-        print(
-            f"agreement: {summary['agreements']} of {summary['judged']}, from {len(settings.seeds)} seed(s) per task. "
-            "One seed is one draw of the training (and of this machine's arithmetic); --protocol gives per-seed "
-            "verdicts over fresh seeds."
-        )
-    else:
-        agreeing, counted, _ = last_bin_agreement(summary["protocol"]["rows"])
-        print(
-            f"protocol verdicts at the last bin: {agreeing} of {counted} counted agree "
-            "(report.md has every seed's interval)"
-        )
 
 
-def run_protocol_rounds(settings: RunSettings, run_dir: Path, protocol, engine, show_progress: bool) -> list[Job]:
+def run_protocol_rounds(settings: Invocation, run_dir: Path) -> list[Job]:
     """Seeds in rounds: the first ones for every task, then fresh ones only for tasks with fewer
     fitted seeds than the protocol needs (decided on the training bin alone), until each task has
     enough or its candidate seeds run out. Returns every job run."""
+    tasks, candidates = settings.run.tasks, settings.run.seeds
     done: list[Job] = []
     previous = None
     while True:
-        collect_metrics(run_dir, run_jobs(settings.tasks, settings.seeds))
-        finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
-        plan = next_seeds(protocol, settings.seeds, finals, settings.tasks)
+        finals = final_evaluations(run_records(run_dir, run_jobs(tasks, candidates)))
+        plan = next_seeds(settings.protocol, candidates, finals, tasks)
         if not plan:
             return done
         if plan == previous:
             raise EngineError(f"jobs {plan} did not finish in the round that ran them; see their worker.log")
         previous = plan
-        jobs = make_jobs(settings, run_dir, plan)
+        jobs = make_jobs(settings.run, run_dir, plan)
         print(f"protocol round: {', '.join(f'{task} seeds {seeds}' for task, seeds in plan.items())}", file=sys.stderr)
-        run_jobs_on(engine, jobs, show_progress=show_progress)
+        run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
         done += jobs
+
+
+def rebuild_report(run_dir: Path, threshold: float | None) -> dict:
+    """The report from the folder's files; a run made before predictions.json existed first gets
+    one, computed now and marked so (the report says when its predictions were made)."""
+    if not (run_dir / PREDICTIONS_FILE).exists():
+        config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
+        try:
+            settings = RunSettings.from_dict(config)
+        except (KeyError, TypeError, ValueError) as error:  # a hand-edited config.json
+            raise RunFolderError(
+                f"{run_dir}/config.json is not the settings of a length_gen run ({type(error).__name__}: "
+                f"{error}); restore the file the run wrote"
+            ) from None
+        predictions = settings_predictions(settings, with_discrimination=False)
+        today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        predictions["note"] = f"the run predates predictions.json: these are the interpreter's of {today}"
+        write_predictions(run_dir, predictions)
+        print(f"{run_dir}: no predictions.json (an older run); wrote today's predictions, marked so", file=sys.stderr)
+    return write_report(run_dir, threshold)
+
+
+def summary_markdown(summary: dict) -> str:
+    """What the script prints: the table, then the agreement in one line."""
+    if summary["protocol"] is None:
+        seeds = len({seed for row in summary["rows"] for seed in row["seeds"]})
+        closing = (
+            f"agreement: {summary['agreements']} of {summary['judged']}, from {seeds} seed(s) per task. One seed "
+            "is one draw of the training (and of this machine's arithmetic); --protocol gives per-seed verdicts "
+            "over fresh seeds."
+        )
+    else:
+        agreeing, counted, _ = last_bin_agreement(summary["protocol"]["rows"])
+        closing = (
+            f"protocol verdicts at the last bin: {agreeing} of {counted} counted agree (report.md has every "
+            "seed's interval)"
+        )
+    return f"{markdown_table(summary)}\n{closing}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    run_experiment(
+        Experiment(
+            settings=lambda: invocation(args),
+            default_out=lambda settings: default_run_folder(settings.run, settings.sampler),
+            run=run,
+            report=Report(lambda run_dir: rebuild_report(Path(run_dir), args.threshold), summary_markdown),
+        ),
+        out=args.out,
+        report_only=args.report_only,
+    )
 
 
 if __name__ == "__main__":

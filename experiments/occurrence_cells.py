@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from crasp.tasks import TASKS, Examples
-from crasplab.results.files import read_jsonl, write_json, write_text
+from crasplab.results.files import write_json, write_text
 from crasplab.results.job_folder import RUN_SETTINGS_KEYS, BinEval, job_folder
-from crasplab.results.length_gen import final_evaluations
+from crasplab.results.length_gen import final_evaluations, read_records
 from crasplab.results.occurrence_cells import cells_markdown, grid_counts, grid_edges, quadrant_counts
 from crasplab.results.protocol import fitted_seeds, read_predictions, read_protocol
 from crasplab.results.run_folder import RunFolderError, read_run_config
@@ -73,9 +73,11 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     run_dir = args.run
     try:
-        settings = RunSettings.from_dict(read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py"))
+        run_config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
+        predictions = read_predictions(run_dir)["tasks"]
     except RunFolderError as error:
         raise SystemExit(f"error: {error}")
+    settings = RunSettings.from_dict(run_config)
     tasks = [task for task in settings.tasks if hasattr(TASKS[task], "occurrence_cells")]
     if not tasks:
         raise SystemExit(
@@ -83,8 +85,7 @@ def main(argv=None) -> None:
             "retrieval tasks only (NLFirst, NRFirst, NLLast, NRLast)"
         )
     protocol = read_protocol(run_dir) or Protocol()
-    finals = final_evaluations(read_jsonl(run_dir / "metrics.jsonl"))
-    predictions = read_predictions(run_dir) or {}
+    finals = final_evaluations(read_records(run_dir, run_config))
     summary = dict(run=str(run_dir), tasks={})
     for task in tasks:
         config = settings.train[task]
@@ -105,7 +106,7 @@ def main(argv=None) -> None:
         distance_edges, count_edges = grid_edges(longest, config.test_bins[bin_index][1])
         together = [np.concatenate(parts) for parts in zip(*pooled)] if pooled else [[], [], []]
         summary["tasks"][task] = dict(
-            predicted=predictions.get(task, {}).get("prediction", {}).get("label", "?"),
+            predicted=predictions[task]["prediction"]["label"],
             seeds=seeds,
             grid=dict(
                 distance_edges=distance_edges,

@@ -27,6 +27,7 @@ import jax  # noqa: E402
 from crasplab.cli.arguments import at_least  # noqa: E402
 from crasplab.train.engines import EngineSettings, add_engine_flags, connect, engine_settings, import_ray  # noqa: E402
 from crasplab.train.plan import measure_step_seconds, measured_here, place, plan_text, step_shape  # noqa: E402
+from crasplab.train.runs import make_jobs  # noqa: E402
 from crasplab.train.workers import available_cores  # noqa: E402
 from experiments import length_gen  # noqa: E402
 
@@ -103,7 +104,7 @@ def dry_run(args: argparse.Namespace) -> None:
     jobs = []
     for pe in args.pes:
         parsed = length_gen.build_parser().parse_args(length_gen_arguments(args, pe))
-        jobs += length_gen.make_jobs(length_gen.run_settings(parsed), args.out / pe)
+        jobs += make_jobs(length_gen.run_settings(parsed), args.out / pe)
     step_seconds = {}
     for job in jobs:
         if step_shape(job) not in step_seconds:

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as
 from crasp.tasks import TASK_CODES  # noqa: E402
 from crasplab.cli.arguments import at_least, length_bins  # noqa: E402
 from crasplab.results.files import write_json, write_text  # noqa: E402
-from crasplab.results.length_gen import DEFAULT_THRESHOLD, collect_metrics, markdown_table, run_jobs, write_report  # noqa: E402
+from crasplab.results.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report  # noqa: E402
+from crasplab.results.protocol import settings_predictions, write_predictions  # noqa: E402
 from crasplab.results.run_folder import open_run_folder, read_run_config  # noqa: E402
 from crasplab.results.selection import (
     GRIDS,
@@ -43,7 +44,7 @@ from crasplab.results.selection import (
 from crasplab.train.config import PRESETS, ConfigError, RunSettings  # noqa: E402
 from crasplab.train.engines import EngineError, add_engine_flags, engine_settings, run_jobs_on  # noqa: E402
 from crasplab.train.loop import Job, TaskSetup  # noqa: E402
-from experiments.length_gen import check_jobs, make_jobs  # noqa: E402
+from crasplab.train.runs import check_jobs, make_jobs  # noqa: E402
 
 SWEEP_SETTINGS = ("pe", "preset", "tasks", "configurations", "sweep_seeds", "validation_bin", "max_steps")
 VERDICT_FOLDER = "verdict"
@@ -265,11 +266,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.report_only is None:
             verdict_jobs = make_jobs(settings, verdict_dir)
             check_jobs(verdict_jobs, verdict_dir)
+            predictions = settings_predictions(settings, with_discrimination=False)
             open_run_folder(verdict_dir, settings.to_dict(), may_change=("threshold",))
-            try:
-                run_jobs_on(engine, verdict_jobs, show_progress=not args.no_progress)
-            finally:
-                collect_metrics(verdict_dir, run_jobs(settings.tasks, settings.seeds))
+            write_predictions(verdict_dir, predictions)
+            run_jobs_on(engine, verdict_jobs, show_progress=not args.no_progress)
         elif not (verdict_dir / "config.json").exists():
             return
         print(markdown_table(write_report(verdict_dir)))

@@ -6,21 +6,26 @@ import pytest
 
 from crasp.prediction import Prediction
 from experiments import length_gen
-from crasplab.results import length_gen as length_gen_report
-from crasplab.results.length_gen import summarize
+from crasplab.results import protocol
+from crasplab.results.job_folder import run_jobs, run_records
+from crasplab.results.length_gen import summarize, write_report
 from crasplab.train.config import PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig
+from crasplab.train.runs import make_jobs
+from tests.tiny import write_run_records
+
+# Fixed predictions, so that the report is tested apart from the interpreter: UF generalizes, NF
+# does not, NB unknown.
+PREDICTIONS = {
+    "UF": Prediction(True, "yes (C-RASP[local] witness)", ""),
+    "NF": Prediction(False, "no (not in C-RASP[pos])", ""),
+    "NB": Prediction(None, "unknown", ""),
+}
 
 
 @pytest.fixture
 def verdicts(monkeypatch):
-    """Fixed predictions, so that the report is tested apart from the interpreter: UF generalizes,
-    NF does not, NB unknown."""
-    table = {
-        "UF": Prediction(True, "yes (C-RASP[local] witness)", ""),
-        "NF": Prediction(False, "no (not in C-RASP[pos])", ""),
-        "NB": Prediction(None, "unknown", ""),
-    }
-    monkeypatch.setattr(length_gen_report, "predict", lambda task_code, pe: table[task_code])
+    """A run started in the test records PREDICTIONS in its predictions.json."""
+    monkeypatch.setattr(protocol, "predict", lambda task_code, pe: PREDICTIONS[task_code])
 
 
 def eval_record(task, seed, step, accuracies):
@@ -32,7 +37,7 @@ def eval_record(task, seed, step, accuracies):
 
 
 @pytest.fixture
-def run_dir(tmp_path):
+def run_dir(tmp_path, verdicts):
     train = TrainConfig(train_lengths=(1, 10), test_bins=((1, 10), (11, 20), (21, 30))).to_dict()
     config = dict(
         preset="quick",
@@ -55,7 +60,9 @@ def run_dir(tmp_path):
         dict(kind="result", task="UF", seed=0, stopped_early=True, elapsed_s=10.0),
         dict(kind="result", task="UF", seed=1, stopped_early=False, elapsed_s=12.0),
     ]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    write_run_records(tmp_path, records)
+    settings = RunSettings.from_dict(config)
+    protocol.write_predictions(tmp_path, protocol.settings_predictions(settings, with_discrimination=False))
     return tmp_path
 
 
@@ -80,8 +87,7 @@ def test_a_model_that_did_not_fit_is_not_judged(run_dir, verdicts):
     left out of the agreement count, whatever its longer bins show."""
 
     def add(record):
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        write_run_records(run_dir, [record])
 
     add(eval_record("NF", 1, 2000, [0.95, 0.0, 0.0]))  # NF seed 1 no longer fits: seed 0 decides
     rows = {row["task"]: row for row in summarize(run_dir)["rows"]}
@@ -102,13 +108,34 @@ def test_report_only_judges_with_the_runs_own_threshold(run_dir, verdicts, capsy
     assert json.loads((run_dir / "summary.json").read_text())["agreements"] == 1  # UF's 0.91 < 0.95
 
 
-def test_rebuilding_the_report_never_loses_records_of_a_missing_job_folder(run_dir, verdicts):
-    """The run-level metrics.jsonl keeps the records of jobs whose folders are gone."""
-    before = (run_dir / "metrics.jsonl").read_text()
-    (run_dir / "UF" / "seed0").mkdir(parents=True)  # one job folder exists (and is empty of records)
+def test_the_job_folders_are_the_only_record_of_a_run(run_dir):
+    """The report reads each job's folder and writes no copy of its records: a job whose folder is
+    gone is gone from the report, and one that is back is back."""
+    import shutil
+
     length_gen.main(["--report-only", str(run_dir)])
-    after = (run_dir / "metrics.jsonl").read_text()
-    assert sorted(after.splitlines()) == sorted(before.splitlines())
+    assert not (run_dir / "metrics.jsonl").exists()
+    assert summarize(run_dir)["rows"][0]["seeds"] == [0, 1]
+    shutil.move(run_dir / "UF" / "seed1", run_dir / "elsewhere")
+    assert summarize(run_dir)["rows"][0]["seeds"] == [0]
+    shutil.move(run_dir / "elsewhere", run_dir / "UF" / "seed1")
+    assert summarize(run_dir)["rows"][0]["seeds"] == [0, 1]
+
+
+def test_a_report_shows_the_predictions_the_run_started_with(run_dir, monkeypatch):
+    """The interpreter is not asked again when a report is rebuilt: predictions.json decides."""
+    monkeypatch.setattr(protocol, "predict", lambda task_code, pe: Prediction(False, "changed since", ""))
+    rows = {row["task"]: row for row in summarize(run_dir)["rows"]}
+    assert rows["UF"]["predicted"]["label"] == "yes (C-RASP[local] witness)"
+
+
+def test_a_run_made_before_predictions_json_gets_todays_marked_as_such(run_dir, capsys):
+    (run_dir / "predictions.json").unlink()
+    with pytest.raises(Exception, match="predictions.json is missing"):
+        summarize(run_dir)
+    length_gen.main(["--report-only", str(run_dir)])
+    assert "the run predates predictions.json: these are the interpreter's of" in (run_dir / "report.md").read_text()
+    assert "wrote today's predictions, marked so" in capsys.readouterr().err
 
 
 def test_report_only_rebuilds_files_and_prints_the_table(run_dir, verdicts, capsys):
@@ -158,7 +185,7 @@ def test_every_flag_is_explained_and_overrides_apply(tmp_path):
     assert settings.model == PRESETS["quick"].model.replace(pe="rope", d_model=32)
     assert settings.seeds == (3, 4) and settings.tasks == ("UF",)
     assert RunSettings.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings  # as config.json stores it
-    jobs = length_gen.make_jobs(settings, tmp_path)
+    jobs = make_jobs(settings, tmp_path)
     assert [job.folder.name for job in jobs] == ["seed3", "seed4"]
     assert all(job.model.pe == "rope" for job in jobs)
 
@@ -183,7 +210,7 @@ def test_a_sampler_runs_the_non_unique_retrieval_tasks_in_their_own_folder(tmp_p
     assert {task: overrides for task, overrides in settings.task_overrides.items()} == {
         task: dict(occurrences="spread") for task in settings.tasks
     }
-    assert {job.task_overrides["occurrences"] for job in length_gen.make_jobs(settings, tmp_path)} == {"spread"}
+    assert {job.task_overrides["occurrences"] for job in make_jobs(settings, tmp_path)} == {"spread"}
     assert length_gen.default_run_folder(settings, "spread").name == "ape-protocol-spread"
     unique = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", "UL"]))
     assert unique.task_overrides["UL"] == PRESETS["quick"].overrides_for("UL")  # no sampler, no change
@@ -197,7 +224,7 @@ def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_s
     other = next(code for code in quick.tasks if code != task)
     parser = length_gen.build_parser()
     settings = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", other, task]))
-    models = {job.task_code: job.model for job in length_gen.make_jobs(settings, tmp_path)}
+    models = {job.task_code: job.model for job in make_jobs(settings, tmp_path)}
     assert models[other] == quick.model.replace(pe="ape")
     assert models[task] == quick.model.replace(pe="ape", **changes) != models[other]
     assert RunSettings.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
@@ -206,7 +233,7 @@ def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_s
     flag = "--" + next(iter(changes)).replace("_", "-")
     settings = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", other, task, flag, "3"]))
     assert settings.model_overrides == {}
-    assert {job.model for job in length_gen.make_jobs(settings, tmp_path)} == {settings.model}
+    assert {job.model for job in make_jobs(settings, tmp_path)} == {settings.model}
 
     absent = next(code for code in quick.tasks if code not in (task, other))
     with pytest.raises(ConfigError, match="not among the tasks"):
@@ -216,7 +243,7 @@ def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_s
 
 
 def test_the_report_names_the_model_and_each_task_whose_model_differs(run_dir, verdicts):
-    length_gen_report.write_report(run_dir)
+    write_report(run_dir)
     assert (
         "Model: 4 layers x 4 heads x d_model 256 (d_ff 1024, float32); NB: n_layers 6."
         in (run_dir / "report.md").read_text()
@@ -319,14 +346,14 @@ def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdict
         "--no-progress",
     ]
     length_gen.main(argv)
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    records = run_records(out, run_jobs(["UF", "NF"], [0]))
     assert {(r["task"], r["kind"]) for r in records} >= {("UF", "eval"), ("NF", "eval"), ("UF", "result")}
     for name in ("config.json", "summary.json", "report.md", "accuracy_by_length.png"):
         assert (out / name).exists(), name
     first = (out / "UF" / "seed0" / "result.json").read_text()
     length_gen.main(argv)
     assert (out / "UF" / "seed0" / "result.json").read_text() == first
-    assert [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] == records
+    assert run_records(out, run_jobs(["UF", "NF"], [0])) == records
     # Each invocation leaves its wall time in the run's files, and the report sums them.
     invocations = [json.loads(line) for line in (out / "invocations.jsonl").read_text().splitlines()]
     assert [(i["jobs"], i["workers"], i["finished"]) for i in invocations] == [(2, "2 pinned CPU workers", True)] * 2
@@ -357,8 +384,8 @@ def test_readme_protocol_tables_are_the_committed_protocol_runs():
 
 @pytest.mark.parametrize("run", ["protocol-ape", "protocol-ape-spread"])
 def test_committed_protocol_runs_rebuild_their_reports_from_their_files(run, tmp_path, capsys):
-    """A copied run folder (no job folders, no checkpoints) is its own record: its report comes
-    back the same from config.json, metrics.jsonl, protocol.json, predictions.json and
+    """A kept copy of a run (its job folders without checkpoints) is its own record: its report comes
+    back the same from config.json, the job folders' records, protocol.json, predictions.json and
     invocations.jsonl."""
     import shutil
 

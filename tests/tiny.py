@@ -12,6 +12,8 @@ from crasplab.models import (
     ModelConfig,
     Transformer,
 )
+from crasplab.results.files import append_jsonl, write_json
+from crasplab.results.job_folder import JobFolder
 from crasplab.train.config import ModelSettings, TrainConfig
 from flax import nnx
 
@@ -73,3 +75,18 @@ def tiny_config(**changes) -> TrainConfig:
         checkpoint_every=4,
     )
     return TrainConfig(**{**values, **changes}).validate()
+
+
+def write_run_records(run_dir: Path, records: list[dict]) -> None:
+    """Records tagged with task and seed (as reports read them), written where training writes
+    them: a "result" record as its job folder's result.json, every other one appended to the job
+    folder's metrics.jsonl."""
+    for record in records:
+        folder = JobFolder.of(run_dir, record["task"], record["seed"])
+        folder.path.mkdir(parents=True, exist_ok=True)
+        if record["kind"] == "result":
+            write_json(folder.result_file, {key: value for key, value in record.items() if key != "kind"})
+        else:
+            append_jsonl(
+                folder.metrics_file, {key: value for key, value in record.items() if key not in ("task", "seed")}
+            )

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
+from crasplab.train.config import ConfigError
 from crasplab.train.loop import Job, is_done
 from crasplab.train.stacks import group_into_stacks
 from crasplab.train.workers import (
@@ -78,11 +79,11 @@ class EngineSettings:
 
     def __post_init__(self):
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+            raise ConfigError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.ray_address is not None and self.engine != "ray":
-            raise ValueError(f"--ray-address {self.ray_address} needs --engine ray")
+            raise ConfigError(f"--ray-address {self.ray_address} needs --engine ray")
         if not 0.0 <= self.gpu_share <= 1.0 or (self.gpu_share and self.engine != "ray"):
-            raise ValueError(f"--gpu-share must be in [0, 1] and needs --engine ray, got {self.gpu_share}")
+            raise ConfigError(f"--gpu-share must be in [0, 1] and needs --engine ray, got {self.gpu_share}")
         if self.stack_size is not None:
             self._check_stack_size()
 
@@ -90,12 +91,12 @@ class EngineSettings:
         import jax
 
         if self.stack_size < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"--stack-size must be at least 1 (or left out: all seeds of a task), got {self.stack_size}"
             )
         on_cpu_jobs = not self.gpu_share if self.engine == "ray" else jax.default_backend() == "cpu"
         if on_cpu_jobs:
-            raise ValueError(
+            raise ConfigError(
                 f"--stack-size {self.stack_size} applies only where seeds train as stacks: with --engine ray "
                 "and --gpu-share above 0, or with --engine local on an accelerator; here each job runs alone "
                 "on a CPU core, so leave it out"

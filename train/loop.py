@@ -29,7 +29,7 @@ from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_j
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from crasplab.train.compile_cache import use_compile_cache
-from crasplab.train.config import ModelSettings, TrainConfig
+from crasplab.train.config import ConfigError, ModelSettings, TrainConfig
 from crasplab.train.provenance import provenance
 from crasplab.train.data import (
     TRAIN_STREAM,
@@ -129,7 +129,7 @@ class TaskSetup:
         longest = sequence_length(task, max(hi for _, hi in bins + [train_range]))
         max_positions = job.train.max_positions or longest
         if max_positions < longest:
-            raise ValueError(
+            raise ConfigError(
                 f"task {task.code}: max_positions={max_positions} is below the longest "
                 f"string ({longest} tokens); raise max_positions or shorten the test bins"
             )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from crasp.search.results import SearchResultsError
 from crasp.tasks import TaskError
 from crasplab.incontext.greedy import ContextError, GenerationMemoryError
 from crasplab.incontext.memory import BatchMemoryError
@@ -29,6 +30,7 @@ from crasplab.results.files import ResultFileError
 from crasplab.results.run_folder import RunFolderError, check_output_folder, holding_run_folders
 from crasplab.results.settings import SettingsError
 from crasplab.train.config import ConfigError
+from crasplab.train.engines import EngineError
 
 # The errors a user's flags, folders, files or machine can cause: each message says what was wrong and what to do.
 USER_ERRORS = (
@@ -41,6 +43,8 @@ USER_ERRORS = (
     SettingsError,
     ConfigError,
     UnsupportedModelError,
+    EngineError,  # a job that failed in its worker: the message names its worker.log
+    SearchResultsError,
 )
 
 S = TypeVar("S")

@@ -7,8 +7,8 @@
                                      architecture, a preset's lengths and test bins
     DIR/<task>/seed<k>/checkpoint.npz  the weights over the task's token ids, at step 0
 
-and the job's evaluation of every bin at step 0 (metrics.jsonl, result.json, gathered in the
-run's metrics.jsonl, with the run's predictions.json), so that
+and the job's evaluation of every bin at step 0 (metrics.jsonl, result.json, with the run's
+predictions.json), so that
 `experiments/length_gen.py --report-only DIR` reports it beside the prediction,
 `train.trained.load_trained_model(DIR/<task>/seed<k>)` builds the model,
 `train.evaluate.build_eval_sets` gives the strings training would test it on, and
@@ -31,8 +31,8 @@ from crasplab.compiler.lower import CompileError
 from crasplab.models import ModelConfig, set_params
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.results.job_folder import EvalRecord, JobResult, job_folder
-from crasplab.results.length_gen import DEFAULT_THRESHOLD, collect_metrics
-from crasplab.results.protocol import PREDICTIONS_FILE, predictions_for, write_predictions
+from crasplab.results.length_gen import DEFAULT_THRESHOLD
+from crasplab.results.protocol import PREDICTIONS_FILE, settings_predictions, write_predictions
 from crasplab.results.run_folder import CONFIG_FILE
 from crasplab.train.checkpoint import save_checkpoint
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
@@ -130,16 +130,7 @@ def record_evaluation(run_dir: Path, job: Job, settings: RunSettings) -> None:
     append_jsonl(job.files.metrics_file, EvalRecord(step=0, bins=bins).to_dict())
     result = JobResult(job.task_code, job.seed, job.model.pe, steps=0, stopped_early=False, elapsed_s=0.0, bins=bins)
     write_json(job.files.result_file, result.to_dict())
-    collect_metrics(run_dir, [(job.task_code, job.seed)])
-    predictions = predictions_for(
-        job.model.pe,
-        [job.task_code],
-        {job.task_code: job.train.train_lengths},
-        {job.task_code: job.train.test_bins},
-        settings.task_overrides,
-        settings.threshold,
-        with_discrimination=False,
-    )
+    predictions = settings_predictions(settings, with_discrimination=False)
     (run_dir / PREDICTIONS_FILE).unlink(missing_ok=True)  # the prediction for this compile, not an earlier one
     write_predictions(run_dir, predictions)
 

@@ -7,9 +7,7 @@ the format has one owner:
     <run>/config.json           the run's settings (train.config.RunSettings), written once
     <run>/predictions.json      what the interpreter predicted when the run started
     <run>/protocol.json         the verdict rules of a --protocol run
-    <run>/metrics.jsonl         every job's records, collected from the job folders (tagged with
-                                task and seed) so that a copy of the run without its job folders
-                                still holds what was measured
+    <run>/invocations.jsonl     the wall time of each invocation that trained
     <run>/<task>/seed<k>/       one job:
         job.json                everything that defines the job (train.loop.Job)
         task.json               the task's effective lengths, position table and vocabulary size
@@ -19,13 +17,20 @@ the format has one owner:
         progress.json           the worker's last progress line (for the launcher's bars)
         worker.log              the worker's output
         result.json             JobResult, once the job has finished
+
+The job folders are the run's only record of what was measured: reports read them through
+`run_records`. A copy of a run kept for its numbers (experiments/calibration/keep_run.py) is the
+run folder without its checkpoints.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from crasplab.results.files import read_jsonl
 
 # What a report and train.trained read from a run's config.json.
 RUN_SETTINGS_KEYS = ("preset", "tasks", "model", "train")
@@ -53,6 +58,28 @@ class JobFolder:
 
     def read_result(self) -> JobResult:
         return JobResult.from_dict(json.loads(self.result_file.read_text()))
+
+
+def job_records(folder: JobFolder, task: str, seed: int) -> list[dict]:
+    """One job's records as reports read them, each tagged with task and seed: its metrics lines in
+    step order, what decided the bits of each process that trained it ("provenance"), then its
+    result once it has finished ("result")."""
+    tag = dict(task=task, seed=seed)
+    records = [dict(record, **tag) for record in read_jsonl(folder.metrics_file)]
+    records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder.provenance_file)]
+    if folder.is_done():
+        records.append(dict(json.loads(folder.result_file.read_text()), kind="result", **tag))
+    return records
+
+
+def run_jobs(tasks, seeds) -> list[tuple[str, int]]:
+    """The (task, seed) jobs of a run, in the order they are listed and reported."""
+    return [(task, seed) for task in tasks for seed in seeds]
+
+
+def run_records(run_dir: Path | str, jobs: Iterable[tuple[str, int]]) -> list[dict]:
+    """The records of a run's (task, seed) jobs, in that order; a job not started has none."""
+    return [record for task, seed in jobs for record in job_records(JobFolder.of(run_dir, task, seed), task, seed)]
 
 
 def job_folder(run_dir: Path | str, task: str, seed: int) -> Path:

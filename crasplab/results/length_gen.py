@@ -1,27 +1,25 @@
 """The length-generalization report, computed from a run folder's files only.
 
-Inputs: `config.json` (preset, tasks, seeds, threshold, model with its pe) and `metrics.jsonl` (every job's
-records, tagged with task and seed; a job's final evaluation is its last "eval" record).
+Inputs: `config.json` (preset, tasks, seeds, threshold, model with its pe), `predictions.json` (what the
+interpreter predicted when the run started) and each job folder's records (job_folder.run_records; a
+job's final evaluation is its last "eval" record).
 Outputs, written atomically into the same folder: `summary.json`, `report.md` and
-`accuracy_by_length.png`. The prediction per task comes from the interpreter
-(`crasp.prediction.predict`): APE is judged against C-RASP[pos], NoPE against C-RASP[], RoPE
+`accuracy_by_length.png`. The prediction per task is the interpreter's (`crasp.prediction.predict`)
+as predictions.json recorded it: APE is judged against C-RASP[pos], NoPE against C-RASP[], RoPE
 gets the APE prediction marked "no theorem".
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from crasp.prediction import predict
 from crasp.tasks import TASK_CODES
 from crasplab.results.figures import pyplot, save_figure
-from crasplab.results.files import read_jsonl, rebuild_report, write_jsonl
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS, JobFolder
+from crasplab.results.files import read_jsonl, rebuild_report
+from crasplab.results.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
 from crasplab.results.verdicts import Protocol
 from crasplab.results.protocol import (
     protocol_markdown,
@@ -32,6 +30,7 @@ from crasplab.results.protocol import (
     recipe_rows,
 )
 from crasplab.results.run_folder import RunFolderError, read_run_config
+from crasplab.train.config import ModelSettings
 from crasplab.train.provenance import bits_key
 
 FIGURE_FILE = "accuracy_by_length.png"
@@ -42,32 +41,9 @@ INVOCATIONS_FILE = "invocations.jsonl"
 DEFAULT_THRESHOLD = 0.9
 
 
-def run_jobs(tasks, seeds) -> list[tuple[str, int]]:
-    """The (task, seed) jobs of a run, in the order they are listed and reported."""
-    return [(task, seed) for task in tasks for seed in seeds]
-
-
-def collect_metrics(run_dir: Path, jobs: list[tuple[str, int]]) -> None:
-    """The run's metrics.jsonl: every (task, seed) job's records tagged with task and seed, then
-    its result.
-
-    The job folders are the primary record, but a job whose folder is gone (deleted, or not copied
-    along with the run) keeps the records the run-level file already holds: rebuilding never loses
-    what was measured.
-    """
-    previous = read_jsonl(run_dir / "metrics.jsonl")
-    records = []
-    for task, seed in jobs:
-        folder, tag = JobFolder.of(run_dir, task, seed), dict(task=task, seed=seed)
-        if not folder.metrics_file.exists():
-            records += [r for r in previous if (r.get("task"), r.get("seed")) == (task, seed)]
-            continue
-        records += [dict(record, **tag) for record in read_jsonl(folder.metrics_file)]
-        records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder.provenance_file)]
-        if folder.is_done():
-            # As written: fine-tuning runs collect their own result records through this function too.
-            records.append(dict(json.loads(folder.result_file.read_text()), kind="result", **tag))
-    write_jsonl(run_dir / "metrics.jsonl", records)
+def read_records(run_dir: Path, config: dict) -> list[dict]:
+    """Every record of the jobs of a run's config.json (its tasks and seeds), from the job folders."""
+    return run_records(run_dir, run_jobs(config["tasks"], config["seeds"]))
 
 
 def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
@@ -115,7 +91,8 @@ def model_description(config: dict) -> str:
     model = config["model"]
     text = (
         f"{model['n_layers']} layers x {model['n_heads']} heads x d_model {model['d_model']} "
-        f"(d_ff {model['d_ff'] or 4 * model['d_model']}, {model['dtype']})"
+        # Runs made before the dtype setting computed in float32, its default.
+        f"(d_ff {model['d_ff'] or 4 * model['d_model']}, {model.get('dtype', ModelSettings.dtype)})"
     )
     changes = config.get("model_overrides", {})
     if changes:
@@ -138,11 +115,10 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
     check_task_names(config, run_dir)
     threshold = config.get("threshold", DEFAULT_THRESHOLD) if threshold is None else threshold
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    records = read_records(run_dir, config)
     finals = final_evaluations(records)
-    # What the interpreter predicted when the run started; computed now only for runs made before
-    # predictions.json existed.
-    written = read_predictions(run_dir)
+    predictions = read_predictions(run_dir)  # what the interpreter predicted when the run started
+    written = predictions["tasks"]
     rows = []
     for task in config["tasks"]:
         if task not in finals:
@@ -151,11 +127,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         seeds = sorted(by_seed)
         accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
         bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
-        prediction = (
-            written[task]["prediction"]
-            if written and task in written
-            else dataclasses.asdict(predict(task, config["model"]["pe"]))
-        )
+        prediction = written[task]["prediction"]
         # Seeds that did not fit their training lengths say nothing about longer ones: the verdict
         # is made from the seeds that fit (none: the task did not fit).
         fit_S = accuracy_SxK[:, 0] >= FIT_THRESHOLD
@@ -223,6 +195,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         protocol=under_protocol,
         environments=environments(records),
         invocations=invocations,
+        predictions_note=predictions.get("note"),
         pe=config["model"]["pe"],
         preset=config["preset"],
         model=model_description(config),
@@ -337,7 +310,9 @@ def report_markdown(summary: dict) -> str:
         invocations_markdown(summary.get("invocations", [])),
     ]
     parts.append(
-        "\nWhy each prediction:\n\n"
+        "\nWhy each prediction"
+        + (f" ({summary['predictions_note']})" if summary.get("predictions_note") else "")
+        + ":\n\n"
         + "".join(
             f"- {row['task']}: {row['predicted']['reason'] or row['predicted']['label']}\n" for row in summary["rows"]
         )

@@ -20,6 +20,7 @@ from crasp.prediction import predict
 from crasp.tasks import get_task
 from crasplab.results.files import write_json
 from crasplab.results.job_folder import BinEval
+from crasplab.results.run_folder import RunFolderError
 from crasplab.results.verdicts import (
     FAILS,
     GENERALIZES,
@@ -30,6 +31,7 @@ from crasplab.results.verdicts import (
     seed_fits,
     task_verdict,
 )
+from crasplab.train.config import RunSettings
 
 PROTOCOL_FILE, PREDICTIONS_FILE = "protocol.json", "predictions.json"
 # A task predicted not to generalize, and its mirror image that theory says must generalize on
@@ -90,6 +92,19 @@ def predictions_for(
     return dict(pe=pe, tasks=entries)
 
 
+def settings_predictions(settings: RunSettings, with_discrimination: bool) -> dict:
+    """predictions_for the tasks, lengths and samplers of a run's settings."""
+    return predictions_for(
+        settings.model.pe,
+        settings.tasks,
+        {task: train.train_lengths for task, train in settings.train.items()},
+        {task: train.test_bins for task, train in settings.train.items()},
+        settings.task_overrides,
+        settings.threshold,
+        with_discrimination,
+    )
+
+
 def write_predictions(run_dir: Path, predictions: dict) -> None:
     """predictions.json, written once when the run starts: a resumed run keeps its first one."""
     path = Path(run_dir) / PREDICTIONS_FILE
@@ -121,9 +136,17 @@ def _discrimination(task: str, train_lengths, bins, overrides: dict, threshold: 
     )
 
 
-def read_predictions(run_dir: Path) -> dict | None:
+def read_predictions(run_dir: Path) -> dict:
+    """predictions.json: `pe`, `tasks` (task -> prediction and discrimination) and, for a run made
+    before the file existed, `note` (when and how it was added)."""
     path = Path(run_dir) / PREDICTIONS_FILE
-    return json.loads(path.read_text())["tasks"] if path.exists() else None
+    if not path.exists():
+        raise RunFolderError(
+            f"{path} is missing: a report shows what the interpreter predicted when the run started, and "
+            "runs made before that file existed get one (computed then, and said so in the report) from "
+            f"`python experiments/length_gen.py --report-only {run_dir}`"
+        )
+    return json.loads(path.read_text())
 
 
 def _correct_of(bin_record: dict) -> tuple[int, int]:

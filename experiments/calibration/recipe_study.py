@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from crasplab.results.files import read_jsonl
+from crasplab.results.length_gen import read_records
 from crasplab.results.protocol import read_protocol, recipe_markdown, recipe_rows
 from crasplab.results.verdicts import Protocol
 
@@ -43,7 +43,7 @@ def main(argv=None) -> None:
                 Protocol(min_train_strings=1),
                 "made before the protocol: fit = its whole training bin exact",
             )
-        rows = recipe_rows(protocol, read_jsonl(run_dir / "metrics.jsonl"), config["tasks"])
+        rows = recipe_rows(protocol, read_records(run_dir, config), config["tasks"])
         print(f"# {run_dir}\n\n{recipe_of(config)}; {rule}\n\n{recipe_markdown(rows)}")
 
 
