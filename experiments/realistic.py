@@ -30,9 +30,11 @@ a seed fixes every prompt.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from crasplab.cli.arguments import (
@@ -95,9 +97,28 @@ def check_cell(pretrained, prompts: list[str], new_tokens: int, batch_size: int,
     )
 
 
-def model_facts(pretrained) -> dict:
-    """What config.json records about the loaded model, beside the settings."""
-    return dict(model_path=str(pretrained.path), architecture=pretrained.architecture)
+def record_answers(
+    settings: LoremRunSettings | GitRunSettings,
+    out: Path,
+    pretrained,
+    cells: list[list[dict]],
+    answer: Callable[[list[dict]], list[dict]],
+    key: tuple[str, ...],
+    started: float,
+) -> None:
+    """Answer every prompt of `cells` that the run folder lacks, --batch-size at a time, saving after
+    each batch. A batch never mixes cells (alike prompts, so alike compiled shapes); a record is
+    known by its `key` fields. config.json holds the settings and the model loaded."""
+    answer_pending(
+        out,
+        dict(settings.to_config(), model_path=str(pretrained.path), architecture=pretrained.architecture),
+        [batch for cell in cells for batch in in_batches(cell, settings.batch_size)],
+        answer,
+        lambda record: tuple(record[field] for field in key),
+        started,
+        RESULTS_FILE,
+        may_change=settings.RESULTS_UNCHANGED,
+    )
 
 
 def run_lorem(settings: LoremRunSettings, out: Path) -> None:
@@ -123,7 +144,7 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
     def count(text: str) -> int:
         return len(token_ids(tokenizer, text))
 
-    batches, cell_limits = [], {}
+    cells, cell_limits = [], {}
     for length in settings.lengths:
         for name in settings.directions:
             cell = []
@@ -150,7 +171,7 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
                 settings.batch_size,
                 "--lengths, --demonstrations or --demo-length",
             )
-            batches += in_batches(cell, settings.batch_size)
+            cells.append(cell)
     newline_id = token_ids(tokenizer, "\n")[-1]
 
     def answer(batch: list[dict]) -> list[dict]:
@@ -166,16 +187,7 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
             dict(entry, output=output, output_ids=token_ids(tokenizer, output)) for entry, output in zip(batch, outputs)
         ]
 
-    answer_pending(
-        out,
-        dict(settings.to_config(), **model_facts(pretrained)),
-        batches,
-        answer,
-        lambda r: (r["direction"], r["length"], r["index"]),
-        started,
-        RESULTS_FILE,
-        may_change=settings.RESULTS_UNCHANGED,
-    )
+    record_answers(settings, out, pretrained, cells, answer, ("direction", "length", "index"), started)
 
 
 def run_git(settings: GitRunSettings, out: Path) -> None:
@@ -192,24 +204,17 @@ def run_git(settings: GitRunSettings, out: Path) -> None:
         "at most {} commits",
         "each needs 2 positions at least: its hash in the history and in the answer",
     )
-    batches = []
+    cells = []
     for commits in settings.commits:
         for command in settings.commands:
-            cell = [
-                dict(
-                    command=item.command, commits=commits, index=item.index, prompt=item.prompt, expected=item.expected
-                )
-                for item in git_items(
-                    command, commits, settings.n, settings.seed, settings.examples, settings.example_commits
-                )
-            ]
+            items = git_items(command, commits, settings.n, settings.seed, settings.examples, settings.example_commits)
             check_answers_fit(
                 pretrained,
-                [entry["prompt"] for entry in cell],
-                [entry["expected"] for entry in cell],
+                [item.prompt for item in items],
+                [item.expected for item in items],
                 "--commits, --examples or --example-commits",
             )
-            batches += in_batches(cell, settings.batch_size)
+            cells.append([dataclasses.asdict(item) for item in items])  # command, commits, index, prompt, expected
     newline_id = token_ids(tokenizer, "\n")[-1]
 
     def answer(batch: list[dict]) -> list[dict]:
@@ -225,16 +230,7 @@ def run_git(settings: GitRunSettings, out: Path) -> None:
             for entry, output in zip(batch, outputs)
         ]
 
-    answer_pending(
-        out,
-        dict(settings.to_config(), **model_facts(pretrained)),
-        batches,
-        answer,
-        lambda r: (r["command"], r["commits"], r["index"]),
-        started,
-        RESULTS_FILE,
-        may_change=settings.RESULTS_UNCHANGED,
-    )
+    record_answers(settings, out, pretrained, cells, answer, ("command", "commits", "index"), started)
 
 
 def add_experiment(
