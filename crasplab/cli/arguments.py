@@ -1,6 +1,8 @@
 """The flags the experiment scripts share (--model, --out, --report-only, --preset, --seed, the
 few-shot prompts' --tasks --lengths --n, the decoding --batch-size and --dtype), each defined here
-once; argument types that refuse bad values while the flags are parsed, and the help formatter."""
+once; argument types that refuse bad values while the flags are parsed, and the help formatter.
+settings_from_flags turns parsed flags into an experiment's settings, and run_from_flags runs the
+experiment (crasplab.cli.experiment) where --out or --report-only says."""
 
 from __future__ import annotations
 
