@@ -241,7 +241,7 @@ def add_setting_flags(group, flags: dict[str, tuple[type, str]], choices: dict[s
     """One --flag-name per setting (train.config.command_line_settings), default None: the preset's."""
     for name, (kind, text) in flags.items():
         group.add_argument(
-            f"--{name.replace('_', '-')}",
+            flag_name(name),
             type=finite if kind is float else kind,
             choices=(choices or {}).get(name),
             default=None,
