@@ -30,18 +30,19 @@ from pathlib import Path
 
 from crasp.tasks import RETRIEVAL_AND_COPYING
 from crasplab.cli.arguments import (
-    DistinctValues,
     HelpFormatter,
     add_length_flags,
     add_model_flag,
     add_preset_flag,
     add_run_folder_flags,
+    add_seed_flag,
     add_setting_flags,
-    at_least,
+    add_tasks_flag,
     chosen_preset,
     fraction,
+    run_from_flags,
 )
-from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasplab.cli.experiment import Report
 from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET
 from crasplab.incontext.greedy import answer_budget, check_answers_fit
 from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes, training_bytes
@@ -65,23 +66,10 @@ CHOICES = {"method": METHODS, "dtype": tuple(DTYPES)}
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    add_model_flag(parser, "smollm2", NAMED_MODELS)
+    add_model_flag(parser, FinetuneSettings.model, NAMED_MODELS)
     add_preset_flag(parser, PRESETS)
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        action=DistinctValues,
-        default=None,
-        choices=RETRIEVAL_AND_COPYING,
-        metavar="CODE",
-        help=f"task codes (default: the preset's); accepted: {', '.join(RETRIEVAL_AND_COPYING)}",
-    )
-    parser.add_argument(
-        "--seed",
-        type=at_least(0),
-        default=0,
-        help="fixes the training prompts, the test prompts and the LoRA initialization",
-    )
+    add_tasks_flag(parser, None, f"task codes (default: the preset's); accepted: {', '.join(RETRIEVAL_AND_COPYING)}")
+    add_seed_flag(parser, FinetuneSettings.seed, "the training prompts, the test prompts and the LoRA initialization")
     parser.add_argument(
         "--threshold",
         type=fraction,
@@ -186,15 +174,12 @@ def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> No
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    run_experiment(
-        Experiment(
-            settings=lambda: settings_from(args),
-            default_out=default_out,
-            run=lambda settings, out: run(settings, out, show_progress=not args.no_progress),
-            report=Report(lambda out: write_report(out, args.threshold), report_markdown),
-        ),
-        out=args.out,
-        report_only=args.report_only,
+    run_from_flags(
+        args,
+        settings_from,
+        default_out,
+        lambda settings, out: run(settings, out, show_progress=not args.no_progress),
+        Report(lambda out: write_report(out, args.threshold), report_markdown),
     )
 
 

@@ -53,9 +53,20 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from crasp.tasks import BOS_ID, NUM_SPECIALS, RETRIEVAL_AND_COPYING, SEP_ID, TASK_CODES
-from crasplab.cli.arguments import DistinctValues, HelpFormatter, add_model_flag, add_run_folder_flags, at_least
-from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasp.tasks import BOS_ID, NUM_SPECIALS, SEP_ID, TASK_CODES
+from crasplab.cli.arguments import (
+    HelpFormatter,
+    add_batch_size_flag,
+    add_list_flag,
+    add_model_flag,
+    add_prompt_flags,
+    add_run_folder_flags,
+    add_seed_flag,
+    at_least,
+    run_from_flags,
+    settings_from_flags,
+)
+from crasplab.cli.experiment import Report
 from crasplab.incontext.formal_prompts import Demonstrations, cell_items
 from crasplab.incontext.greedy import answer_lines
 from crasplab.incontext.memory import check_prompt_count
@@ -418,56 +429,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --run: test strings per input length (None: as many as its training evaluated)",
     )
-    prompts = parser.add_argument_group("pretrained models: the few-shot prompts of experiments/pretrained.py")
-    prompts.add_argument(
-        "--tasks",
-        nargs="+",
-        action=DistinctValues,
-        default=list(PRETRAINED_DEFAULTS.tasks),
-        choices=RETRIEVAL_AND_COPYING,
-        metavar="CODE",
-        help="task codes",
+    add_prompt_flags(
+        parser.add_argument_group("pretrained models: the few-shot prompts of experiments/pretrained.py"),
+        PRETRAINED_DEFAULTS,
     )
-    prompts.add_argument(
-        "--lengths",
-        nargs="+",
-        action=DistinctValues,
-        type=at_least(1),
-        default=list(PRETRAINED_DEFAULTS.lengths),
-        metavar="L",
-        help="test input lengths",
-    )
-    prompts.add_argument("--n", type=at_least(1), default=PRETRAINED_DEFAULTS.n, help="prompts per task and length")
     analysis = parser.add_argument_group("scores and ablations")
-    analysis.add_argument(
+    add_list_flag(
+        analysis,
         "--periods",
-        nargs="+",
-        action=DistinctValues,
+        PRETRAINED_DEFAULTS.periods,
+        "periods of the repeated random sequences",
         type=at_least(2),
-        default=list(PRETRAINED_DEFAULTS.periods),
         metavar="T",
-        help="periods of the repeated random sequences",
     )
     analysis.add_argument(
         "--sequences", type=at_least(2), default=PRETRAINED_DEFAULTS.sequences, help="random sequences per period"
     )
-    analysis.add_argument(
+    add_list_flag(
+        analysis,
         "--ablate",
-        nargs="+",
-        action=DistinctValues,
+        PRETRAINED_DEFAULTS.ablate,
+        f"scores whose top heads are removed; any of {', '.join(SCORES)}",
         choices=SCORES,
-        default=list(PRETRAINED_DEFAULTS.ablate),
         metavar="SCORE",
-        help=f"scores whose top heads are removed; any of {', '.join(SCORES)}",
     )
-    analysis.add_argument(
+    add_list_flag(
+        analysis,
         "--k",
-        nargs="+",
-        action=DistinctValues,
+        None,
+        "numbers of heads removed (None: 4 16 for a pretrained model, 1 2 from scratch)",
         type=at_least(1),
-        default=None,
         metavar="K",
-        help="numbers of heads removed (None: 4 16 for a pretrained model, 1 2 from scratch)",
     )
     analysis.add_argument(
         "--draws", type=at_least(0), default=PRETRAINED_DEFAULTS.draws, help="random-head controls per k"
@@ -484,51 +476,35 @@ def build_parser() -> argparse.ArgumentParser:
         default=PRETRAINED_DEFAULTS.greedy_check,
         help="strings per cell also decoded greedily (unablated model) to cross-check teacher forcing",
     )
-    parser.add_argument(
-        "--seed",
-        type=at_least(0),
-        default=PRETRAINED_DEFAULTS.seed,
-        help="fixes the sequences, prompts and random draws",
-    )
-    parser.add_argument(
-        "--batch-size", type=at_least(1), default=PRETRAINED_DEFAULTS.batch_size, help="strings per forward pass"
-    )
+    add_seed_flag(parser, PRETRAINED_DEFAULTS.seed, "the sequences, prompts and random draws")
+    add_batch_size_flag(parser, PRETRAINED_DEFAULTS.batch_size, "strings per forward pass")
     add_run_folder_flags(parser, "runs/mechanism/<model name> or runs/mechanism/<run name>-<task>", "the figures")
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> MechanismSettings:
-    """The settings of a pretrained model's analysis (--model), or of a from-scratch model's (--run)."""
-    shared = dict(
-        periods=tuple(args.periods),
-        sequences=args.sequences,
-        ablate=tuple(args.ablate),
-        draws=args.draws,
-        ablation=args.ablation,
-        greedy_check=args.greedy_check,
-        seed=args.seed,
-        batch_size=args.batch_size,
-    )
+    """The settings of a pretrained model's analysis (--model), or of a from-scratch model's (--run):
+    the flags of the other kind of model are None."""
     if args.run is None:
-        return MechanismSettings(
+        return settings_from_flags(
+            MechanismSettings,
+            args,
             model=args.model or PRETRAINED_DEFAULTS.model,
-            tasks=tuple(args.tasks),
-            lengths=tuple(args.lengths),
-            n=args.n,
             k=tuple(sorted(args.k or (4, 16))),
-            **shared,
+            run=None,
+            task=None,
+            train_seed=None,
+            examples_per_length=None,
         )
-    return MechanismSettings(
+    return settings_from_flags(
+        MechanismSettings,
+        args,
         model=None,
         tasks=None,
         lengths=None,
         n=None,
         run=str(args.run),
-        task=args.task,
-        train_seed=args.train_seed,
-        examples_per_length=args.examples_per_length,
         k=tuple(sorted(args.k or (1, 2))),
-        **shared,
     )
 
 
@@ -537,16 +513,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.run is not None and args.model is not None:
         parser.error("give --model (a pretrained model) or --run (a from-scratch run), not both")
-    run_experiment(
-        Experiment(
-            settings=lambda: settings_from(args),
-            default_out=default_out,
-            run=run,
-            report=Report(write_report, report_markdown),
-        ),
-        out=args.out,
-        report_only=args.report_only,
-    )
+    run_from_flags(args, settings_from, default_out, run, Report(write_report, report_markdown))
 
 
 if __name__ == "__main__":

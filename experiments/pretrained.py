@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
-from crasplab.cli.arguments import DistinctValues, HelpFormatter, add_model_flag, add_run_folder_flags, at_least
-from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasplab.cli import arguments
+from crasplab.cli.experiment import Report
 from crasplab.incontext.answering import answer_pending, in_batches
 from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, cell_items
 from crasplab.incontext.greedy import answer_lines, answer_budget, check_answers_fit
@@ -124,95 +124,33 @@ def run(settings: PretrainedSettings, out: Path) -> None:
     )
 
 
+DEMONSTRATION_FLAGS = {
+    "retrieval_demonstrations": (arguments.at_least(1), "demonstrations before a retrieval item"),
+    "retrieval_demo_length": (arguments.at_least(1), "context length of retrieval demonstrations"),
+    "copying_demonstrations": (arguments.at_least(1), "demonstrations before a copying item"),
+    "copying_demo_length": (arguments.at_least(1), "source length of copying demonstrations"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    add_model_flag(parser, DEFAULTS.model, NAMED_MODELS)
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        action=DistinctValues,
-        default=list(TASKS),
-        choices=TASKS,
-        metavar="CODE",
-        help="task codes",
-    )
-    parser.add_argument(
-        "--lengths",
-        nargs="+",
-        action=DistinctValues,
-        type=int,
-        default=list(DEFAULTS.lengths),
-        metavar="L",
-        help="test input lengths (context length for retrieval, source length for "
-        "copying); unique copying needs L <= 52",
-    )
-    parser.add_argument("--n", type=at_least(1), default=DEFAULTS.n, help="prompts per task and length")
-    parser.add_argument("--seed", type=at_least(0), default=DEFAULTS.seed, help="fixes every prompt")
-    parser.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=DEFAULTS.batch_size,
-        help="prompts decoded together (plus one filler row that fixes the compiled shape)",
-    )
-    parser.add_argument(
-        "--dtype", choices=tuple(DTYPES), default=DEFAULTS.dtype, help="compute dtype (parameters stay float32)"
-    )
-    parser.add_argument(
-        "--retrieval-demonstrations",
-        type=at_least(1),
-        default=DEFAULTS.retrieval_demonstrations,
-        help="demonstrations before a retrieval item",
-    )
-    parser.add_argument(
-        "--retrieval-demo-length",
-        type=at_least(1),
-        default=DEFAULTS.retrieval_demo_length,
-        help="context length of retrieval demonstrations",
-    )
-    parser.add_argument(
-        "--copying-demonstrations",
-        type=at_least(1),
-        default=DEFAULTS.copying_demonstrations,
-        help="demonstrations before a copying item",
-    )
-    parser.add_argument(
-        "--copying-demo-length",
-        type=at_least(1),
-        default=DEFAULTS.copying_demo_length,
-        help="source length of copying demonstrations",
-    )
-    add_run_folder_flags(parser, "runs/pretrained/<model name>")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=arguments.HelpFormatter)
+    arguments.add_model_flag(parser, DEFAULTS.model, NAMED_MODELS)
+    arguments.add_prompt_flags(parser, DEFAULTS)
+    arguments.add_seed_flag(parser, DEFAULTS.seed, "every prompt")
+    arguments.add_batch_size_flag(parser, DEFAULTS.batch_size)
+    arguments.add_dtype_flag(parser, DEFAULTS.dtype, DTYPES)
+    arguments.add_flags_of(parser, DEFAULTS, DEMONSTRATION_FLAGS)
+    arguments.add_run_folder_flags(parser, "runs/pretrained/<model name>")
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> PretrainedSettings:
-    return PretrainedSettings(
-        model=args.model,
-        tasks=tuple(args.tasks),
-        lengths=tuple(args.lengths),
-        n=args.n,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        dtype=args.dtype,
-        retrieval_demonstrations=args.retrieval_demonstrations,
-        retrieval_demo_length=args.retrieval_demo_length,
-        copying_demonstrations=args.copying_demonstrations,
-        copying_demo_length=args.copying_demo_length,
-    )
+    return arguments.settings_from_flags(PretrainedSettings, args)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    run_experiment(
-        Experiment(
-            settings=lambda: settings_from(args),
-            default_out=default_out,
-            run=run,
-            report=Report(write_report, report_markdown),
-        ),
-        out=args.out,
-        report_only=args.report_only,
-    )
+    arguments.run_from_flags(args, settings_from, default_out, run, Report(write_report, report_markdown))
 
 
 if __name__ == "__main__":

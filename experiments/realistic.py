@@ -30,27 +30,35 @@ a seed fixes every prompt.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from crasplab.cli.arguments import (
-    DistinctValues,
     HelpFormatter,
+    add_batch_size_flag,
+    add_dtype_flag,
+    add_flags_of,
+    add_list_flag,
     add_model_flag,
     add_run_folder_flags,
+    add_seed_flag,
     at_least,
     fraction,
+    run_from_flags,
+    settings_from_flags,
 )
-from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasplab.cli.experiment import Report
 from crasplab.incontext.answering import answer_pending, in_batches
 from crasplab.incontext.directions import DIRECTIONS
 from crasplab.incontext.git_history import git_items
 from crasplab.incontext.greedy import ContextError, answer_lines, check_answers_fit, check_context, continuation_lines
 from crasplab.incontext.lorem import LoremSettings as LoremText
 from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes
-from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
+from crasplab.incontext.settings import GitRunSettings, LoremRunSettings, RealisticSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
 from crasplab.results.realistic import RESULTS_FILE, report_markdown, write_report
@@ -89,9 +97,28 @@ def check_cell(pretrained, prompts: list[str], new_tokens: int, batch_size: int,
     )
 
 
-def model_facts(pretrained) -> dict:
-    """What config.json records about the loaded model, beside the settings."""
-    return dict(model_path=str(pretrained.path), architecture=pretrained.architecture)
+def record_answers(
+    settings: LoremRunSettings | GitRunSettings,
+    out: Path,
+    pretrained,
+    cells: list[list[dict]],
+    answer: Callable[[list[dict]], list[dict]],
+    key: tuple[str, ...],
+    started: float,
+) -> None:
+    """Answer every prompt of `cells` that the run folder lacks, --batch-size at a time, saving after
+    each batch. A batch never mixes cells (alike prompts, so alike compiled shapes); a record is
+    known by its `key` fields. config.json holds the settings and the model loaded."""
+    answer_pending(
+        out,
+        dict(settings.to_config(), model_path=str(pretrained.path), architecture=pretrained.architecture),
+        [batch for cell in cells for batch in in_batches(cell, settings.batch_size)],
+        answer,
+        lambda record: tuple(record[field] for field in key),
+        started,
+        RESULTS_FILE,
+        may_change=settings.RESULTS_UNCHANGED,
+    )
 
 
 def run_lorem(settings: LoremRunSettings, out: Path) -> None:
@@ -117,7 +144,7 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
     def count(text: str) -> int:
         return len(token_ids(tokenizer, text))
 
-    batches, cell_limits = [], {}
+    cells, cell_limits = [], {}
     for length in settings.lengths:
         for name in settings.directions:
             cell = []
@@ -144,7 +171,7 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
                 settings.batch_size,
                 "--lengths, --demonstrations or --demo-length",
             )
-            batches += in_batches(cell, settings.batch_size)
+            cells.append(cell)
     newline_id = token_ids(tokenizer, "\n")[-1]
 
     def answer(batch: list[dict]) -> list[dict]:
@@ -160,16 +187,7 @@ def run_lorem(settings: LoremRunSettings, out: Path) -> None:
             dict(entry, output=output, output_ids=token_ids(tokenizer, output)) for entry, output in zip(batch, outputs)
         ]
 
-    answer_pending(
-        out,
-        dict(settings.to_config(), **model_facts(pretrained)),
-        batches,
-        answer,
-        lambda r: (r["direction"], r["length"], r["index"]),
-        started,
-        RESULTS_FILE,
-        may_change=settings.RESULTS_UNCHANGED,
-    )
+    record_answers(settings, out, pretrained, cells, answer, ("direction", "length", "index"), started)
 
 
 def run_git(settings: GitRunSettings, out: Path) -> None:
@@ -186,24 +204,17 @@ def run_git(settings: GitRunSettings, out: Path) -> None:
         "at most {} commits",
         "each needs 2 positions at least: its hash in the history and in the answer",
     )
-    batches = []
+    cells = []
     for commits in settings.commits:
         for command in settings.commands:
-            cell = [
-                dict(
-                    command=item.command, commits=commits, index=item.index, prompt=item.prompt, expected=item.expected
-                )
-                for item in git_items(
-                    command, commits, settings.n, settings.seed, settings.examples, settings.example_commits
-                )
-            ]
+            items = git_items(command, commits, settings.n, settings.seed, settings.examples, settings.example_commits)
             check_answers_fit(
                 pretrained,
-                [entry["prompt"] for entry in cell],
-                [entry["expected"] for entry in cell],
+                [item.prompt for item in items],
+                [item.expected for item in items],
                 "--commits, --examples or --example-commits",
             )
-            batches += in_batches(cell, settings.batch_size)
+            cells.append([dataclasses.asdict(item) for item in items])  # command, commits, index, prompt, expected
     newline_id = token_ids(tokenizer, "\n")[-1]
 
     def answer(batch: list[dict]) -> list[dict]:
@@ -219,16 +230,7 @@ def run_git(settings: GitRunSettings, out: Path) -> None:
             for entry, output in zip(batch, outputs)
         ]
 
-    answer_pending(
-        out,
-        dict(settings.to_config(), **model_facts(pretrained)),
-        batches,
-        answer,
-        lambda r: (r["command"], r["commits"], r["index"]),
-        started,
-        RESULTS_FILE,
-        may_change=settings.RESULTS_UNCHANGED,
-    )
+    record_answers(settings, out, pretrained, cells, answer, ("command", "commits", "index"), started)
 
 
 def add_experiment(
@@ -254,41 +256,31 @@ def add_experiment(
         description=f"{summary[0].upper()}{summary[1:]} (see the main --help).",
     )
     flag, text = sizes
-    parser.add_argument(
-        f"--{flag}",
-        nargs="+",
-        action=DistinctValues,
-        type=at_least(1),
-        default=list(getattr(defaults, flag)),
-        metavar="N",
-        help=text,
-    )
+    add_list_flag(parser, f"--{flag}", getattr(defaults, flag), text, type=at_least(1), metavar="N")
     flag, text = conditions
-    parser.add_argument(
-        f"--{flag}",
-        nargs="+",
-        action=DistinctValues,
-        choices=getattr(defaults, flag),
-        default=list(getattr(defaults, flag)),
-        help=text,
-    )
+    add_list_flag(parser, f"--{flag}", getattr(defaults, flag), text, choices=getattr(defaults, flag))
     parser.add_argument("--n", type=at_least(1), default=defaults.n, help=n)
-    parser.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=defaults.batch_size,
-        help="prompts decoded together (plus one filler row that fixes the compiled shape)",
-    )
+    add_batch_size_flag(parser, defaults.batch_size)
     return parser
+
+
+LOREM_FLAGS = {
+    "demonstrations": (at_least(0), "demonstration paragraphs in each prompt"),
+    "demo_length": (at_least(1), "length of a demonstration, in tokens"),
+    "repeat_word": (fraction, "probability that a word repeats a word already used"),
+    "repeat_sentence": (fraction, "probability that a sentence repeats an earlier sentence"),
+}
+GIT_FLAGS = {
+    "examples": (at_least(0), "few-shot examples in each prompt"),
+    "example_commits": (at_least(1), "commits in each example history"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     shared = argparse.ArgumentParser(add_help=False)
-    add_model_flag(shared, "smollm2", NAMED_MODELS)
-    shared.add_argument("--seed", type=at_least(0), default=0, help="fixes every prompt")
-    shared.add_argument(
-        "--dtype", choices=tuple(DTYPES), default="float32", help="compute dtype (parameters stay float32)"
-    )
+    add_model_flag(shared, RealisticSettings.model, NAMED_MODELS)
+    add_seed_flag(shared, RealisticSettings.seed, "every prompt")
+    add_dtype_flag(shared, RealisticSettings.dtype, DTYPES)
     add_run_folder_flags(shared, "runs/realistic/<experiment>/<model name>")
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -302,28 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         conditions=("directions", "forward: in order; backward: word by word, last word first"),
         n="paragraphs per length (each copied in every direction)",
     )
-    defaults = LoremRunSettings()
-    lorem.add_argument(
-        "--demonstrations",
-        type=at_least(0),
-        default=defaults.demonstrations,
-        help="demonstration paragraphs in each prompt",
-    )
-    lorem.add_argument(
-        "--demo-length", type=at_least(1), default=defaults.demo_length, help="length of a demonstration, in tokens"
-    )
-    lorem.add_argument(
-        "--repeat-word",
-        type=fraction,
-        default=defaults.repeat_word,
-        help="probability that a word repeats a word already used",
-    )
-    lorem.add_argument(
-        "--repeat-sentence",
-        type=fraction,
-        default=defaults.repeat_sentence,
-        help="probability that a sentence repeats an earlier sentence",
-    )
+    add_flags_of(lorem, LoremRunSettings, LOREM_FLAGS)
     git = add_experiment(
         experiments,
         shared,
@@ -333,39 +304,24 @@ def build_parser() -> argparse.ArgumentParser:
         conditions=("commands", "revert: hashes in the log's order (forward); cherry-pick: reversed (backward)"),
         n="histories per size (each asked with every command)",
     )
-    git.add_argument(
-        "--examples", type=at_least(0), default=GitRunSettings.examples, help="few-shot examples in each prompt"
-    )
-    git.add_argument(
-        "--example-commits",
-        type=at_least(1),
-        default=GitRunSettings.example_commits,
-        help="commits in each example history",
-    )
+    add_flags_of(git, GitRunSettings, GIT_FLAGS)
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> LoremRunSettings | GitRunSettings:
     """The experiment's settings: every flag of its subcommand."""
-    settings_type = SETTINGS[args.experiment]
-    flags = {name: value for name, value in vars(args).items() if name not in ("out", "report_only")}
-    return settings_type(**{name: tuple(value) if isinstance(value, list) else value for name, value in flags.items()})
+    return settings_from_flags(SETTINGS[args.experiment], args)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     experiment = args.experiment
-    run_experiment(
-        Experiment(
-            settings=lambda: settings_from(args),
-            default_out=lambda settings: Path("runs/realistic") / experiment / Path(settings.model).stem,
-            run={"lorem": run_lorem, "git": run_git}[experiment],
-            report=Report(
-                lambda out: write_report(experiment, out), lambda summary: report_markdown(experiment, summary)
-            ),
-        ),
-        out=args.out,
-        report_only=args.report_only,
+    run_from_flags(
+        args,
+        settings_from,
+        lambda settings: Path("runs/realistic") / experiment / Path(settings.model).stem,
+        {"lorem": run_lorem, "git": run_git}[experiment],
+        Report(lambda out: write_report(experiment, out), lambda summary: report_markdown(experiment, summary)),
     )
 
 

@@ -167,22 +167,14 @@ def test_prompts_beyond_the_models_context_are_refused_before_the_folder_is_writ
     assert not (tmp_path / "run").exists()
 
 
+def _retrieval_at_length_6(model, out, n: int, *flags: str) -> list[str]:
+    """The flags of a run of n UR prompts of length 6 on `model` into `out`."""
+    return ["--model", str(model), "--tasks", "UR", "--lengths", "6", "--n", str(n), *flags, "--out", str(out)]
+
+
 def test_running_out_of_memory_says_what_to_lower_and_keeps_the_answered_batches(tmp_path, monkeypatch):
     model = write_tiny_llama(tmp_path)
-    flags = [
-        "--model",
-        str(model),
-        "--tasks",
-        "UR",
-        "--lengths",
-        "6",
-        "--n",
-        "3",
-        "--batch-size",
-        "2",
-        "--out",
-        str(tmp_path / "run"),
-    ]
+    flags = _retrieval_at_length_6(model, tmp_path / "run", 3, "--batch-size", "2")
     real_generate, calls = greedy.generate, []
 
     def generate_until_memory_runs_out(*args, **kwargs):
@@ -200,7 +192,7 @@ def test_running_out_of_memory_says_what_to_lower_and_keeps_the_answered_batches
         pretrained.main(flags)
     assert len(answer_records(tmp_path / "run")) == 2  # the first batch's two prompts
     monkeypatch.setattr(greedy, "generate", real_generate)
-    pretrained.main(flags[:-3] + ["1"] + flags[-2:])  # --batch-size 1: the third prompt
+    pretrained.main(_retrieval_at_length_6(model, tmp_path / "run", 3, "--batch-size", "1"))  # the third prompt
     assert len(answer_records(tmp_path / "run")) == 3
 
 
@@ -210,20 +202,7 @@ def test_other_runtime_errors_of_the_model_are_not_called_a_lack_of_memory(tmp_p
 
     monkeypatch.setattr(greedy, "generate", failing_generate)
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL: something else"):
-        pretrained.main(
-            [
-                "--model",
-                str(write_tiny_llama(tmp_path)),
-                "--tasks",
-                "UR",
-                "--lengths",
-                "6",
-                "--n",
-                "1",
-                "--out",
-                str(tmp_path / "run"),
-            ]
-        )
+        pretrained.main(_retrieval_at_length_6(write_tiny_llama(tmp_path), tmp_path / "run", 1))
 
 
 def test_lengths_a_task_cannot_sample_are_refused_before_loading(tmp_path):
@@ -243,20 +222,7 @@ def test_the_tasks_are_the_papers_ten_in_the_order_that_seeds_their_prompts():
 def test_a_bad_demonstration_count_writes_nothing_and_the_corrected_command_runs(tmp_path, capsys):
     (tmp_path / "model").mkdir()
     out = tmp_path / "run"
-    flags = [
-        "--model",
-        str(write_tiny_llama(tmp_path / "model")),
-        "--tasks",
-        "UR",
-        "--lengths",
-        "6",
-        "--n",
-        "1",
-        "--batch-size",
-        "1",
-        "--out",
-        str(out),
-    ]
+    flags = _retrieval_at_length_6(write_tiny_llama(tmp_path / "model"), out, 1, "--batch-size", "1")
     with pytest.raises(SystemExit):
         pretrained.main(flags + ["--retrieval-demonstrations", "-1"])
     assert "argument --retrieval-demonstrations: must be at least 1, got -1" in capsys.readouterr().err

@@ -1,5 +1,8 @@
-"""The flags every experiment script shares (--model, --out, --report-only, --preset), argument
-types that refuse bad values while the flags are parsed, and the help formatter."""
+"""The flags the experiment scripts share (--model, --out, --report-only, --preset, --seed, the
+few-shot prompts' --tasks --lengths --n, the decoding --batch-size and --dtype), each defined here
+once; argument types that refuse bad values while the flags are parsed, and the help formatter.
+settings_from_flags turns parsed flags into an experiment's settings, and run_from_flags runs the
+experiment (crasplab.cli.experiment) where --out or --report-only says."""
 
 from __future__ import annotations
 
@@ -7,6 +10,14 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from crasp.tasks import RETRIEVAL_AND_COPYING
+
+if TYPE_CHECKING:
+    from crasplab.cli.experiment import Report
+
+S = TypeVar("S")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -60,6 +71,70 @@ class DistinctValues(argparse.Action):
         setattr(namespace, self.dest, list(values))
 
 
+def flag_name(setting: str) -> str:
+    """The command-line flag of a setting: batch_size -> --batch-size."""
+    return f"--{setting.replace('_', '-')}"
+
+
+def add_list_flag(parser, flag: str, default: Sequence | None, help: str, **keywords) -> None:
+    """A flag of one or more values, none given twice (DistinctValues); `keywords` go to add_argument."""
+    parser.add_argument(
+        flag,
+        nargs="+",
+        action=DistinctValues,
+        default=None if default is None else list(default),
+        help=help,
+        **keywords,
+    )
+
+
+def add_flags_of(parser, defaults, flags: dict[str, tuple[Callable[[str], object], str]]) -> None:
+    """One --flag-name per setting in `flags` (setting: (argparse type, help)), its default the
+    value the experiment's settings `defaults` hold."""
+    for name, (kind, text) in flags.items():
+        parser.add_argument(flag_name(name), type=kind, default=getattr(defaults, name), help=text)
+
+
+def add_seed_flag(parser, default: int, fixes: str) -> None:
+    """--seed; `fixes` says what it fixes in this experiment (prompts, draws, initializations)."""
+    parser.add_argument("--seed", type=at_least(0), default=default, help=f"fixes {fixes}")
+
+
+def add_tasks_flag(parser, default: Sequence[str] | None, help: str = "task codes") -> None:
+    """--tasks: the retrieval and copying tasks, the ones with a few-shot prompt format."""
+    add_list_flag(parser, "--tasks", default, help, choices=RETRIEVAL_AND_COPYING, metavar="CODE")
+
+
+def add_prompt_flags(parser, defaults) -> None:
+    """--tasks, --lengths and --n: which few-shot prompts of experiments/pretrained.py are asked
+    (experiments/mechanism.py evaluates the same ones); defaults from the settings `defaults`."""
+    add_tasks_flag(parser, defaults.tasks)
+    add_list_flag(
+        parser,
+        "--lengths",
+        defaults.lengths,
+        "test input lengths (context length for retrieval, source length for copying); unique copying needs L <= 52",
+        type=at_least(1),
+        metavar="L",
+    )
+    parser.add_argument("--n", type=at_least(1), default=defaults.n, help="prompts per task and length")
+
+
+def add_batch_size_flag(
+    parser, default: int, help: str = "prompts decoded together (plus one filler row that fixes the compiled shape)"
+) -> None:
+    """--batch-size: rows per forward pass, the flag an out-of-memory error tells the user to lower."""
+    parser.add_argument("--batch-size", type=at_least(1), default=default, help=help)
+
+
+def add_dtype_flag(parser, default: str, dtypes: Sequence[str]) -> None:
+    """--dtype of a pretrained model's forward passes. `dtypes` (crasplab.models.config.DTYPES) is
+    passed in: importing the models here would load JAX before the flags are parsed."""
+    parser.add_argument(
+        "--dtype", choices=tuple(dtypes), default=default, help="compute dtype (parameters stay float32)"
+    )
+
+
 def add_model_flag(parser, default: str | None, named_models: dict, default_text: str = "") -> None:
     """--model: a named model, a GGUF file or a Hugging Face checkpoint folder."""
     named = ", ".join(f"{name}: {model.description}" for name, model in named_models.items())
@@ -81,6 +156,33 @@ def add_run_folder_flags(parser, default_out: str, report_files: str = "the figu
         metavar="RUN_DIR",
         help=f"rebuild summary.json, report.md and {report_files} of an existing run folder; run nothing",
     )
+
+
+def settings_from_flags(settings_type: type[S], args: argparse.Namespace, **resolved) -> S:
+    """The experiment's settings (validated as they are built) from the flags named like them
+    (--batch-size: batch_size), `resolved` replacing those the script works out itself: the one
+    place a Namespace becomes settings. --out and --report-only say where, not what, so they are
+    no settings; any other flag without a setting is a TypeError here, not a flag silently ignored."""
+    flags = {name: value for name, value in vars(args).items() if name not in ("out", "report_only")}
+    return settings_type(**{**flags, **resolved})
+
+
+def run_from_flags(
+    args: argparse.Namespace,
+    settings_from: Callable[[argparse.Namespace], S],
+    default_out: Callable[[S], Path],
+    run: Callable[[S, Path], None],
+    report: Report,
+) -> None:
+    """The end of every experiment script's main (crasplab.cli.experiment): run the experiment
+    whose settings `settings_from(args)` reads into --out (default: `default_out(settings)`), or
+    with --report-only rebuild that folder's report."""
+    # Imported here, not at the top: it loads JAX, and length_gen.py and sweep.py must parse their
+    # flags (and print --help) without it.
+    from crasplab.cli.experiment import Experiment, run_experiment
+
+    experiment = Experiment(settings=lambda: settings_from(args), default_out=default_out, run=run, report=report)
+    run_experiment(experiment, out=args.out, report_only=args.report_only)
 
 
 def add_preset_flag(parser, presets: dict) -> None:
@@ -139,7 +241,7 @@ def add_setting_flags(group, flags: dict[str, tuple[type, str]], choices: dict[s
     """One --flag-name per setting (train.config.command_line_settings), default None: the preset's."""
     for name, (kind, text) in flags.items():
         group.add_argument(
-            f"--{name.replace('_', '-')}",
+            flag_name(name),
             type=finite if kind is float else kind,
             choices=(choices or {}).get(name),
             default=None,
