@@ -15,10 +15,10 @@ pretrained model (in context, before) and by each fine-tuned model (after), at e
 every bin; the first bin is the training range.
 
 The run folder (default runs/finetune/<model name>-<preset>) holds config.json, results.jsonl
-(one record per test prompt and stage), metrics.jsonl (training records), summary.json,
-report.md, accuracy_by_length.png, and one folder per task (<task>/seed<seed>/) with its
-checkpoint while it trains and its fine-tuned parameters (model.npz) after. Running the same
-command again continues an interrupted run and ends with the same numbers.
+(one record per test prompt and stage), predictions.json, summary.json, report.md,
+accuracy_by_length.png, and one folder per task (<task>/seed<seed>/) with its training records
+(metrics.jsonl), its checkpoint while it trains and its fine-tuned parameters (model.npz) after.
+Running the same command again continues an interrupted run and ends with the same numbers.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ from crasplab.results.settings import SettingsError
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
 from crasplab.results.finetune import report_markdown, write_report
-from crasplab.results.length_gen import DEFAULT_THRESHOLD, collect_metrics
+from crasplab.results.length_gen import DEFAULT_THRESHOLD
+from crasplab.results.protocol import predictions_for, write_predictions
 from crasplab.results.run_folder import open_run_folder
 from crasplab.train.allocator import restart_with_huge_page_blocks
 from crasplab.train.config import bins_for_train_lengths, command_line_settings
@@ -162,13 +163,12 @@ def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> No
         ),
         may_change=("threshold",),
     )
+    # Fine-tuning tests the APE theorem: a pretrained model's learned positions play its part.
+    write_predictions(out, predictions_for("ape", settings.tasks, {}, {}, {}, settings.threshold, False))
     finetune_run = FinetuneRun(
         out, pretrained, list(settings.tasks), settings.finetune, settings.seed, show_progress=show_progress
     )
-    try:
-        finetune_run.run()
-    finally:
-        collect_metrics(out, [(code, settings.seed) for code in settings.tasks])
+    finetune_run.run()
     print(f"\n{out}: wall time of this invocation {(time.monotonic() - started) / 60:.1f} min", file=sys.stderr)
 
 

@@ -6,10 +6,12 @@ prediction, no theorem).
     python experiments/length_gen.py --pe rope --preset paper --tasks UF NF
     python experiments/length_gen.py --report-only runs/length_gen/ape-quick
 
-The run folder (default runs/length_gen/<pe>-<preset>/) holds config.json, metrics.jsonl,
-summary.json, report.md, accuracy_by_length.png, and one sub-folder per task and seed with its
-checkpoint. Running the same command again resumes unfinished jobs from their checkpoints and
-skips finished ones; the report is rebuilt from the files.
+The run folder (default runs/length_gen/<pe>-<preset>/) holds config.json, predictions.json
+(what the interpreter predicted when the run started), invocations.jsonl (each invocation's wall
+time), summary.json, report.md, accuracy_by_length.png, and one job folder per task and seed
+(<task>/seed<k>/) with its records (metrics.jsonl, result.json) and checkpoint. The job folders
+are the run's only record: running the same command again resumes unfinished jobs from their
+checkpoints and skips finished ones; the report is rebuilt from the files.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from crasplab.cli.arguments import (
     add_preset_flag,
     add_run_folder_flags,
     add_setting_flags,
+    add_tasks_flag,
     at_least,
     fraction,
+    run_from_flags,
 )
-from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasplab.cli.experiment import Report
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
 from crasplab.results.files import append_jsonl
@@ -83,14 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     pe_type, pe_help = MODEL_FLAGS["pe"]
     parser.add_argument("--pe", type=pe_type, choices=POSITIONS, default="ape", help=pe_help)
     add_preset_flag(parser, PRESETS)
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        default=None,
-        metavar="CODE",
+    add_tasks_flag(
+        parser,
+        None,
+        "task codes (default: the preset's ten retrieval and copying tasks); accepted: " + ", ".join(TASK_CODES),
         choices=TASK_CODES,
-        action=DistinctValues,
-        help="task codes (default: the preset's ten retrieval and copying tasks); accepted: " + ", ".join(TASK_CODES),
     )
     parser.add_argument(
         "--sampler",
@@ -112,13 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="training seeds (default: the preset's)",
     )
     add_run_folder_flags(parser, "runs/length_gen/<pe>-<preset>[-<sampler>]", "the figure")
-    parser.add_argument(
-        "--workers",
-        type=at_least(1),
-        default=None,
-        help="CPU only: jobs run at once, each in a single-threaded process pinned to one core "
-        "(default: one per available core)",
-    )
     parser.add_argument(
         "--threshold",
         type=fraction,
@@ -323,15 +317,12 @@ def summary_markdown(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    run_experiment(
-        Experiment(
-            settings=lambda: invocation(args),
-            default_out=lambda settings: default_run_folder(settings.run, settings.sampler),
-            run=run,
-            report=Report(lambda run_dir: rebuild_report(Path(run_dir), args.threshold), summary_markdown),
-        ),
-        out=args.out,
-        report_only=args.report_only,
+    run_from_flags(
+        args,
+        invocation,
+        default_out=lambda settings: default_run_folder(settings.run, settings.sampler),
+        run=run,
+        report=Report(lambda run_dir: rebuild_report(Path(run_dir), args.threshold), summary_markdown),
     )
 
 

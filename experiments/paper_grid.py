@@ -46,12 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, default=Path("runs") / "paper", help="one run folder per encoding in here")
     parser.add_argument(
-        "--workers",
-        type=at_least(1),
-        default=None,
-        help="jobs at once on this machine's cores or a private Ray cluster (default: one per core)",
-    )
-    parser.add_argument(
         "--dry-run", action="store_true", help="print the jobs, their placement and the estimated time; train nothing"
     )
     parser.add_argument(

@@ -12,7 +12,7 @@ smaller model), then train the verdict seeds of each chosen configuration as a l
 The run folder (default runs/sweep/<pe>-<preset>/) holds config.json (the sweep's settings), one
 job folder per run (<task>/<configuration>/seed<s>/), selection.json and selection.md (every
 configuration's training-bin and validation-bin accuracy, the choice per task), and verdict/, a
-length_gen run folder (config.json, metrics.jsonl, summary.json, report.md) for the chosen
+length_gen run folder (config.json, job folders, summary.json, report.md) for the chosen
 configurations. Running the same command again resumes every unfinished job; the selection is
 recomputed from the job folders' result.json files.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script or imported
 
 from crasp.tasks import TASK_CODES  # noqa: E402
-from crasplab.cli.arguments import at_least, length_bins  # noqa: E402
+from crasplab.cli.arguments import add_tasks_flag, at_least, length_bins  # noqa: E402
 from crasplab.results.files import write_json, write_text  # noqa: E402
 from crasplab.results.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report  # noqa: E402
 from crasplab.results.protocol import settings_predictions, write_predictions  # noqa: E402
@@ -59,14 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="quick",
         help="training lengths, bins, budgets and sampler parameters per task",
     )
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        default=None,
-        metavar="CODE",
-        choices=TASK_CODES,
-        help="task codes (default: the preset's)",
-    )
+    add_tasks_flag(parser, None, "task codes (default: the preset's)", choices=TASK_CODES)
     parser.add_argument(
         "--grid",
         choices=sorted(GRIDS),
@@ -111,12 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--select-only", action="store_true", help="stop after the selection; train no verdict seeds")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/sweep/<pe>-<preset>)")
-    parser.add_argument(
-        "--workers",
-        type=at_least(1),
-        default=None,
-        help="jobs at once on this machine's cores or a private Ray cluster (default: one per core)",
-    )
     parser.add_argument(
         "--report-only",
         type=Path,

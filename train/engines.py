@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from crasplab.cli.arguments import at_least
 from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.train.config import ConfigError
@@ -114,13 +115,20 @@ class EngineSettings:
 
 
 def add_engine_flags(parser) -> None:
-    """--engine, --ray-address and --gpu-share (the job scripts already have --workers)."""
+    """--engine, --workers, --ray-address, --gpu-share and --stack-size: where a script's jobs run."""
     parser.add_argument(
         "--engine",
         choices=ENGINES,
         default="local",
         help="local: this machine's cores, one pinned single-threaded process per job; ray: each job "
         "a Ray task (pip install -e '.[cluster]'; docs/cluster.md)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=at_least(1),
+        default=None,
+        help="jobs at once on this machine's cores, each a single-threaded process pinned to one core, or on a "
+        "private Ray cluster (default: one per available core)",
     )
     parser.add_argument(
         "--ray-address",

@@ -100,9 +100,12 @@ def add_seed_flag(parser, default: int, fixes: str) -> None:
     parser.add_argument("--seed", type=at_least(0), default=default, help=f"fixes {fixes}")
 
 
-def add_tasks_flag(parser, default: Sequence[str] | None, help: str = "task codes") -> None:
-    """--tasks: the retrieval and copying tasks, the ones with a few-shot prompt format."""
-    add_list_flag(parser, "--tasks", default, help, choices=RETRIEVAL_AND_COPYING, metavar="CODE")
+def add_tasks_flag(
+    parser, default: Sequence[str] | None, help: str = "task codes", choices: Sequence[str] = RETRIEVAL_AND_COPYING
+) -> None:
+    """--tasks: task codes, by default among the retrieval and copying tasks (the ones with a
+    few-shot prompt format)."""
+    add_list_flag(parser, "--tasks", default, help, choices=choices, metavar="CODE")
 
 
 def add_prompt_flags(parser, defaults) -> None:

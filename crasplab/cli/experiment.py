@@ -2,16 +2,16 @@
 
     def main(argv=None):
         args = build_parser().parse_args(argv)          # shared flags: crasplab.cli.arguments
-        run_experiment(Experiment(settings=lambda: settings_from(args), default_out=default_out,
-                                  run=run, report=Report(write_report, report_markdown)),
-                       out=args.out, report_only=args.report_only)
+        run_from_flags(args, settings_from, default_out, run, Report(write_report, report_markdown))
 
-`settings()` turns the flags into the experiment's frozen settings (crasplab.results.settings:
-validated when built), the one place a Namespace is read; `run(settings, out)` does the work,
-calls open_run_folder (which locks the folder) once everything it can check is checked, and
-writes config.json from the settings; the report module rebuilds summary.json, report.md and the
-figures from the folder's files. Every error a user's flags, files or machine can cause ends as
-one `error:` line; the folder's lock is released when the run ends.
+`run_from_flags` (crasplab.cli.arguments) builds the Experiment below and runs it into --out, or
+with --report-only rebuilds that folder's report. `settings()` turns the flags into the
+experiment's frozen settings (crasplab.results.settings: validated when built), the one place a
+Namespace is read; `run(settings, out)` does the work, calls open_run_folder (which locks the
+folder) once everything it can check is checked, and writes config.json from the settings; the
+report module rebuilds summary.json, report.md and the figures from the folder's files. Every
+error a user's flags, files or machine can cause ends as one `error:` line; the folder's lock is
+released when the run ends.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Inputs: `config.json` (model, tasks, seed, threshold, the fine-tuning settings), `results.jsonl`
 (one record per test prompt and stage: task, stage "before" or "after", length, index, correct,
-seconds) and `metrics.jsonl` (training records and each task's result, tagged with task and
-seed). Outputs, written atomically into the same folder: `summary.json`, `report.md` and
+seconds), `predictions.json` (the interpreter's APE prediction per task, written when the run
+started) and each task's job folder (`<task>/seed<seed>/`: training records and the result).
+Outputs, written atomically into the same folder: `summary.json`, `report.md` and
 `accuracy_by_length.png`.
 
 A bin's accuracy pools its prompts (the same number at every length) with a 95% Wilson interval;
@@ -14,18 +15,18 @@ nothing about longer inputs, and is kept apart from "learned but did not general
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
-from crasp.prediction import predict
 from crasp.tasks import LEFT_OR_BACKWARD
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl, rebuild_report
 from crasplab.results.in_context import GAPS
 from crasp.intervals import wilson_interval
 from crasplab.results.intervals import difference_interval
+from crasplab.results.job_folder import run_jobs, run_records
 from crasplab.results.length_gen import FIT_THRESHOLD, observe
+from crasplab.results.protocol import read_predictions
 from crasplab.incontext.settings import FinetuneSettings
 from crasplab.results.run_folder import read_run_settings
 
@@ -85,7 +86,8 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     beyond = [n for lo, hi in bins for n in range(lo, hi + 1) if n > settings["train_lengths"][1]]
     answers = read_jsonl(run_dir / RESULTS_FILE)
     counts = _counts(answers)
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    metrics = run_records(run_dir, run_jobs(config["tasks"], [config["seed"]]))
+    predictions = read_predictions(run_dir)["tasks"]
     rows = []
     for task in config["tasks"]:
         stages = {
@@ -94,7 +96,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         after = stages["after"]
         complete = all(cell is not None for cell in after)
         observed = observe(after[0]["accuracy"], after[-1]["accuracy"], threshold) if complete else None
-        prediction = dataclasses.asdict(predict(task, "ape"))
+        prediction = predictions[task]["prediction"]
         judged = complete and observed != "did not fit" and prediction["generalizes"] is not None
         lengths = sorted({n for (t, _, n) in counts if t == task})
         rows.append(

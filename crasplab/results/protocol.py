@@ -142,9 +142,9 @@ def read_predictions(run_dir: Path) -> dict:
     path = Path(run_dir) / PREDICTIONS_FILE
     if not path.exists():
         raise RunFolderError(
-            f"{path} is missing: a report shows what the interpreter predicted when the run started, and "
-            "runs made before that file existed get one (computed then, and said so in the report) from "
-            f"`python experiments/length_gen.py --report-only {run_dir}`"
+            f"{path} is missing: a report shows what the interpreter predicted when the run started. A "
+            "length_gen run made before that file existed gets one (computed then, and said so in the report) "
+            f"from `python experiments/length_gen.py --report-only {run_dir}`"
         )
     return json.loads(path.read_text())
 

@@ -30,7 +30,7 @@ def recipe_of(config: dict) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", type=Path, help="length_gen run folders (config.json, metrics.jsonl)")
+    parser.add_argument("runs", nargs="+", type=Path, help="length_gen run folders, or kept copies of them")
     args = parser.parse_args(argv)
     for run_dir in args.runs:
         config = json.loads((run_dir / "config.json").read_text())
