@@ -36,7 +36,8 @@ from crasplab.incontext.memory import check_batch_memory, check_prompt_count, de
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
-from crasplab.results.in_context import RESULTS_FILE, report_markdown, write_report
+from crasplab.results.in_context import report_markdown, write_report
+from crasplab.results.run_folder import RESULTS_FILE
 from crasplab.train.allocator import restart_with_huge_page_blocks
 
 TASKS = RETRIEVAL_AND_COPYING

@@ -61,7 +61,8 @@ from crasplab.incontext.memory import check_batch_memory, check_prompt_count, de
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings, RealisticSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
-from crasplab.results.realistic import RESULTS_FILE, report_markdown, write_report
+from crasplab.results.realistic import report_markdown, write_report
+from crasplab.results.run_folder import RESULTS_FILE
 from crasplab.train.allocator import restart_with_huge_page_blocks
 
 SETTINGS = {"lorem": LoremRunSettings, "git": GitRunSettings}

@@ -37,7 +37,7 @@ from crasplab.incontext.formal_prompts import Item
 from crasplab.incontext.greedy import answer_lines
 from crasplab.models.lora import with_lora
 from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_jsonl
-from crasplab.results.finetune import RESULTS_FILE
+from crasplab.results.run_folder import RESULTS_FILE
 from crasplab.results.job_folder import job_folder
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.checkpoint import load_checkpoint, save_checkpoint

@@ -28,10 +28,9 @@ from crasplab.results.job_folder import run_jobs, run_records
 from crasplab.results.length_gen import FIT_THRESHOLD, observe
 from crasplab.results.protocol import read_predictions
 from crasplab.incontext.settings import FinetuneSettings
-from crasplab.results.run_folder import read_run_settings
+from crasplab.results.run_folder import RESULTS_FILE, read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
-RESULTS_FILE = "results.jsonl"
 EXPERIMENT = "experiments/finetune.py"
 STAGES = ("before", "after")
 

@@ -22,10 +22,9 @@ from crasplab.results.files import read_jsonl, rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.results.intervals import difference_interval
 from crasplab.incontext.settings import PretrainedSettings
-from crasplab.results.run_folder import read_run_settings
+from crasplab.results.run_folder import RESULTS_FILE, read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
-RESULTS_FILE = "results.jsonl"
 EXPERIMENT = "experiments/pretrained.py"
 
 # (kind, better-by-hypothesis, other): the paper reports right/forward above left/backward and

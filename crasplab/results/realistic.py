@@ -31,9 +31,8 @@ from crasplab.results.files import read_jsonl, rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.results.intervals import difference_interval
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
-from crasplab.results.run_folder import read_run_settings
+from crasplab.results.run_folder import RESULTS_FILE, read_run_settings
 
-RESULTS_FILE = "results.jsonl"
 EXPERIMENT = "experiments/realistic.py"
 LOREM_FIGURE = "lorem_by_length.png"
 GIT_FIGURE = "git_by_commits.png"

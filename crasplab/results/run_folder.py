@@ -27,6 +27,9 @@ from crasplab.results.files import ResultFileError, cannot_write, remove_stale_t
 from crasplab.results.settings import ExperimentSettings
 
 CONFIG_FILE = "config.json"
+# The records of the experiments that answer prompts (pretrained, realistic, finetune): one line
+# per answered prompt, appended as answers come, so an interrupted run keeps every answer.
+RESULTS_FILE = "results.jsonl"
 LOCK_FILE = ".lock"
 _held: dict[Path, TextIO] = {}  # run folder (resolved) -> its open lock file
 
