@@ -52,8 +52,8 @@ from crasplab.results.length_gen import (
 )
 from crasplab.results.protocol import (
     PREDICTIONS_FILE,
-    last_bin_agreement,
     next_seeds,
+    protocol_markdown,
     protocol_for,
     settings_predictions,
     write_predictions,
@@ -298,21 +298,17 @@ def rebuild_report(run_dir: Path, threshold: float | None) -> dict:
 
 
 def summary_markdown(summary: dict) -> str:
-    """What the script prints: the table, then the agreement in one line."""
-    if summary["protocol"] is None:
-        seeds = len({seed for row in summary["rows"] for seed in row["seeds"]})
-        closing = (
-            f"agreement: {summary['agreements']} of {summary['judged']}, from {seeds} seed(s) per task. One seed "
-            "is one draw of the training (and of this machine's arithmetic); --protocol gives per-seed verdicts "
-            "over fresh seeds."
-        )
-    else:
-        agreeing, counted, _ = last_bin_agreement(summary["protocol"]["rows"])
-        closing = (
-            f"protocol verdicts at the last bin: {agreeing} of {counted} counted agree (report.md has every "
-            "seed's interval)"
-        )
-    return f"{markdown_table(summary)}\n{closing}"
+    """What the script prints: a protocol run's per-seed verdicts, or the table of means and the
+    agreement in one line."""
+    if summary["protocol"] is not None:
+        protocol = summary["protocol"]
+        return protocol_markdown(Protocol(**protocol["rules"]), protocol["rows"])
+    seeds = len({seed for row in summary["rows"] for seed in row["seeds"]})
+    return (
+        f"{markdown_table(summary)}\nagreement: {summary['agreements']} of {summary['judged']}, from {seeds} "
+        "seed(s) per task. One seed is one draw of the training (and of this machine's arithmetic); --protocol "
+        "gives per-seed verdicts over fresh seeds."
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

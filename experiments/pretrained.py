@@ -29,9 +29,9 @@ from pathlib import Path
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
 from crasplab.cli import arguments
 from crasplab.cli.experiment import Report
-from crasplab.incontext.answering import answer_pending, in_batches
+from crasplab.incontext.answering import answer_pending, graded_answers, in_batches
 from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, cell_items
-from crasplab.incontext.greedy import answer_lines, answer_budget, check_answers_fit
+from crasplab.incontext.greedy import answer_budget, check_answers_fit
 from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.models.config import DTYPES
@@ -91,19 +91,7 @@ def run(settings: PretrainedSettings, out: Path) -> None:
     pretrained = load_with_tokenizer(settings.model, dtype=settings.dtype)
     print(f"loaded {pretrained.architecture} from {pretrained.path} in {time.perf_counter() - started:.1f} s")
     newline_id = pretrained.tokenizer.encode("\n")[-1]
-
-    def answer(batch: list[dict]) -> list[dict]:
-        outputs = answer_lines(
-            pretrained,
-            [entry["prompt"] for entry in batch],
-            [entry["expected"] for entry in batch],
-            newline_id,
-            settings.batch_size,
-        )
-        return [
-            dict(entry, output=output, correct=output == entry["expected"]) for entry, output in zip(batch, outputs)
-        ]
-
+    answer = graded_answers(pretrained, newline_id, settings.batch_size, str.__eq__)
     batches = prompt_batches(settings)
     check_batches(pretrained, batches, settings.batch_size)
     config = dict(

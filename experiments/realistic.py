@@ -52,10 +52,10 @@ from crasplab.cli.arguments import (
     settings_from_flags,
 )
 from crasplab.cli.experiment import Report
-from crasplab.incontext.answering import answer_pending, in_batches
+from crasplab.incontext.answering import answer_pending, graded_answers, in_batches
 from crasplab.incontext.directions import DIRECTIONS
 from crasplab.incontext.git_history import git_items
-from crasplab.incontext.greedy import ContextError, answer_lines, check_answers_fit, check_context, continuation_lines
+from crasplab.incontext.greedy import ContextError, check_answers_fit, check_context, continuation_lines
 from crasplab.incontext.lorem import LoremSettings as LoremText
 from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings, RealisticSettings
@@ -218,19 +218,10 @@ def run_git(settings: GitRunSettings, out: Path) -> None:
             cells.append([dataclasses.asdict(item) for item in items])  # command, commits, index, prompt, expected
     newline_id = token_ids(tokenizer, "\n")[-1]
 
-    def answer(batch: list[dict]) -> list[dict]:
-        outputs = answer_lines(
-            pretrained,
-            [entry["prompt"] for entry in batch],
-            [entry["expected"] for entry in batch],
-            newline_id,
-            settings.batch_size,
-        )
-        return [
-            dict(entry, output=output, correct=output.split() == entry["expected"].split())
-            for entry, output in zip(batch, outputs)
-        ]
-
+    # A commit list is right when it names the same commits; spacing may differ.
+    answer = graded_answers(
+        pretrained, newline_id, settings.batch_size, lambda output, expected: output.split() == expected.split()
+    )
     record_answers(settings, out, pretrained, cells, answer, ("command", "commits", "index"), started)
 
 

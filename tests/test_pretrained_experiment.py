@@ -17,6 +17,7 @@ from crasplab.incontext.greedy import answer_line
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.results.in_context import bias_statement, summarize
 from crasplab.results.intervals import difference_interval, wilson_interval
+from crasplab.incontext import answering
 from experiments import pretrained
 from tests.model_files import answer_records, write_byte_level_tokenizer, write_tiny_llama
 
@@ -137,7 +138,7 @@ def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
     whole = answer_records(tmp_path / "whole")
     assert len(whole) == 6 and {r["task"] for r in whole} == {"UR", "NB"}
 
-    real_answer_lines, calls = pretrained.answer_lines, []
+    real_answer_lines, calls = answering.answer_lines, []
 
     def interrupted(*args):
         if len(calls) == 2:
@@ -145,11 +146,11 @@ def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
         calls.append(1)
         return real_answer_lines(*args)
 
-    monkeypatch.setattr(pretrained, "answer_lines", interrupted)
+    monkeypatch.setattr(answering, "answer_lines", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pretrained.main(flags + ["--out", str(tmp_path / "resumed")])
     assert len(answer_records(tmp_path / "resumed")) == 3  # UR's batches (2 + 1 prompts) finished, NB's not
-    monkeypatch.setattr(pretrained, "answer_lines", real_answer_lines)
+    monkeypatch.setattr(answering, "answer_lines", real_answer_lines)
     pretrained.main(flags + ["--out", str(tmp_path / "resumed")])
     assert sorted(answer_records(tmp_path / "resumed"), key=str) == sorted(whole, key=str)
     summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())

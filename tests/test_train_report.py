@@ -8,7 +8,7 @@ from crasp.prediction import Prediction
 from experiments import length_gen
 from crasplab.results import protocol
 from crasplab.results.job_folder import run_jobs, run_records
-from crasplab.results.length_gen import summarize, write_report
+from crasplab.results.length_gen import report_markdown, summarize, write_report
 from crasplab.train.config import PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig
 from crasplab.train.runs import make_jobs
 from tests.tiny import write_run_records
@@ -394,3 +394,17 @@ def test_committed_protocol_runs_rebuild_their_reports_from_their_files(run, tmp
     shutil.copytree(protocol_table.HERE / run, tmp_path / run)
     length_gen.main(["--report-only", str(tmp_path / run)])
     assert (tmp_path / run / "report.md").read_text() == (protocol_table.HERE / run / "report.md").read_text()
+
+
+def test_a_protocol_report_makes_no_mean_over_seeds_and_others_still_do(tmp_path):
+    """Under the protocol a verdict is counted per seed: its report shows each seed's interval and
+    no mean ± std (a mean of a bimodal set of seeds is a number no model has)."""
+    import shutil
+
+    from experiments.calibration import protocol_table
+
+    for run, under_protocol in (("protocol-ape-spread", True), ("quick-run-ape", False)):
+        shutil.copytree(protocol_table.HERE / run, tmp_path / run)
+        report = report_markdown(summarize(tmp_path / run))
+        assert ("## Verdicts under the protocol" in report) is under_protocol
+        assert ("mean ± std" in report) is not under_protocol

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from crasplab.incontext.greedy import answer_lines
 from crasplab.results.files import read_jsonl, write_jsonl
 from crasplab.results.run_folder import open_run_folder
 
@@ -47,6 +48,28 @@ def answer_pending(
         )
     else:
         print("nothing left to evaluate; rebuilding the report")
+
+
+def graded_answers(
+    pretrained, newline_id: int, batch_size: int, is_correct: Callable[[str, str], bool]
+) -> Callable[[list[dict]], list[dict]]:
+    """`answer` for answer_pending: each entry's greedy answer line to its "prompt" (as long as its
+    "expected" answer allows), with `output` and `correct` = is_correct(output, expected)."""
+
+    def answer(batch: list[dict]) -> list[dict]:
+        outputs = answer_lines(
+            pretrained,
+            [entry["prompt"] for entry in batch],
+            [entry["expected"] for entry in batch],
+            newline_id,
+            batch_size,
+        )
+        return [
+            dict(entry, output=output, correct=is_correct(output, entry["expected"]))
+            for entry, output in zip(batch, outputs)
+        ]
+
+    return answer
 
 
 def in_batches(cell: list[dict], size: int) -> list[list[dict]]:

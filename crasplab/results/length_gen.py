@@ -282,51 +282,65 @@ def markdown_table(summary: dict) -> str:
 
 
 def report_markdown(summary: dict) -> str:
-    seeds = sorted({s for row in summary["rows"] for s in row["seeds"]})
+    """A protocol run leads with its per-seed verdicts and shows no mean over seeds; any other run
+    with the table of mean accuracies and its one-line observations."""
     unfinished = [row["task"] for row in summary["rows"] if not row["finished"]]
     disagreements = sum(row["greedy_disagreements"] for row in summary["rows"])
     checked = sum(row["greedy_checked"] for row in summary["rows"])
     parts = [
         f"# Length generalization from scratch: {summary['pe'].upper()}, preset {summary['preset']}\n\n",
         f"Model: {summary['model']}.\n\n",
-        f"Accuracy = exact match of the whole answer (teacher forcing, argmax), the same number of test strings "
-        f"at every input length; mean ± std over seeds {seeds}. "
-        f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}; "
-        f"did not fit when the training bin's mean accuracy is below {summary['fit_threshold']} (such a model "
-        "has not learned the task, so it says nothing about length generalization). "
-        "Lengths a task's sampler cannot produce are left out of its bins (the cell then names the lengths "
-        "it holds).\n\n",
-        markdown_table(summary),
-        f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks that have a "
-        f"prediction and fit their training lengths.\n",
-        (
-            f"Did not fit the training lengths, left out of the agreement count: {len(summary['did_not_fit'])} "
-            f"({', '.join(summary['did_not_fit'])}).\n"
-            if summary["did_not_fit"]
-            else ""
-        ),
+    ]
+    if summary.get("protocol"):
+        parts += [
+            protocol_markdown(Protocol(**summary["protocol"]["rules"]), summary["protocol"]["rows"]),
+            "\n" + recipe_markdown(summary["protocol"]["recipe"]) + "\n",
+        ]
+    else:
+        parts += [mean_table_markdown(summary)]
+    parts += [
         f"Greedy KV-cache decoding disagreed with teacher forcing on {disagreements} of {checked} checked strings.\n",
         f"Training time (sum over jobs): {summary['train_seconds']:.0f} s.\n",
         invocations_markdown(summary.get("invocations", [])),
-    ]
-    parts.append(
         "\nWhy each prediction"
         + (f" ({summary['predictions_note']})" if summary.get("predictions_note") else "")
         + ":\n\n"
         + "".join(
             f"- {row['task']}: {row['predicted']['reason'] or row['predicted']['label']}\n" for row in summary["rows"]
-        )
-    )
+        ),
+    ]
     if unfinished:
         parts.append(f"\nNot finished (last evaluation shown): {', '.join(unfinished)}.\n")
     if summary["missing_tasks"]:
         parts.append(f"\nNo evaluation yet: {', '.join(summary['missing_tasks'])}.\n")
     parts.append(environments_markdown(summary.get("environments", [])))
-    if summary.get("protocol"):
-        parts.append("\n" + protocol_markdown(Protocol(**summary["protocol"]["rules"]), summary["protocol"]["rows"]))
-        parts.append("\n" + recipe_markdown(summary["protocol"]["recipe"]))
     parts.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
     return "".join(parts)
+
+
+def mean_table_markdown(summary: dict) -> str:
+    """The table of mean accuracies per bin over seeds, with what was observed and the agreement."""
+    seeds = sorted({s for row in summary["rows"] for s in row["seeds"]})
+    return "".join(
+        [
+            "Accuracy = exact match of the whole answer (teacher forcing, argmax), the same number of test "
+            f"strings at every input length; mean ± std over seeds {seeds}. "
+            f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}; "
+            f"did not fit when the training bin's mean accuracy is below {summary['fit_threshold']} (such a "
+            "model has not learned the task, so it says nothing about length generalization). "
+            "Lengths a task's sampler cannot produce are left out of its bins (the cell then names the lengths "
+            "it holds).\n\n",
+            markdown_table(summary),
+            f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks that have a "
+            f"prediction and fit their training lengths.\n",
+            (
+                f"Did not fit the training lengths, left out of the agreement count: "
+                f"{len(summary['did_not_fit'])} ({', '.join(summary['did_not_fit'])}).\n"
+                if summary["did_not_fit"]
+                else ""
+            ),
+        ]
+    )
 
 
 def invocations_markdown(invocations: list[dict]) -> str:
