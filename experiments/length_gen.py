@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=DistinctValues,
         help="training seeds (default: the preset's)",
     )
-    add_run_folder_flags(parser, "runs/length_gen/<pe>-<preset>[-<sampler>]", "the figure")
+    add_run_folder_flags(parser, "runs/length_gen/<pe>-<preset>[-<sampler>]")
     parser.add_argument(
         "--threshold",
         type=fraction,

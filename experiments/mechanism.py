@@ -478,7 +478,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_seed_flag(parser, PRETRAINED_DEFAULTS.seed, "the sequences, prompts and random draws")
     add_batch_size_flag(parser, PRETRAINED_DEFAULTS.batch_size, "strings per forward pass")
-    add_run_folder_flags(parser, "runs/mechanism/<model name> or runs/mechanism/<run name>-<task>", "the figures")
+    add_run_folder_flags(
+        parser,
+        "runs/mechanism/<model name> or runs/mechanism/<run name>-<task>",
+        "summary.json, report.md and the figures",
+    )
     return parser
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script or imported
 
 from crasp.tasks import TASK_CODES  # noqa: E402
-from crasplab.cli.arguments import add_tasks_flag, at_least, length_bins  # noqa: E402
+from crasplab.cli.arguments import add_run_folder_flags, add_tasks_flag, at_least, length_bins, run_from_flags  # noqa: E402
+from crasplab.cli.experiment import Report  # noqa: E402
 from crasplab.results.files import write_json, write_text  # noqa: E402
 from crasplab.results.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report  # noqa: E402
 from crasplab.results.protocol import settings_predictions, write_predictions  # noqa: E402
@@ -42,7 +43,7 @@ from crasplab.results.selection import (
     sweep_folder,
 )
 from crasplab.train.config import PRESETS, ConfigError, RunSettings  # noqa: E402
-from crasplab.train.engines import EngineError, add_engine_flags, engine_settings, run_jobs_on  # noqa: E402
+from crasplab.train.engines import EngineSettings, add_engine_flags, engine_settings, run_jobs_on  # noqa: E402
 from crasplab.train.loop import Job, TaskSetup  # noqa: E402
 from crasplab.train.runs import check_jobs, make_jobs  # noqa: E402
 
@@ -103,13 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="step cap of every run, sweep and verdict (default: the preset's per task)",
     )
     parser.add_argument("--select-only", action="store_true", help="stop after the selection; train no verdict seeds")
-    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/sweep/<pe>-<preset>)")
-    parser.add_argument(
-        "--report-only",
-        type=Path,
-        default=None,
-        metavar="RUN_DIR",
-        help="recompute the selection (and the verdict's report) of a sweep folder; train nothing",
+    add_run_folder_flags(
+        parser, "runs/sweep/<pe>-<preset>", "selection.json, selection.md and the verdict run's report"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
@@ -230,38 +226,60 @@ def verdict_settings(config: dict, selection: dict) -> RunSettings | None:
     )
 
 
+@dataclass(frozen=True)
+class SweepInvocation:
+    """One invocation: the sweep's settings (config.json, validated by sweep_config) and how it runs."""
+
+    config: dict
+    engine: EngineSettings
+    select_only: bool
+    show_progress: bool
+
+
+def invocation(args: argparse.Namespace) -> SweepInvocation:
+    return SweepInvocation(sweep_config(args), engine_settings(args), args.select_only, not args.no_progress)
+
+
+def default_folder(settings: SweepInvocation) -> Path:
+    return Path("runs") / "sweep" / f"{settings.config['pe']}-{settings.config['preset']}"
+
+
+def run(settings: SweepInvocation, run_dir: Path) -> None:
+    """Train the sweep's jobs, select a configuration per task, then train the chosen ones' verdict seeds."""
+    config = settings.config
+    jobs = sweep_jobs(config, run_dir)
+    check_jobs(jobs, run_dir)
+    open_run_folder(run_dir, config, may_change=("verdict_seeds",))  # more verdict seeds reuse the sweep
+    run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
+    verdict = verdict_settings(config, write_selection(run_dir, config, jobs))
+    if verdict is None or settings.select_only:
+        return
+    verdict_dir = run_dir / VERDICT_FOLDER
+    verdict_jobs = make_jobs(verdict, verdict_dir)
+    check_jobs(verdict_jobs, verdict_dir)
+    predictions = settings_predictions(verdict, with_discrimination=False)
+    open_run_folder(verdict_dir, verdict.to_dict(), may_change=("threshold",))
+    write_predictions(verdict_dir, predictions)
+    run_jobs_on(settings.engine, verdict_jobs, show_progress=settings.show_progress)
+
+
+def write_sweep_report(run_dir: Path) -> dict:
+    """The selection, recomputed from the job folders, and the verdict run's report if it ran."""
+    config = read_run_config(run_dir, SWEEP_SETTINGS, "experiments/sweep.py")
+    selection = write_selection(run_dir, config, sweep_jobs(config, run_dir))
+    verdict_dir = run_dir / VERDICT_FOLDER
+    verdict = write_report(verdict_dir) if (verdict_dir / "config.json").exists() else None
+    return dict(selection=selection, verdict=verdict)
+
+
+def sweep_markdown(summary: dict) -> str:
+    text = selection_markdown(summary["selection"])
+    return text if summary["verdict"] is None else f"{text}\n{markdown_table(summary['verdict'])}"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    try:
-        if args.report_only is not None:
-            config = read_run_config(args.report_only, SWEEP_SETTINGS, "experiments/sweep.py")
-            run_dir = args.report_only
-        else:
-            config = sweep_config(args)
-            run_dir = args.out or Path("runs") / "sweep" / f"{config['pe']}-{config['preset']}"
-            engine = engine_settings(args)
-            jobs = sweep_jobs(config, run_dir)
-            check_jobs(jobs, run_dir)
-            open_run_folder(run_dir, config, may_change=("verdict_seeds",))  # more verdict seeds reuse the sweep
-            run_jobs_on(engine, jobs, show_progress=not args.no_progress)
-        selection = write_selection(run_dir, config, sweep_jobs(config, run_dir))
-        print(selection_markdown(selection))
-        settings = verdict_settings(config, selection)
-        if settings is None or args.select_only:
-            return
-        verdict_dir = run_dir / VERDICT_FOLDER
-        if args.report_only is None:
-            verdict_jobs = make_jobs(settings, verdict_dir)
-            check_jobs(verdict_jobs, verdict_dir)
-            predictions = settings_predictions(settings, with_discrimination=False)
-            open_run_folder(verdict_dir, settings.to_dict(), may_change=("threshold",))
-            write_predictions(verdict_dir, predictions)
-            run_jobs_on(engine, verdict_jobs, show_progress=not args.no_progress)
-        elif not (verdict_dir / "config.json").exists():
-            return
-        print(markdown_table(write_report(verdict_dir)))
-    except (ValueError, EngineError) as error:  # ConfigError, TaskError, RunFolderError, ResultFileError
-        raise SystemExit(f"error: {error}")
+    run_from_flags(args, invocation, default_folder, run, Report(write_sweep_report, sweep_markdown, "selection.md"))
 
 
 if __name__ == "__main__":

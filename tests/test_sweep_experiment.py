@@ -1,7 +1,9 @@
-"""experiments/sweep.py's plumbing, without training: the sweep's jobs and the verdict it builds
-from a selection."""
+"""experiments/sweep.py: the sweep's jobs and the verdict it builds from a selection (without
+training), and one tiny sweep end to end."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -57,3 +59,21 @@ def test_the_verdict_trains_each_task_s_chosen_configuration_with_the_preset_s_b
 def test_a_grid_or_bin_that_cannot_run_is_refused(flags, message):
     with pytest.raises(ValueError, match=message):
         config_for(*flags)
+
+
+def test_a_sweep_selects_trains_its_verdict_and_reports_again_from_its_files(tmp_path, capsys):
+    """End to end on the worker pool: two configurations of UL, the selection, the verdict seed of
+    the chosen one; --report-only then rebuilds the same selection and verdict report."""
+    out = tmp_path / "sweep"
+    flags = ["--tasks", "UL", "--layers", "1", "--heads", "2", "--d-model", "16", "--lr", "1e-3", "3e-3"]
+    flags += ["--max-steps", "250", "--seeds", "0", "--workers", "2", "--no-progress"]  # warmup is 200
+    sweep.main(flags + ["--out", str(out)])
+    printed = capsys.readouterr().out
+    selection = json.loads((out / "selection.json").read_text())
+    assert [c["finished"] for c in selection["tasks"]["UL"]["candidates"]] == [True, True]
+    assert printed.endswith(f"report: {out / 'selection.md'}\n")
+    chosen = selection["tasks"]["UL"]["status"] == SELECTED
+    assert (out / "verdict" / "report.md").exists() is chosen
+    before = [(out / name).read_text() for name in ("selection.md", "verdict/report.md") if (out / name).exists()]
+    sweep.main(["--report-only", str(out)])
+    assert [(out / name).read_text() for name in ("selection.md", "verdict/report.md") if (out / name).exists()] == before

@@ -149,7 +149,9 @@ def add_model_flag(parser, default: str | None, named_models: dict, default_text
     )
 
 
-def add_run_folder_flags(parser, default_out: str, report_files: str = "the figure") -> None:
+def add_run_folder_flags(
+    parser, default_out: str, report_files: str = "summary.json, report.md and the figure"
+) -> None:
     """--out (the run folder) and --report-only (rebuild the report of a run folder, run nothing)."""
     parser.add_argument("--out", type=Path, default=None, help=f"run folder (default: {default_out})")
     parser.add_argument(
@@ -157,7 +159,7 @@ def add_run_folder_flags(parser, default_out: str, report_files: str = "the figu
         type=Path,
         default=None,
         metavar="RUN_DIR",
-        help=f"rebuild summary.json, report.md and {report_files} of an existing run folder; run nothing",
+        help=f"rebuild {report_files} of an existing run folder; run nothing",
     )
 
 

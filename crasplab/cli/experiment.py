@@ -53,10 +53,11 @@ S = TypeVar("S")
 @dataclass(frozen=True)
 class Report:
     """An experiment's report module: `write(out)` rebuilds its files and returns the summary,
-    `markdown(summary)` is what the script prints."""
+    `markdown(summary)` is what the script prints, `file` the report it points the reader to."""
 
     write: Callable[[Path], dict]
     markdown: Callable[[dict], str]
+    file: str = "report.md"
 
 
 @dataclass(frozen=True)
@@ -83,4 +84,4 @@ def run_experiment(experiment: Experiment, out: Path | None, report_only: Path |
     except USER_ERRORS as error:
         raise SystemExit(f"error: {error}")
     print(experiment.report.markdown(summary))
-    print(f"report: {out / 'report.md'}")
+    print(f"report: {out / experiment.report.file}")
