@@ -9,24 +9,30 @@ For every fitted seed of each non-unique retrieval task in the run (any sampler)
 answers the strings of its final evaluation of the bin again (the same strings: they are drawn
 from the job's seed), and the right answers are counted per cell. The recount must equal what
 training recorded for the bin; otherwise the script stops. It writes occurrence_cells.json and
-occurrence_cells.md in the run folder and prints the tables.
+occurrence_cells.md in the run folder (or --out) and prints the tables; --report-only FOLDER
+rebuilds the tables from occurrence_cells.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from crasp.tasks import TASKS, Examples
 from crasplab.results.files import write_json, write_text
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS, BinEval, job_folder
-from crasplab.results.length_gen import final_evaluations, read_records
+from crasplab.cli.arguments import add_run_folder_flags, run_from_flags
+from crasplab.cli.experiment import Report
+from crasplab.results.job_folder import RUN_SETTINGS_KEYS, BinEval, job_folder, run_jobs, run_records
+from crasplab.results.length_gen import final_evaluations
 from crasplab.results.occurrence_cells import cells_markdown, grid_counts, grid_edges, quadrant_counts
 from crasplab.results.protocol import fitted_seeds, read_predictions, read_protocol
 from crasplab.results.run_folder import RunFolderError, read_run_config
+from crasplab.results.settings import SettingsError
 from crasplab.results.verdicts import Protocol
 from crasplab.train.config import RunSettings
 from crasplab.train.trained import evaluate_bin_again, load_trained_model
@@ -34,16 +40,47 @@ from crasplab.train.trained import evaluate_bin_again, load_trained_model
 CELLS_JSON, CELLS_MARKDOWN = "occurrence_cells.json", "occurrence_cells.md"
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", type=Path, help="a length_gen run folder (with its job folders)")
+    parser.add_argument("run", type=Path, nargs="?", help="a length_gen run folder (with its job folders)")
     parser.add_argument(
         "--bin",
         default=None,
         metavar="LO-HI",
         help="the test bin to break down (default: the run's last); one of the run's bins",
     )
-    return parser.parse_args(argv)
+    add_run_folder_flags(parser, "the run folder", f"{CELLS_MARKDOWN} from {CELLS_JSON}")
+    return parser
+
+
+@dataclass(frozen=True)
+class CellsSettings:
+    """Which run and bin to break down, checked against the run's files when built."""
+
+    run: Path
+    settings: RunSettings  # the run's config.json
+    tasks: tuple[str, ...]  # its tasks that have occurrence cells
+    bins: dict[str, int]  # task -> index of the chosen bin among its bins
+
+
+def cells_settings(args: argparse.Namespace) -> CellsSettings:
+    if args.run is None:
+        raise SettingsError("give the run folder to break down (or --report-only FOLDER)")
+    settings = RunSettings.from_dict(read_run_config(args.run, RUN_SETTINGS_KEYS, "experiments/length_gen.py"))
+    tasks = tuple(task for task in settings.tasks if hasattr(TASKS[task], "occurrence_cells"))
+    if not tasks:
+        raise SettingsError(
+            f"{args.run} trained {', '.join(settings.tasks)}; occurrence cells exist for the non-unique "
+            "retrieval tasks only (NLFirst, NRFirst, NLLast, NRLast)"
+        )
+    bins = {}
+    for task in tasks:
+        names = [f"{lo}-{hi}" for lo, hi in settings.train[task].test_bins]
+        chosen = args.bin or names[-1]
+        if chosen not in names[1:]:
+            raise SettingsError(f"--bin {chosen}: {task}'s test bins are {', '.join(names[1:])}")
+        bins[task] = names.index(chosen)
+    return CellsSettings(args.run, settings, tasks, bins)
 
 
 def seed_cells(run_dir: Path, task: str, seed: int, bin_index: int, recorded: BinEval):
@@ -69,31 +106,16 @@ def seed_cells(run_dir: Path, task: str, seed: int, bin_index: int, recorded: Bi
     return distances_N, counts_N, exact_N
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    run_dir = args.run
-    try:
-        run_config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
-        predictions = read_predictions(run_dir)["tasks"]
-    except RunFolderError as error:
-        raise SystemExit(f"error: {error}")
-    settings = RunSettings.from_dict(run_config)
-    tasks = [task for task in settings.tasks if hasattr(TASKS[task], "occurrence_cells")]
-    if not tasks:
-        raise SystemExit(
-            f"error: {run_dir} trained {', '.join(settings.tasks)}; occurrence cells exist for the non-unique "
-            "retrieval tasks only (NLFirst, NRFirst, NLLast, NRLast)"
-        )
+def run(cells: CellsSettings, out: Path) -> None:
+    """Recount every fitted seed's final evaluation of the bin by cell; write occurrence_cells.json."""
+    run_dir, settings = cells.run, cells.settings
+    predictions = read_predictions(run_dir)["tasks"]
     protocol = read_protocol(run_dir) or Protocol()
-    finals = final_evaluations(read_records(run_dir, run_config))
+    finals = final_evaluations(run_records(run_dir, run_jobs(settings.tasks, settings.seeds)))
     summary = dict(run=str(run_dir), tasks={})
-    for task in tasks:
-        config = settings.train[task]
-        bins = [f"{lo}-{hi}" for lo, hi in config.test_bins]
-        chosen = args.bin or bins[-1]
-        if chosen not in bins[1:]:
-            raise SystemExit(f"error: --bin {chosen}: {task}'s test bins are {', '.join(bins[1:])}")
-        bin_index = bins.index(chosen)
+    for task in cells.tasks:
+        config, bin_index = settings.train[task], cells.bins[task]
+        lo, hi = config.test_bins[bin_index]
         longest = config.train_lengths[1]
         finished = {seed: record for seed, record in finals.get(task, {}).items() if record["finished"]}
         seeds, pooled = [], []
@@ -102,8 +124,8 @@ def main(argv=None) -> None:
             distances_N, counts_N, exact_N = seed_cells(run_dir, task, seed, bin_index, recorded)
             seeds.append(dict(seed=seed, quadrants=quadrant_counts(distances_N, counts_N, exact_N, longest)))
             pooled.append((distances_N, counts_N, exact_N))
-            print(f"{task} seed {seed}: {int(exact_N.sum())} of {len(exact_N)} right on {chosen}", file=sys.stderr)
-        distance_edges, count_edges = grid_edges(longest, config.test_bins[bin_index][1])
+            print(f"{task} seed {seed}: {int(exact_N.sum())} of {len(exact_N)} right on {lo}-{hi}", file=sys.stderr)
+        distance_edges, count_edges = grid_edges(longest, hi)
         together = [np.concatenate(parts) for parts in zip(*pooled)] if pooled else [[], [], []]
         summary["tasks"][task] = dict(
             predicted=predictions[task]["prediction"]["label"],
@@ -114,11 +136,29 @@ def main(argv=None) -> None:
                 cells=grid_counts(*together, distance_edges, count_edges),
             ),
         )
-        summary.update(bin=chosen, longest_training_context=longest)
-    markdown = cells_markdown(summary)
-    write_json(run_dir / CELLS_JSON, summary)
-    write_text(run_dir / CELLS_MARKDOWN, markdown)
-    print(markdown)
+        summary.update(bin=f"{lo}-{hi}", longest_training_context=longest)
+    write_json(out / CELLS_JSON, summary)
+
+
+def write_cells_report(out: Path) -> dict:
+    """occurrence_cells.md from occurrence_cells.json."""
+    path = Path(out) / CELLS_JSON
+    if not path.exists():
+        raise RunFolderError(f"{path} is missing: run `python experiments/occurrence_cells.py RUN` first")
+    summary = json.loads(path.read_text())
+    write_text(Path(out) / CELLS_MARKDOWN, cells_markdown(summary))
+    return summary
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    run_from_flags(
+        args,
+        cells_settings,
+        lambda cells: cells.run,
+        run,
+        Report(write_cells_report, cells_markdown, CELLS_MARKDOWN),
+    )
 
 
 if __name__ == "__main__":

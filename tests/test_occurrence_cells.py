@@ -3,6 +3,7 @@ training lengths fails, the tables partition the strings, and the breakdown of a
 recounts what training recorded."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +118,18 @@ def test_recount_of_a_trained_job_equals_its_record(tmp_path, monkeypatch):
     tampered = BinEval.from_dict({**result["bins"][1], "accuracy": (recorded.correct + 1) / recorded.n})
     with pytest.raises(SystemExit, match="training recorded"):
         occurrence_cells.seed_cells(run_dir, "NLLast", 3, 1, tampered)
+
+
+def test_report_only_rebuilds_the_committed_tables_from_their_json(tmp_path):
+    """occurrence_cells.md is computed from occurrence_cells.json alone, in the library's task order."""
+    import shutil
+
+    from experiments import occurrence_cells
+
+    kept = Path(__file__).resolve().parents[1] / "experiments/calibration/protocol-ape-spread"
+    for name in (occurrence_cells.CELLS_JSON, occurrence_cells.CELLS_MARKDOWN):
+        shutil.copy(kept / name, tmp_path / name)
+    (tmp_path / occurrence_cells.CELLS_MARKDOWN).unlink()
+    occurrence_cells.main(["--report-only", str(tmp_path)])
+    rebuilt = (tmp_path / occurrence_cells.CELLS_MARKDOWN).read_text()
+    assert rebuilt == (kept / occurrence_cells.CELLS_MARKDOWN).read_text()

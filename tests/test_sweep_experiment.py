@@ -74,6 +74,10 @@ def test_a_sweep_selects_trains_its_verdict_and_reports_again_from_its_files(tmp
     assert printed.endswith(f"report: {out / 'selection.md'}\n")
     chosen = selection["tasks"]["UL"]["status"] == SELECTED
     assert (out / "verdict" / "report.md").exists() is chosen
-    before = [(out / name).read_text() for name in ("selection.md", "verdict/report.md") if (out / name).exists()]
+
+    def reports():
+        return [(out / name).read_text() for name in ("selection.md", "verdict/report.md") if (out / name).exists()]
+
+    before = reports()
     sweep.main(["--report-only", str(out)])
-    assert [(out / name).read_text() for name in ("selection.md", "verdict/report.md") if (out / name).exists()] == before
+    assert reports() == before

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from crasp.intervals import wilson_interval
+from crasp.tasks import TASK_CODES
 
 # The four quadrants, in the order tables show them; the last is the one that discriminates.
 QUADRANTS = ("D < L, k <= L", "D >= L, k <= L", "D < L, k > L", "D >= L, k > L")
@@ -84,7 +85,8 @@ def cells_markdown(summary: dict) -> str:
         f"k <= {longest}; only the cell D >= L, k > L can show a failure the theory predicts. Each "
         "cell: accuracy [95% Wilson interval] (strings).\n",
     ]
-    for task, entry in summary["tasks"].items():
+    # In the task library's order (NLFirst, NRFirst, NLLast, NRLast), not the JSON file's sorted keys.
+    for task, entry in sorted(summary["tasks"].items(), key=lambda item: TASK_CODES.index(item[0])):
         lines += [f"## {task} (predicted: {entry['predicted']})\n", "| seed | " + " | ".join(QUADRANTS) + " |"]
         lines.append("|---" * (len(QUADRANTS) + 1) + "|")
         for seed in entry["seeds"]:
