@@ -56,6 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[100, 1000, 3000, 10000],
         help="input lengths of the rounding study (none: skip it)",
     )
+    parser.add_argument(
+        "--replay-lengths",
+        type=int,
+        nargs="*",
+        default=[],
+        help="lengths at which layer 0's head of the rounding study is replayed alone (crasplab.compiler.replay; "
+        "lengths the whole model cannot run on a CPU)",
+    )
     parser.add_argument("--rounding-dtypes", nargs="+", default=["float32", "float64"], choices=("float32", "float64"))
     parser.add_argument(
         "--witness-dtypes",
@@ -88,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="rebuild the report of a finished run")
     args = parser.parse_args(argv)
+    from crasplab.compiler.replay import replay_records
     from crasplab.compiler.study import figure, report, rounding_records, summarize, trained_records, witness_records
     from crasplab.results.files import append_jsonl, write_json, write_text
 
@@ -117,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.rounding_lengths:
         records = chain(records, rounding_records(args.rounding_lengths, args.samples, args.seed, args.rounding_dtypes))
+    if args.replay_lengths:
+        records = chain(records, replay_records(args.replay_lengths, args.samples, args.seed, args.rounding_dtypes))
     for run_dir in args.trained:
         records = chain(records, trained_records(run_dir, args.trained_lengths, args.samples, args.seed))
     for record in records:

@@ -74,13 +74,18 @@ def probe_model(compiled: CompiledProgram, dtype: str | None = None) -> Transfor
     return model
 
 
-def read_definitions(compiled: CompiledProgram, residual_BxTxD: np.ndarray) -> dict[str, np.ndarray]:
-    """Every definition instance ("prev[a]") read from a final residual stream: Booleans as 0/1
-    values (unrounded), counts as counts (averaged counts multiplied back by the position i)."""
+def read_definitions(
+    compiled: CompiledProgram, residual_BxTxD: np.ndarray, first_position: int = 1, labels=None
+) -> dict[str, np.ndarray]:
+    """Every definition instance ("prev[a]", or those in `labels`) read from a final residual
+    stream whose first row is at `first_position`: Booleans as 0/1 values (unrounded), counts as
+    counts (averaged counts multiplied back by the position i)."""
     residual = residual_BxTxD.astype(np.float64)
-    positions = np.arange(1, residual.shape[1] + 1)[None, :]
+    positions = first_position + np.arange(residual.shape[1])[None, :]
     values = {}
     for label, (kind, value) in compiled.definitions.items():
+        if labels is not None and label not in labels:
+            continue
         form = value.form if isinstance(value, Count) else value
         read = sum((coefficient * residual[..., f] for f, coefficient in form.items()), np.zeros(residual.shape[:2]))
         if isinstance(value, Count):

@@ -196,9 +196,18 @@ def first_failure(by_length: dict) -> int | None:
 def summarize(run_dir: Path) -> dict:
     records = read_jsonl(Path(run_dir) / "metrics.jsonl")
     alphabet_size = json.loads((Path(run_dir) / "config.json").read_text())["alphabet_size"]
-    table, rounding, trained = {}, {}, {}
+    table, rounding, trained, replay, limit = {}, {}, {}, {}, None
     for r in records:
-        if r["kind"] == "trained":
+        if r["kind"] == "limit":
+            limit = r["max_length"]
+        elif r["kind"] == "replay":
+            replay.setdefault(r["dtype"], {})[r["length"]] = [
+                r["count_error"],
+                r["strings"],
+                r["chunk"],
+                r.get("compiled_right"),
+            ]
+        elif r["kind"] == "trained":
             row = trained.setdefault(
                 f"{r['task']} {r['pe']}",
                 dict(task=r["task"], pe=r["pe"], witness=r["witness"], train_lengths=r["train_lengths"], by_length={}),
@@ -217,7 +226,19 @@ def summarize(run_dir: Path) -> dict:
     for row in table.values():
         row["exact_up_to"] = {dtype: exact_up_to(by) for dtype, by in row["by_dtype"].items()}
     first = {dtype: first_failure(by) for dtype, by in rounding.items()}
-    return dict(witnesses=table, rounding=rounding, first_rounding_failure=first, trained=trained)
+    replayed_failure = {
+        dtype: min([n for n, (_, total, _, right) in by.items() if right is not None and right < total], default=None)
+        for dtype, by in replay.items()
+    }
+    return dict(
+        witnesses=table,
+        rounding=rounding,
+        first_rounding_failure=first,
+        trained=trained,
+        replay=replay,
+        first_replayed_failure=replayed_failure,
+        compiled_limit=limit,
+    )
 
 
 def _witness_cells(row: dict) -> str:
@@ -246,11 +267,42 @@ def _rounding_lines(summary: dict) -> list[str]:
     for dtype, by in summary["rounding"].items():
         for n, (c, error, total) in sorted(by.items(), key=lambda x: int(x[0])):
             lines.append(f"| {dtype} | {n} | {c} | {total} | {'-' if error is None else f'{error:.3g}'} |")
-    lines += ["", "| dtype | longest length run | first failure |", "|---|---|---|"]
+    replay = summary.get("replay") or {}
+    if replay:
+        lines += [
+            "",
+            "### Replayed on <sep>'s prefill chunk (crasplab.compiler.replay)",
+            "",
+            f"The compiler builds this witness for strings up to {summary['compiled_limit']} tokens "
+            "(beyond, a threshold's |gain * z| passes 2**30). Largest error as above. Where the whole "
+            "model ran the same strings in float32, its error is the replay's; in float64 it differs "
+            "because the whole model returns its outputs in float32 (the read's rounding, not the "
+            "sums'), which the replay, reading the residual itself, does not.",
+            "",
+            "| dtype | length | chunk (tokens) | strings | right | largest error | whole model's |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for dtype, by in replay.items():
+            for n, (error, total, chunk, right) in sorted(by.items(), key=lambda x: int(x[0])):
+                whole = summary["rounding"].get(dtype, {}).get(n)
+                shown = "-" if whole is None or whole[1] is None else f"{whole[1]:.3g}"
+                lines.append(
+                    f"| {dtype} | {n} | {chunk} | {total} | {'-' if right is None else right} | {error:.3g} | {shown} |"
+                )
+    lines += [
+        "",
+        "| dtype | longest length, whole model | first failure | longest length, replayed | first failure, replayed |",
+        "|---|---|---|---|---|",
+    ]
     for dtype, by in summary["rounding"].items():
-        failure = summary["first_rounding_failure"][dtype]
-        longest = max(by, key=int)
-        lines.append(f"| {dtype} | {longest} | {failure if failure is not None else f'none up to {longest}'} |")
+        failure, longest = summary["first_rounding_failure"][dtype], max(by, key=int)
+        replayed = replay.get(dtype, {})
+        far = max(replayed, key=int) if replayed else "-"
+        far_failure = summary["first_replayed_failure"].get(dtype) if replayed else None
+        lines.append(
+            f"| {dtype} | {longest} | {failure if failure is not None else f'none up to {longest}'} | {far} | "
+            f"{far_failure if far_failure is not None else (f'none up to {far}' if replayed else '-')} |"
+        )
     return lines
 
 
