@@ -126,7 +126,10 @@ def replay_records(lengths: list[int], samples: int, seed: int, dtypes: list[str
         with precision(dtype):
             for length in lengths:
                 compiled = compile_program(program, "nope", max_length=length + 5, dtype=dtype)
-                strings = margin_one_strings(np.random.default_rng((seed, length)), samples, length)
+                # One string at a time from the same generator: the strings of margin_one_strings(rng,
+                # samples, length), without holding them all (128 of 1.7e6 symbols took 22 GB).
+                rng = np.random.default_rng((seed, length))
+                strings = (margin_one_strings(rng, 1, length)[0] for _ in range(samples))
                 errors, right = zip(*(replay_string(compiled, encode(program, [s])) for s in strings))
                 yield dict(
                     kind="replay",
