@@ -259,7 +259,7 @@ def _rounding_lines(summary: dict) -> list[str]:
         f"## Rounding: {ROUNDING_TASK} (NoPE)",
         "",
         "Largest error: of n[a] - n[b] at <sep>, read from the residual stream of the same pass, in "
-        "counts; the comparison fails once it reaches 0.5.",
+        "counts; a wrong answer needs about 0.5 that lowers n[a] - n[b] (about 1 that raises it).",
         "",
         "| dtype | length | right | strings | largest error |",
         "|---|---|---|---|---|",
