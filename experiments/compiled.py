@@ -6,8 +6,9 @@
 
 Compiles the witnesses of UR, NRFirst, UF, UB and Majority (APE/RoPE, and the C-RASP[] nested-count
 versions for NoPE) with crasplab.compiler, scores each on the task's sampled strings at every
-length the sampler allows beside the interpreter, and runs the rounding study (Majority at
-margin 1 in float32 and float64: the length where each first fails). The folder holds
+length the sampler allows beside the interpreter, in float32 and float64 (the longest length
+each is exact to), and runs the rounding study (Majority at margin 1 in float32 and float64: the
+length where each first fails, and the rounding error of the compared counts). The folder holds
 config.json, metrics.jsonl, summary.json, report.md and accuracy_by_length.png, all computed from
 metrics.jsonl. With --trained RUN_DIR (a length_gen.py run) the run's trained models and the
 compiled witness of the same encoding answer the same strings, beside each other.
@@ -16,7 +17,6 @@ compiled witness of the same encoding answer the same strings, beside each other
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from itertools import chain
 from pathlib import Path
@@ -56,7 +56,22 @@ def main(argv: list[str] | None = None) -> int:
         default=[100, 1000, 3000, 10000],
         help="input lengths of the rounding study (none: skip it)",
     )
+    parser.add_argument(
+        "--replay-lengths",
+        type=int,
+        nargs="*",
+        default=[],
+        help="lengths at which layer 0's head of the rounding study is replayed alone (crasplab.compiler.replay; "
+        "lengths the whole model cannot run on a CPU)",
+    )
     parser.add_argument("--rounding-dtypes", nargs="+", default=["float32", "float64"], choices=("float32", "float64"))
+    parser.add_argument(
+        "--witness-dtypes",
+        nargs="+",
+        default=["float32", "float64"],
+        choices=("float32", "float64"),
+        help="dtypes each witness runs in (default both; float64 runs in jax's 64-bit mode, float32 without it)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the strings (default 0)")
     parser.add_argument(
         "--trained",
@@ -81,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="rebuild the report of a finished run")
     args = parser.parse_args(argv)
-    if "float64" in args.rounding_dtypes and args.rounding_lengths:
-        os.environ.setdefault("JAX_ENABLE_X64", "1")  # before jax is imported; float32 models stay float32
+    from crasplab.compiler.replay import replay_records
     from crasplab.compiler.study import figure, report, rounding_records, summarize, trained_records, witness_records
     from crasplab.results.files import append_jsonl, write_json, write_text
 
@@ -107,9 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         args.out / ("config.json" if not args.append else f"config-append-{len(list(args.out.glob('config*')))}.json"),
         settings,
     )
-    records = witness_records(args.lengths, args.samples, args.seed, args.alphabet_size, args.tasks)
+    records = witness_records(
+        args.lengths, args.samples, args.seed, args.alphabet_size, args.tasks, args.witness_dtypes
+    )
     if args.rounding_lengths:
         records = chain(records, rounding_records(args.rounding_lengths, args.samples, args.seed, args.rounding_dtypes))
+    if args.replay_lengths:
+        records = chain(records, replay_records(args.replay_lengths, args.samples, args.seed, args.rounding_dtypes))
     for run_dir in args.trained:
         records = chain(records, trained_records(run_dir, args.trained_lengths, args.samples, args.seed))
     for record in records:

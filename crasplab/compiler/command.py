@@ -12,7 +12,9 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
+from crasp.check import _language_samples as language_samples
 from crasp.check import lookup, program_for, to_program_ids
+from crasp.evaluate import evaluate
 from crasp.languages import Language
 from crasp.library import load_source
 from crasp.nexttoken import check_teacher_forced, encode
@@ -44,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="compile over this task's symbols (a generic program reads "
         "them), score the compiled model on its strings, and write DIR/config.json and DIR/TASK/seed0 "
         "(with --seed k: seedk), the job folder train.trained.load_trained_model and "
-        "experiments/mechanism.py --run DIR --task TASK read",
+        "experiments/mechanism.py --run DIR --task TASK read; or a language (listed by python -m crasp tasks): "
+        "an acceptance program scored on crasp check's strings of each length, no job folder",
     )
     parser.add_argument(
         "--lengths",
@@ -103,8 +106,6 @@ def run(args) -> int:
     require_dtype_available(args.dtype)
     source = load_source(args.program)
     target = lookup(args.task) if args.task else None
-    if isinstance(target, Language):
-        raise CompileError(f"{target.name} is a language; --task scores next-token tasks (python -m crasp tasks)")
     program = program_for(source, target) if target else source.program()
     compiled = compile_program(
         program, args.pe, args.max_length, args.dtype, places=definition_places(source.text, source.name)
@@ -115,7 +116,7 @@ def run(args) -> int:
         save_compiled_job(
             compiled, args.out, target.code, PRESETS[args.preset].train_for(target.code), args.preset, args.seed
         )
-        if target is not None
+        if isinstance(target, Task)
         else None
     )
     save_compiled(compiled, args.out, source.name)
@@ -128,7 +129,9 @@ def run(args) -> int:
         )
     if args.show:
         print(attention_table(compiled, args.show.split()))
-    if target is not None:
+    if isinstance(target, Language):
+        score_language(compiled, target, args)
+    elif target is not None:
         score(compiled, target, args)
     return 0
 
@@ -152,6 +155,24 @@ def attention_table(compiled, symbols: list[str]) -> str:
     return "\n".join(blocks) or "every head averages over j <= i"
 
 
+def _require_fits(compiled, length: int, tokens: int) -> None:
+    if tokens > compiled.max_length:
+        raise CompileError(
+            f"length {length} gives strings of {tokens} tokens, beyond the "
+            f"{compiled.max_length} the model was built for; raise --max-length"
+        )
+
+
+SCORE_HEADER = f"{'length':>6} | {'strings':>7} | compiled right | interpreter right | seconds"
+
+
+def _score_row(length: int, strings: int, compiled_right: int, interpreter_right: int, started: float) -> str:
+    return (
+        f"{length:>6} | {strings:>7} | {compiled_right:>14} | {interpreter_right:>17} | "
+        f"{time.perf_counter() - started:7.1f}"
+    )
+
+
 def score(compiled, task: Task, args) -> None:
     """Per length: strings the compiled model answers exactly, beside the interpreter's count."""
     model = compiled.model()
@@ -159,21 +180,31 @@ def score(compiled, task: Task, args) -> None:
     skipped = [n for n in args.lengths if n not in lengths]
     if skipped:
         print(f"skipped lengths {' '.join(map(str, skipped))}: {task.length_problem(skipped[0])}")
-    print(f"{'length':>6} | {'strings':>7} | compiled right | interpreter right | seconds")
+    print(SCORE_HEADER)
     for length in lengths:
         started = time.perf_counter()
         examples = task.sample(np.random.default_rng((args.seed, length)), args.samples, length)
-        if examples.tokens.shape[1] > compiled.max_length:
-            raise CompileError(
-                f"length {length} gives strings of {examples.tokens.shape[1]} tokens, beyond the "
-                f"{compiled.max_length} the model was built for; raise --max-length"
-            )
+        _require_fits(compiled, length, examples.tokens.shape[1])
         ids = to_program_ids(examples.tokens, task.vocab, compiled.program)
         table = output_table(model, ids)
         right = answers_right(table, ids, examples.prompt_lengths, examples.lengths)
         interpreter = check_teacher_forced(compiled.program, ids, examples.prompt_lengths, examples.lengths).correct
-        print(
-            f"{length:>6} | {args.samples:>7} | {int(right.sum()):>14} | {int(interpreter.sum()):>17} | "
-            f"{time.perf_counter() - started:7.1f}",
-            flush=True,
-        )
+        print(_score_row(length, args.samples, int(right.sum()), int(interpreter.sum()), started), flush=True)
+
+
+def score_language(compiled, language: Language, args) -> None:
+    """Per length: strings (crasp check's mix: uniform, members, members with one symbol changed)
+    whose membership the compiled model's accepted Boolean at the last position gets right,
+    beside the interpreter's."""
+    model, program = compiled.model(), compiled.program
+    print(SCORE_HEADER)
+    for length in args.lengths:
+        started = time.perf_counter()
+        _require_fits(compiled, length, length)
+        strings = language_samples(language, np.random.default_rng((args.seed, length)), args.samples, length)
+        ids = encode(program, strings)
+        members = np.array([language.contains(s) for s in strings])
+        accepted = output_table(model, ids)[:, length - 1, 0]  # every column holds the accepted Boolean
+        interpreted = evaluate(program, ids, [program.accept])[program.accept].array[:, length - 1]
+        right, interpreter = int((accepted == members).sum()), int((interpreted == members).sum())
+        print(_score_row(length, args.samples, right, interpreter, started), flush=True)

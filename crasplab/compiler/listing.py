@@ -25,7 +25,9 @@ def listing(compiled) -> str:
         outputs = list(dict.fromkeys(compiled.features[s.output].name for s in steps))
         if outputs:
             shown = "; ".join(outputs[:6]) + (f"; ... ({len(outputs)} in all)" if len(outputs) > 6 else "")
-            lines.append(f"  mlp: {plural(len(steps), 'threshold step')}: {shown}")
+            ramps = sum(s.ramp for s in steps)
+            kinds = [plural(n, word) for n, word in ((len(steps) - ramps, "threshold step"), (ramps, "ramp")) if n]
+            lines.append(f"  mlp: {' and '.join(kinds)}: {shown}")
         else:
             lines.append("  mlp: (nothing)")
     return "\n".join(lines)

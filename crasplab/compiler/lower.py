@@ -17,13 +17,17 @@ The supported subset and what each node becomes:
 - `any t: Q(t) and #[j <= i] (K[t] and R) >= 1` with K one-hot in t: one keyed head (query: the
   current symbol; key: the t for which K holds at j) instead of one head per symbol;
 - MOD(m, r) (APE): a flag in the position table.
-Outside it (min, max, `? :`, local counts on NoPE, MOD without APE) the compiler raises
+min, max and `? :` of counts are ramps (max(z, 0) from one SwiGLU unit, exact on the integer
+values counts take): min(a, b) = a - max(a - b, 0), c ? a : b = b + c (a - b) with
+c x = max(x - M (1 - c), 0) - max(-x - M (1 - c), 0) for a bound M of |x|.
+Outside it (local counts on NoPE, MOD without APE) the compiler raises
 CompileError naming the node and the definition it is in.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +43,8 @@ MATCH_SCORE = 80.0  # keyed heads: a matching key; the sink scores half of it
 LOCAL_SCORE_MARGIN = 60.0  # local heads: score gap between the peak, the sink and any other key
 EXACT_STEP_INPUT = 2.0**30  # |gain * z| below this keeps (g + T) - (g - T) = 2T exact in float32
 ROPE_DIM, ROPE_BASE = 32, 100.0
+ARITH = {"+": operator.add, "-": operator.sub, "min": min, "max": max}
+VALUE_COUNTS = "a local count j = i - c, or `? :` between constants"
 
 
 class CompileError(E.CraspError, ValueError):
@@ -163,6 +169,7 @@ class Lowering:
         self.memo: dict[tuple, object] = {}
         self.definitions: dict[str, tuple[str, object]] = {}  # "prev[a]" -> ("Boolean" or "Count", value)
         self._inverse: int | None = None
+        self.bounds: dict[int, float] = {}  # ramp feature -> bound of its value (others lie in [-1, 1])
 
     # ------------------------------------------------------------ bookkeeping
     def _feature(self, name: str, level: int, source: str) -> int:
@@ -231,15 +238,18 @@ class Lowering:
         group.channels.append((value, output, name))
         return output
 
-    def step(self, z: Affine, margin: float, name: str, output: int | None = None, weight: float = 1.0) -> int:
-        """A feature that is 1 where z >= margin and 0 where z <= -margin (or adds to `output`)."""
-        gain = 2 * STEP_OFFSET / margin
+    def check_gain(self, z: Affine, gain: float, name: str) -> None:
         bound = sum(abs(v) for v in z.values()) * gain + STEP_OFFSET
         if bound >= EXACT_STEP_INPUT:
             raise CompileError(
                 f"the comparison `{name}` in {self.where()} has coefficients too large to threshold "
                 f"exactly up to length {self.max_length} (|gain * z| up to {bound:.3g})"
             )
+
+    def step(self, z: Affine, margin: float, name: str, output: int | None = None, weight: float = 1.0) -> int:
+        """A feature that is 1 where z >= margin and 0 where z <= -margin (or adds to `output`)."""
+        gain = 2 * STEP_OFFSET / margin
+        self.check_gain(z, gain, name)
         layer = max(0, self.level(z) // 2)
         if output is None:
             output = self._feature(name, 2 * layer + 2, "mlp")
@@ -247,6 +257,21 @@ class Lowering:
             self.features[output].level = max(self.features[output].level, 2 * layer + 2)
         self.steps.append(Step(layer, z, gain, output, weight, name))
         return output
+
+    def ramp(self, z: Affine, scale: str, name: str) -> int:
+        """A feature holding max(z, 0) for a count difference z: z is an integer (divided by i when
+        averaged), so z = 0 or |z| >= the count margin, where silu(gain z) / gain is exact."""
+        gain = STEP_OFFSET * (self.max_length if scale == "averaged" else 1.0)
+        self.check_gain(z, gain, name)
+        layer = max(0, self.level(z) // 2)
+        output = self._feature(name, 2 * layer + 2, "mlp")
+        self.bounds[output] = self.value_bound(z)
+        self.steps.append(Step(layer, z, gain, output, 1.0, name, ramp=True))
+        return output
+
+    def value_bound(self, form: Affine) -> float:
+        """A bound on |form|: every feature lies in [-1, 1] except ramps, whose bound is recorded."""
+        return sum(abs(c) * self.bounds.get(f, 1.0) for f, c in form.items())
 
     # ------------------------------------------------------------ the program
     def lower_program(self) -> list[Affine]:
@@ -263,8 +288,7 @@ class Lowering:
             if handler is None:
                 raise self.unsupported(
                     node,
-                    f"{type(node).__name__} is outside the compiled subset "
-                    "(min, max and `? :` have no construction yet)",
+                    f"{type(node).__name__} is outside the compiled subset",
                 )
             self.memo[key] = handler(node, env)
         return self.memo[key]
@@ -338,13 +362,6 @@ class Lowering:
         left, right = self.count(node.left, env), self.count(node.right, env)
         if left.scale == right.scale == "constant":
             return self._BoolConst(E.BoolConst(bool(E.COMPARISONS[node.op](left.constant, right.constant))), env)
-        scales = {left.scale, right.scale} - {"constant"}
-        if len(scales) > 1:
-            raise self.unsupported(
-                node,
-                "it compares a local count (j = i - c) with a count over every j <= i; "
-                "the compiled model holds the first as a value and the second divided by i",
-            )
         for count, other in ((left, right), (right, left)):
             if count.zero_or_one and other.scale == "constant":  # the comparison at 0 and at 1, as a line
                 at = [
@@ -352,8 +369,7 @@ class Lowering:
                     for v in (0, 1)
                 ]
                 return _add((float(at[0]), {ONE: 1.0}), (float(at[1]) - float(at[0]), count.form))
-        scale = scales.pop()
-        unit = {self.inverse: 1.0} if scale == "averaged" else {ONE: 1.0}
+        scale, unit = self.common_scale(node, left, right)
         margin = BOOLEAN_MARGIN / self.max_length if scale == "averaged" else BOOLEAN_MARGIN
         difference = _add((1.0, self.form(left, unit)), (-1.0, self.form(right, unit)))
         name = self.describe(node)
@@ -377,19 +393,52 @@ class Lowering:
     def _Number(self, node, env) -> Count:
         return Count("constant", {}, node.value)
 
-    def _Arith(self, node, env) -> Count:
-        if node.op not in ("+", "-"):
-            raise self.unsupported(node, f"{node.op} has no construction yet (only + and - of counts)")
-        left, right = self.count(node.left, env), self.count(node.right, env)
-        sign = 1 if node.op == "+" else -1
-        if left.scale == right.scale == "constant":
-            return Count("constant", {}, left.constant + sign * right.constant)
-        scales = {left.scale, right.scale} - {"constant"}
+    def common_scale(self, node: E.Expr, *counts: Count) -> tuple[str, Affine]:
+        """The scale the non-constant counts share, and its unit (1/i when averaged, else 1)."""
+        scales = {c.scale for c in counts} - {"constant"}
         if len(scales) > 1:
-            raise self.unsupported(node, "it adds a local count (j = i - c) to a count over every j <= i")
+            raise self.unsupported(
+                node,
+                f"it combines a count held as its value ({VALUE_COUNTS}) with a count over every j <= i, "
+                "which the compiled model holds divided by i",
+            )
         scale = scales.pop()
-        unit = {self.inverse: 1.0} if scale == "averaged" else {ONE: 1.0}
-        return Count(scale, _add((1.0, self.form(left, unit)), (float(sign), self.form(right, unit))))
+        return scale, {self.inverse: 1.0} if scale == "averaged" else {ONE: 1.0}
+
+    def _Arith(self, node, env) -> Count:
+        left, right = self.count(node.left, env), self.count(node.right, env)
+        if left.scale == right.scale == "constant":
+            return Count("constant", {}, ARITH[node.op](left.constant, right.constant))
+        scale, unit = self.common_scale(node, left, right)
+        a, b = self.form(left, unit), self.form(right, unit)
+        if node.op in ("+", "-"):
+            return Count(scale, _add((1.0, a), (1.0 if node.op == "+" else -1.0, b)))
+        # min(a, b) = a - max(a - b, 0); max(a, b) = a + max(b - a, 0)
+        sign = -1.0 if node.op == "min" else 1.0
+        excess = self.ramp(_add((-sign, a), (sign, b)), scale, self.describe(node))
+        both = left.zero_or_one and right.zero_or_one
+        return Count(scale, _add((1.0, a), (sign, {excess: 1.0})), zero_or_one=both)
+
+    def _Conditional(self, node, env) -> Count:
+        condition = self.boolean(node.condition, env)
+        yes, no = self.count(node.if_true, env), self.count(node.if_false, env)
+        if _constant_of(condition) is not None:
+            return yes if _constant_of(condition) else no
+        if yes.scale == no.scale == "constant":  # a Boolean times a constant: a count held as its value
+            form = _add((float(no.constant), {ONE: 1.0}), (float(yes.constant - no.constant), condition))
+            return Count("local", form, zero_or_one={yes.constant, no.constant} <= {0, 1})
+        scale, unit = self.common_scale(node, yes, no)
+        b = self.form(no, unit)
+        x = _add((1.0, self.form(yes, unit)), (-1.0, b))
+        # c x = max(x - M (1 - c), 0) - max(-x - M (1 - c), 0) for an integer M >= |x|: x - M and
+        # -x - M are then 0 or at least the count margin where c = 0, as a ramp needs
+        M = float(math.ceil(self.value_bound(x)))
+        off = _add((M, {ONE: 1.0}), (-M, condition))
+        name = self.describe(node)
+        above = self.ramp(_add((1.0, x), (-1.0, off)), scale, f"{name} (above 0)")
+        below = self.ramp(_add((-1.0, x), (-1.0, off)), scale, f"{name} (below 0)")
+        both = yes.zero_or_one and no.zero_or_one
+        return Count(scale, _add((1.0, b), (1.0, {above: 1.0}), (-1.0, {below: 1.0})), zero_or_one=both)
 
     def _CountOf(self, node, env) -> Count:
         body = self.boolean(node.body, env)

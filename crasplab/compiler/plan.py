@@ -50,7 +50,8 @@ class HeadGroup:
 class Step:
     """Two SwiGLU units of one layer: (silu(g + T) - silu(g - T)) / 2T with g = gain * z is 0 or 1
     wherever |z| >= margin (silu equals the identity beyond T/2 and vanishes below -T in float32
-    and float64), written into `output` with weight `weight`."""
+    and float64), written into `output` with weight `weight`. A ramp is one unit, silu(g) / gain:
+    max(z, 0) wherever z = 0 or |z| >= margin (there |g| >= T)."""
 
     layer: int
     z: Affine
@@ -58,3 +59,8 @@ class Step:
     output: int
     weight: float
     label: str
+    ramp: bool = False
+
+    @property
+    def units(self) -> int:
+        return 1 if self.ramp else 2

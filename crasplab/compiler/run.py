@@ -27,19 +27,31 @@ def require_dtype_available(dtype: str) -> None:
         )
 
 
+@nnx.jit
+def _whole(model: Transformer, tokens_BxT: jax.Array) -> jax.Array:
+    return model(tokens_BxT).logits_BxTxV
+
+
+@nnx.jit
+def _prefill(model: Transformer, tokens_BxC: jax.Array, cache):
+    out = model(tokens_BxC, cache=cache)
+    return out.logits_BxTxV, out.cache
+
+
 def _outputs(model: Transformer, tokens_BxT: np.ndarray, chunk: int | None) -> np.ndarray:
-    """The model's output (logits, float32) at every position; padding ids (< 0) read as id 0."""
+    """The model's output (logits, float32) at every position; padding ids (< 0) read as id 0.
+    Compiled with jit (one program per chunk shape): run op by op, the masks and softmaxes of a
+    10^4-token string take about six times as long on the CPU."""
     tokens = jnp.asarray(np.maximum(tokens_BxT, 0))
     B, T = tokens.shape
     if chunk is None or T <= chunk:
-        return np.asarray(model(tokens).logits_BxTxV)
+        return np.asarray(_whole(model, tokens))
     cache, parts = model.init_cache(B, T), []
     # Under jax's 64-bit mode the literal slot offsets are int64: the cache index must match them.
     cache = cache.replace(index=cache.index.astype(jnp.asarray(0).dtype))
     for start in range(0, T, chunk):
-        out = model(tokens[:, start : start + chunk], cache=cache)
-        cache = out.cache
-        parts.append(np.asarray(out.logits_BxTxV))
+        logits, cache = _prefill(model, tokens[:, start : start + chunk], cache)
+        parts.append(np.asarray(logits))
     return np.concatenate(parts, axis=1)
 
 
@@ -48,26 +60,32 @@ def output_table(model: Transformer, tokens_BxT: np.ndarray, chunk: int | None =
     return _outputs(model, tokens_BxT, chunk) > 0
 
 
-def probe_model(compiled: CompiledProgram) -> Transformer:
-    """The same weights with the identity as readout: its "logits" are the final residual stream.
-    The vocabulary grows to d_model with unused zero rows, so this too is only config and weights."""
+def probe_model(compiled: CompiledProgram, dtype: str | None = None) -> Transformer:
+    """The same weights with the final residual stream appended to the logits: its outputs are the
+    V logits, then the D residual features (the readout gains D identity columns). The vocabulary
+    grows to V + D with unused zero rows, so this too is only config and weights."""
     D, V = compiled.config.d_model, compiled.config.vocab_size
-    width = max(D, V)
-    model = Transformer(compiled.config.replace(vocab_size=width), rngs=nnx.Rngs(0))
+    config = compiled.config.replace(vocab_size=V + D, **({} if dtype is None else {"dtype": dtype}))
+    model = Transformer(config, rngs=nnx.Rngs(0))
     params = dict(compiled.params)
-    params["embed.embedding"] = np.concatenate([params["embed.embedding"], np.zeros((width - V, D))])
-    params["lm_head.kernel"] = np.eye(D, width)
+    params["embed.embedding"] = np.concatenate([params["embed.embedding"], np.zeros((D, D))])
+    params["lm_head.kernel"] = np.concatenate([params["lm_head.kernel"], np.eye(D)], axis=1)
     set_params(model, params, require_all=True)
     return model
 
 
-def probe_definitions(compiled: CompiledProgram, tokens_BxT: np.ndarray) -> dict[str, np.ndarray]:
-    """Every definition instance ("prev[a]") read from the residual stream: Booleans as 0/1 values
-    (unrounded), counts as counts (averaged counts multiplied back by the position i)."""
-    residual = _outputs(probe_model(compiled), tokens_BxT, PREFILL_CHUNK).astype(np.float64)
-    positions = np.arange(1, residual.shape[1] + 1)[None, :]
+def read_definitions(
+    compiled: CompiledProgram, residual_BxTxD: np.ndarray, first_position: int = 1, labels=None
+) -> dict[str, np.ndarray]:
+    """Every definition instance ("prev[a]", or those in `labels`) read from a final residual
+    stream whose first row is at `first_position`: Booleans as 0/1 values (unrounded), counts as
+    counts (averaged counts multiplied back by the position i)."""
+    residual = residual_BxTxD.astype(np.float64)
+    positions = first_position + np.arange(residual.shape[1])[None, :]
     values = {}
     for label, (kind, value) in compiled.definitions.items():
+        if labels is not None and label not in labels:
+            continue
         form = value.form if isinstance(value, Count) else value
         read = sum((coefficient * residual[..., f] for f, coefficient in form.items()), np.zeros(residual.shape[:2]))
         if isinstance(value, Count):
@@ -75,6 +93,21 @@ def probe_definitions(compiled: CompiledProgram, tokens_BxT: np.ndarray) -> dict
             read = read * positions if value.scale == "averaged" else read
         values[label] = read
     return values
+
+
+def table_and_definitions(
+    compiled: CompiledProgram, tokens_BxT: np.ndarray, dtype: str | None = None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """One pass of probe_model: the output table (logits > 0) and every definition read from the
+    residual stream of the same computation."""
+    outputs = _outputs(probe_model(compiled, dtype), tokens_BxT, PREFILL_CHUNK)
+    V = compiled.config.vocab_size
+    return outputs[..., :V] > 0, read_definitions(compiled, outputs[..., V:])
+
+
+def probe_definitions(compiled: CompiledProgram, tokens_BxT: np.ndarray) -> dict[str, np.ndarray]:
+    """Every definition instance read from the residual stream (see read_definitions)."""
+    return table_and_definitions(compiled, tokens_BxT)[1]
 
 
 def interpreter_definitions(compiled: CompiledProgram, ids_BxT: np.ndarray) -> dict[str, np.ndarray]:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from crasp import witnesses as W
@@ -19,7 +20,7 @@ from crasp.fragment import fragment_of
 from crasp.nexttoken import check_teacher_forced, encode
 from crasp.tasks import get_task
 from crasplab.compiler import compile_program
-from crasplab.compiler.run import answers_right, output_table
+from crasplab.compiler.run import answers_right, output_table, table_and_definitions
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl
 
@@ -36,6 +37,13 @@ WITNESS_RUNS: tuple[tuple[str, Callable, tuple[str, ...]], ...] = (
     ("Majority", W.majority, ("nope",)),
 )
 ROUNDING_TASK = "Majority at margin 1"
+DTYPES = ("float32", "float64")
+
+
+def precision(dtype: str):
+    """jax's 64-bit mode for float64 models only: float32 models run as they would without it
+    (in that mode the score masks and integer positions would be 64-bit)."""
+    return jax.enable_x64(dtype == "float64")
 
 
 def task_for(code: str, alphabet_size: int | None):
@@ -44,9 +52,9 @@ def task_for(code: str, alphabet_size: int | None):
 
 
 def witness_records(
-    lengths: list[int], samples: int, seed: int, alphabet_size: int | None, tasks: list[str]
+    lengths: list[int], samples: int, seed: int, alphabet_size: int | None, tasks: list[str], dtypes=("float32",)
 ) -> Iterator[dict]:
-    """One record per (witness, encoding, length): strings the compiled model and the interpreter answer."""
+    """One record per (witness, encoding, dtype, length): strings the compiled model and the interpreter answer."""
     for code, make, encodings in (run for run in WITNESS_RUNS if run[0] in tasks):
         task = task_for(code, alphabet_size)
         program = make(task.symbols)
@@ -54,31 +62,37 @@ def witness_records(
         for pe in encodings:
             longest = max(task.sample(np.random.default_rng(0), 1, n).tokens.shape[1] for n in usable)
             compiled = compile_program(program, pe, max_length=max(64, longest))
-            model = compiled.model()
-            for length in usable:
-                started = time.perf_counter()
-                examples = task.sample(np.random.default_rng((seed, length)), samples, length)
-                ids = to_program_ids(examples.tokens, task.vocab, program)
-                right = answers_right(output_table(model, ids), ids, examples.prompt_lengths, examples.lengths)
-                interpreter = check_teacher_forced(program, ids, examples.prompt_lengths, examples.lengths).correct
-                yield dict(
-                    kind="witness",
-                    task=code,
-                    witness=make.__name__,
-                    pe=pe,
-                    dtype="float32",
-                    symbols=len(task.symbols),
-                    fragment=fragment_of(program).name,
-                    layers=compiled.config.n_layers,
-                    heads=compiled.config.n_heads,
-                    d_model=compiled.config.d_model,
-                    parameters=compiled.parameters,
-                    length=length,
-                    strings=samples,
-                    compiled_right=int(right.sum()),
-                    interpreter_right=int(interpreter.sum()),
-                    seconds=round(time.perf_counter() - started, 2),
-                )
+            for dtype in dtypes:
+                with precision(dtype):
+                    yield from _witness_lengths(compiled, task, usable, samples, seed, dtype, make.__name__)
+
+
+def _witness_lengths(compiled, task, lengths, samples, seed, dtype, witness) -> Iterator[dict]:
+    model, program = compiled.model(dtype), compiled.program
+    for length in lengths:
+        started = time.perf_counter()
+        examples = task.sample(np.random.default_rng((seed, length)), samples, length)
+        ids = to_program_ids(examples.tokens, task.vocab, program)
+        right = answers_right(output_table(model, ids), ids, examples.prompt_lengths, examples.lengths)
+        interpreter = check_teacher_forced(program, ids, examples.prompt_lengths, examples.lengths).correct
+        yield dict(
+            kind="witness",
+            task=task.code,
+            witness=witness,
+            pe=compiled.pe,
+            dtype=dtype,
+            symbols=len(task.symbols),
+            fragment=fragment_of(program).name,
+            layers=compiled.config.n_layers,
+            heads=compiled.config.n_heads,
+            d_model=compiled.config.d_model,
+            parameters=compiled.parameters,
+            length=length,
+            strings=samples,
+            compiled_right=int(right.sum()),
+            interpreter_right=int(interpreter.sum()),
+            seconds=round(time.perf_counter() - started, 2),
+        )
 
 
 def trained_records(run_dir: Path, lengths: list[int], samples: int, seed: int) -> Iterator[dict]:
@@ -135,34 +149,65 @@ def margin_one_strings(rng: np.random.Generator, n: int, length: int) -> list[li
 
 
 def rounding_records(lengths: list[int], samples: int, seed: int, dtypes: list[str]) -> Iterator[dict]:
-    """Majority over {a, b} at margin 1 (the hardest comparison: two large, nearly equal counts)."""
+    """Majority over {a, b} at margin 1 (the hardest comparison: two large, nearly equal counts).
+    Besides the verdict, each record holds the largest rounding error of n[a] - n[b] at <sep> as
+    the residual stream of the same pass holds it (in counts; the comparison fails from 1/2)."""
     program = W.majority(("a", "b"))
     for dtype in dtypes:
-        compiled = compile_program(program, "nope", max_length=max(lengths) + 5, dtype=dtype)
-        model = compiled.model()
-        for length in (n + 1 - n % 2 for n in lengths):
-            started = time.perf_counter()
-            ids = encode(program, margin_one_strings(np.random.default_rng((seed, length)), samples, length))
-            prompts = np.full(samples, ids.shape[1] - 2)
-            right = answers_right(output_table(model, ids), ids, prompts, np.full(samples, ids.shape[1]))
-            yield dict(
-                kind="rounding",
-                task=ROUNDING_TASK,
-                pe="nope",
-                dtype=dtype,
-                length=length,
-                strings=samples,
-                compiled_right=int(right.sum()),
-                seconds=round(time.perf_counter() - started, 2),
-            )
+        with precision(dtype):
+            compiled = compile_program(program, "nope", max_length=max(lengths) + 5, dtype=dtype)
+            for length in (n + 1 - n % 2 for n in lengths):
+                started = time.perf_counter()
+                ids = encode(program, margin_one_strings(np.random.default_rng((seed, length)), samples, length))
+                table, values = table_and_definitions(compiled, ids)
+                prompts = np.full(samples, ids.shape[1] - 2)
+                right = answers_right(table, ids, prompts, np.full(samples, ids.shape[1]))
+                sep = ids.shape[1] - 3  # <bos> input <sep> a <eos>: a is counted once more than b there
+                error = np.abs(values["n[a]"][:, sep] - values["n[b]"][:, sep] - 1).max()
+                yield dict(
+                    kind="rounding",
+                    task=ROUNDING_TASK,
+                    pe="nope",
+                    dtype=dtype,
+                    length=length,
+                    strings=samples,
+                    compiled_right=int(right.sum()),
+                    count_error=float(error),
+                    seconds=round(time.perf_counter() - started, 2),
+                )
+
+
+def _witness_row(r: dict, symbols: int) -> dict:
+    keep = ("task", "witness", "pe", "fragment", "layers", "heads", "d_model", "parameters")
+    return dict({k: r[k] for k in keep}, symbols=symbols, by_dtype={})
+
+
+def exact_up_to(by_length: dict) -> int:
+    """The longest length below every failing one at which every string was right (0: none)."""
+    failed = [n for n, (c, *_, s) in by_length.items() if c < s]
+    exact = [n for n, (c, *_, s) in by_length.items() if c == s and (not failed or n < min(failed))]
+    return max(exact, default=0)
+
+
+def first_failure(by_length: dict) -> int | None:
+    return min([n for n, (c, *_, s) in by_length.items() if c < s], default=None)
 
 
 def summarize(run_dir: Path) -> dict:
     records = read_jsonl(Path(run_dir) / "metrics.jsonl")
     alphabet_size = json.loads((Path(run_dir) / "config.json").read_text())["alphabet_size"]
-    table, rounding, trained = {}, {}, {}
+    table, rounding, trained, replay, limit = {}, {}, {}, {}, None
     for r in records:
-        if r["kind"] == "trained":
+        if r["kind"] == "limit":
+            limit = r["max_length"]
+        elif r["kind"] == "replay":
+            replay.setdefault(r["dtype"], {})[r["length"]] = [
+                r["count_error"],
+                r["strings"],
+                r["chunk"],
+                r.get("compiled_right"),
+            ]
+        elif r["kind"] == "trained":
             row = trained.setdefault(
                 f"{r['task']} {r['pe']}",
                 dict(task=r["task"], pe=r["pe"], witness=r["witness"], train_lengths=r["train_lengths"], by_length={}),
@@ -171,49 +216,111 @@ def summarize(run_dir: Path) -> dict:
         elif r["kind"] == "witness":
             # Records written before they carried the alphabet's size: the run's --alphabet-size says it.
             symbols = r.get("symbols") or len(task_for(r["task"], alphabet_size).symbols)
-            row = table.setdefault(
-                f"{r['task']} {r['witness']} {r['pe']} {symbols}",
-                dict(
-                    task=r["task"],
-                    witness=r["witness"],
-                    pe=r["pe"],
-                    symbols=symbols,
-                    fragment=r["fragment"],
-                    layers=r["layers"],
-                    heads=r["heads"],
-                    d_model=r["d_model"],
-                    parameters=r["parameters"],
-                    exact_up_to=0,
-                    by_length={},
-                ),
-            )
-            row["by_length"][r["length"]] = [r["compiled_right"], r["interpreter_right"], r["strings"]]
+            key = f"{r['task']} {r['witness']} {r['pe']} {symbols}"
+            row = table.setdefault(key, _witness_row(r, symbols))
+            by_length = row["by_dtype"].setdefault(r["dtype"], {})
+            by_length[r["length"]] = [r["compiled_right"], r["interpreter_right"], r["strings"]]
         else:
-            rounding.setdefault(r["dtype"], {})[r["length"]] = [r["compiled_right"], r["strings"]]
+            by_length = rounding.setdefault(r["dtype"], {})
+            by_length[r["length"]] = [r["compiled_right"], r.get("count_error"), r["strings"]]
     for row in table.values():
-        exact = [n for n, (c, i, s) in sorted(row["by_length"].items()) if c == s]
-        failed = [n for n, (c, i, s) in row["by_length"].items() if c < s]
-        row["exact_up_to"] = max([n for n in exact if not failed or n < min(failed)], default=0)
-    first_failure = {d: min([n for n, (c, s) in by.items() if c < s], default=None) for d, by in rounding.items()}
-    return dict(witnesses=table, rounding=rounding, first_rounding_failure=first_failure, trained=trained)
+        row["exact_up_to"] = {dtype: exact_up_to(by) for dtype, by in row["by_dtype"].items()}
+    first = {dtype: first_failure(by) for dtype, by in rounding.items()}
+    replayed_failure = {
+        dtype: min([n for n, (_, total, _, right) in by.items() if right is not None and right < total], default=None)
+        for dtype, by in replay.items()
+    }
+    return dict(
+        witnesses=table,
+        rounding=rounding,
+        first_rounding_failure=first,
+        trained=trained,
+        replay=replay,
+        first_replayed_failure=replayed_failure,
+        compiled_limit=limit,
+    )
+
+
+def _witness_cells(row: dict) -> str:
+    """ "n: float32 / float64 / interpreter right of strings" for each length (a dtype not run: -)."""
+    lengths = sorted({n for by in row["by_dtype"].values() for n in by}, key=int)
+    cells = []
+    for n in lengths:
+        runs = [row["by_dtype"].get(dtype, {}).get(n) for dtype in DTYPES]
+        done = next(run for run in runs if run is not None)
+        compiled = " / ".join("-" if run is None else str(run[0]) for run in runs)
+        cells.append(f"{n}: {compiled} / {done[1]} of {done[2]}")
+    return ", ".join(cells)
+
+
+def _rounding_lines(summary: dict) -> list[str]:
+    lines = [
+        "",
+        f"## Rounding: {ROUNDING_TASK} (NoPE)",
+        "",
+        "Largest error: of n[a] - n[b] at <sep>, read from the residual stream of the same pass, in "
+        "counts; a wrong answer needs about 0.5 that lowers n[a] - n[b] (about 1 that raises it).",
+        "",
+        "| dtype | length | right | strings | largest error |",
+        "|---|---|---|---|---|",
+    ]
+    for dtype, by in summary["rounding"].items():
+        for n, (c, error, total) in sorted(by.items(), key=lambda x: int(x[0])):
+            lines.append(f"| {dtype} | {n} | {c} | {total} | {'-' if error is None else f'{error:.3g}'} |")
+    replay = summary.get("replay") or {}
+    if replay:
+        lines += [
+            "",
+            "### Replayed on <sep>'s prefill chunk (crasplab.compiler.replay)",
+            "",
+            f"The compiler builds this witness for strings up to {summary['compiled_limit']} tokens "
+            "(beyond, a threshold's |gain * z| passes 2**30). Largest error as above. Where the whole "
+            "model ran the same strings in float32, its error is the replay's; in float64 it differs "
+            "because the whole model returns its outputs in float32 (the read's rounding, not the "
+            "sums'), which the replay, reading the residual itself, does not.",
+            "",
+            "| dtype | length | chunk (tokens) | strings | right | largest error | whole model's |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for dtype, by in replay.items():
+            for n, (error, total, chunk, right) in sorted(by.items(), key=lambda x: int(x[0])):
+                whole = summary["rounding"].get(dtype, {}).get(n)
+                shown = "-" if whole is None or whole[1] is None else f"{whole[1]:.3g}"
+                lines.append(
+                    f"| {dtype} | {n} | {chunk} | {total} | {'-' if right is None else right} | {error:.3g} | {shown} |"
+                )
+    lines += [
+        "",
+        "| dtype | longest length, whole model | first failure | longest length, replayed | first failure, replayed |",
+        "|---|---|---|---|---|",
+    ]
+    for dtype, by in summary["rounding"].items():
+        failure, longest = summary["first_rounding_failure"][dtype], max(by, key=int)
+        replayed = replay.get(dtype, {})
+        far = max(replayed, key=int) if replayed else "-"
+        far_failure = summary["first_replayed_failure"].get(dtype) if replayed else None
+        lines.append(
+            f"| {dtype} | {longest} | {failure if failure is not None else f'none up to {longest}'} | {far} | "
+            f"{far_failure if far_failure is not None else (f'none up to {far}' if replayed else '-')} |"
+        )
+    return lines
 
 
 def report(summary: dict) -> str:
+    columns = " | ".join(f"exact up to length ({dtype})" for dtype in DTYPES)
     lines = [
         "# Compiled witnesses",
         "",
-        "| task | symbols | witness | fragment | encoding | layers | heads | d_model | "
-        "parameters | exact up to length (float32) | compiled / interpreter right, by length |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| task | symbols | witness | fragment | encoding | layers | heads | d_model | parameters | "
+        f"{columns} | compiled ({' / '.join(DTYPES)}) / interpreter right, by length |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["witnesses"].values():
-        cells = ", ".join(
-            f"{n}: {c}/{i} of {s}" for n, (c, i, s) in sorted(row["by_length"].items(), key=lambda x: int(x[0]))
-        )
+        exact = " | ".join(str(row["exact_up_to"].get(dtype, "-")) for dtype in DTYPES)
         lines.append(
             f"| {row['task']} | {row['symbols']} | {row['witness']} | {row['fragment']} | {row['pe']} | "
-            f"{row['layers']} | "
-            f"{row['heads']} | {row['d_model']} | {row['parameters']:,} | {row['exact_up_to']} | {cells} |"
+            f"{row['layers']} | {row['heads']} | {row['d_model']} | {row['parameters']:,} | {exact} | "
+            f"{_witness_cells(row)} |"
         )
     if summary.get("trained"):
         lines += [
@@ -228,19 +335,7 @@ def report(summary: dict) -> str:
             for n, (c, t, total) in sorted(row["by_length"].items(), key=lambda x: int(x[0])):
                 lines.append(f"| {row['task']} | {row['pe']} | {lo}-{hi} | {n} | {c} | {t} | {total} |")
     if summary["rounding"]:
-        lines += [
-            "",
-            f"## Rounding: {ROUNDING_TASK} (NoPE)",
-            "",
-            "| dtype | right, by length | first failure |",
-            "|---|---|---|",
-        ]
-        for dtype, by in summary["rounding"].items():
-            cells = ", ".join(f"{n}: {c}/{s}" for n, (c, s) in sorted(by.items(), key=lambda x: int(x[0])))
-            failure = summary["first_rounding_failure"][dtype]
-            lines.append(
-                f"| {dtype} | {cells} | {failure if failure is not None else 'none up to the longest length'} |"
-            )
+        lines += _rounding_lines(summary)
     return "\n".join(lines) + "\n"
 
 
@@ -248,10 +343,11 @@ def figure(summary: dict, path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for row in summary["witnesses"].values():
-        lengths = sorted(row["by_length"], key=int)
+        by_length = row["by_dtype"].get("float32") or next(iter(row["by_dtype"].values()))
+        lengths = sorted(by_length, key=int)
         ax.plot(
             [int(n) for n in lengths],
-            [row["by_length"][n][0] / row["by_length"][n][2] for n in lengths],
+            [by_length[n][0] / by_length[n][2] for n in lengths],
             marker="o",
             label=f"{row['task']} {row['pe']} ({row['witness']}, {row['symbols']} symbols)",
         )

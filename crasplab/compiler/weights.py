@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crasplab.compiler.lower import BOS, ROPE_BASE, ROPE_DIM, STEP_OFFSET, CompileError, Lowering
-from crasplab.compiler.plan import ONE, START, Affine, HeadGroup
+from crasplab.compiler.plan import ONE, START, Affine, HeadGroup, Step
 from crasplab.models.config import ModelConfig
 
 NORM_EPS, NORM_SCALE = 2.0**100, 2.0**50
@@ -61,6 +61,17 @@ def _write(matrix: np.ndarray, column: int, form: Affine, scale: float = 1.0) ->
         matrix[feature, column] += scale * coefficient
 
 
+def _write_step(step: Step, unit: int, gate: np.ndarray, up: np.ndarray, down: np.ndarray) -> None:
+    """A step's SwiGLU units from column `unit` on: silu(gain * z + shift) * 1, scaled into its output."""
+    T = STEP_OFFSET
+    units = ((0.0, 1 / step.gain),) if step.ramp else ((T, 1 / (2 * T)), (-T, -1 / (2 * T)))  # (shift, out)
+    for k, (shift, scale) in enumerate(units):
+        _write(gate, unit + k, step.z, step.gain)
+        gate[ONE, unit + k] += shift
+        up[ONE, unit + k] = 1
+        down[unit + k, step.output] = scale * step.weight
+
+
 def position_table(lowering: Lowering, rows: int) -> np.ndarray:
     """APE rows p = 0..rows-1 (position i = p + 1): first-position flag, MOD flags, i > c flags and
     the cosine codes of local heads (key codes 0 at position 1, the sink)."""
@@ -87,7 +98,7 @@ def build_weights(
     heads = place_heads(lowering, K)
     layers = 1 + max([h.layer for h in heads] + [s.layer for s in lowering.steps] + [0])
     H = max([h.index + 1 for h in heads] + [1])
-    units_per_layer = [2 * sum(s.layer == layer for s in lowering.steps) for layer in range(layers)]
+    units_per_layer = [sum(s.units for s in lowering.steps if s.layer == layer) for layer in range(layers)]
     F = max(units_per_layer + [1])
     size = layers * (4 * D * H * K + 3 * D * F) + 2 * D * V
     if size > MAX_PARAMETERS:
@@ -136,13 +147,10 @@ def build_weights(
                 _write(v, base + slot, value)
                 o[base + slot, output] = 1
         gate, up, down = np.zeros((D, F)), np.zeros((D, F)), np.zeros((F, D))
-        steps = [s for s in lowering.steps if s.layer == layer]
-        for n, step in enumerate(steps):
-            for unit, shift, sign in ((2 * n, STEP_OFFSET, 1), (2 * n + 1, -STEP_OFFSET, -1)):
-                _write(gate, unit, step.z, step.gain)
-                gate[ONE, unit] += shift
-                up[ONE, unit] = 1
-                down[unit, step.output] = sign * step.weight / (2 * STEP_OFFSET)
+        unit = 0
+        for step in (s for s in lowering.steps if s.layer == layer):
+            _write_step(step, unit, gate, up, down)
+            unit += step.units
         prefix = f"layers.{layer}"
         params.update(
             {
