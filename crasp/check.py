@@ -261,7 +261,7 @@ def exhaustive_language_length(language: Language) -> int:
     return length
 
 
-def _language_samples(language: Language, rng: np.random.Generator, n: int, length: int) -> list[list[str]]:
+def language_samples(language: Language, rng: np.random.Generator, n: int, length: int) -> list[list[str]]:
     """n strings of this length: a third uniform, a third members, a third members with one
     symbol changed (uniform strings where the language has no member of this length)."""
     symbols = language.symbols
@@ -296,7 +296,7 @@ def check_language(
         yield _language_batch(program, language, strings)
         rng = np.random.default_rng(seed)
         for length in sampled:
-            yield _language_batch(program, language, _language_samples(language, rng, samples_per_length, length))
+            yield _language_batch(program, language, language_samples(language, rng, samples_per_length, length))
 
     method = (
         f"every string up to length {exhaustive_length}, then {samples_per_length} random strings at each "

@@ -12,7 +12,7 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
-from crasp.check import _language_samples as language_samples
+from crasp.check import language_samples
 from crasp.check import lookup, program_for, to_program_ids
 from crasp.evaluate import evaluate
 from crasp.languages import Language

@@ -116,7 +116,7 @@ def longest_compiled_length(program, pe: str, below: int = 2**26) -> int:
 def replay_records(lengths: list[int], samples: int, seed: int, dtypes: list[str]):
     """The longest length the witness compiles for (a "limit" record), then one record per
     (dtype, length) within it: the largest replayed error over `samples` strings."""
-    from crasplab.compiler.study import ROUNDING_TASK, margin_one_strings, precision
+    from crasplab.compiler.study import ROUNDING_TASK, margin_one_strings, precision, rounding_record
 
     program = W.majority(("a", "b"))
     limit = longest_compiled_length(program, "nope")
@@ -131,14 +131,12 @@ def replay_records(lengths: list[int], samples: int, seed: int, dtypes: list[str
                 rng = np.random.default_rng((seed, length))
                 strings = (margin_one_strings(rng, 1, length)[0] for _ in range(samples))
                 errors, right = zip(*(replay_string(compiled, encode(program, [s])) for s in strings))
-                yield dict(
-                    kind="replay",
-                    task=ROUNDING_TASK,
-                    pe="nope",
-                    dtype=dtype,
-                    length=length,
-                    strings=samples,
-                    count_error=max(errors),
-                    compiled_right=sum(right),
+                yield rounding_record(
+                    "replay",
+                    dtype,
+                    length,
+                    samples,
+                    sum(right),
+                    max(errors),
                     chunk=sep_chunk(length + 3)[1] - sep_chunk(length + 3)[0],
                 )

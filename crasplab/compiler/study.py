@@ -40,6 +40,21 @@ ROUNDING_TASK = "Majority at margin 1"
 DTYPES = ("float32", "float64")
 
 
+def rounding_record(kind: str, dtype: str, length: int, strings: int, right: int, count_error: float, **more) -> dict:
+    """One length of the rounding study ("rounding": the whole model; "replay": crasplab.compiler.replay)."""
+    return dict(
+        kind=kind,
+        task=ROUNDING_TASK,
+        pe="nope",
+        dtype=dtype,
+        length=length,
+        strings=strings,
+        compiled_right=right,
+        count_error=count_error,
+        **more,
+    )
+
+
 def precision(dtype: str):
     """jax's 64-bit mode for float64 models only: float32 models run as they would without it
     (in that mode the score masks and integer positions would be 64-bit)."""
@@ -164,15 +179,13 @@ def rounding_records(lengths: list[int], samples: int, seed: int, dtypes: list[s
                 right = answers_right(table, ids, prompts, np.full(samples, ids.shape[1]))
                 sep = ids.shape[1] - 3  # <bos> input <sep> a <eos>: a is counted once more than b there
                 error = np.abs(values["n[a]"][:, sep] - values["n[b]"][:, sep] - 1).max()
-                yield dict(
-                    kind="rounding",
-                    task=ROUNDING_TASK,
-                    pe="nope",
-                    dtype=dtype,
-                    length=length,
-                    strings=samples,
-                    compiled_right=int(right.sum()),
-                    count_error=float(error),
+                yield rounding_record(
+                    "rounding",
+                    dtype,
+                    length,
+                    samples,
+                    int(right.sum()),
+                    float(error),
                     seconds=round(time.perf_counter() - started, 2),
                 )
 
