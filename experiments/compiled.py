@@ -17,62 +17,83 @@ compiled witness of the same encoding answer the same strings, beside each other
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
+from crasplab.cli.arguments import add_list_flag, add_run_folder_flags, at_least, run_from_flags, settings_from_flags
+from crasplab.cli.experiment import Report
+
 TASKS = ("UR", "NRFirst", "UF", "UB", "Majority")  # crasplab.compiler.study.WITNESS_RUNS, before jax is imported
+DTYPES = ("float32", "float64")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/compiled"), help="run folder (default runs/compiled)")
-    parser.add_argument(
+@dataclass(frozen=True)
+class CompiledSettings:
+    """What one invocation compiles and scores; config.json (config-append-N.json with --append)."""
+
+    lengths: tuple[int, ...] = (10, 20, 40, 100, 1000)
+    tasks: tuple[str, ...] = TASKS
+    samples: int = 10
+    alphabet_size: int = 16
+    rounding_lengths: tuple[int, ...] = (100, 1000, 3000, 10000)
+    replay_lengths: tuple[int, ...] = ()
+    rounding_dtypes: tuple[str, ...] = DTYPES
+    witness_dtypes: tuple[str, ...] = DTYPES
+    seed: int = 0
+    trained: tuple[str, ...] = ()  # length_gen run folders
+    trained_lengths: tuple[int, ...] = (10, 20, 30, 40, 64)
+    append: bool = False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = CompiledSettings()
+    add_run_folder_flags(parser, "runs/compiled", "summary.json, report.md and the figure")
+    add_list_flag(
+        parser,
         "--lengths",
-        type=int,
-        nargs="+",
-        default=[10, 20, 40, 100, 1000],
-        help="input lengths for the witnesses (those a task's sampler cannot produce are skipped)",
+        defaults.lengths,
+        "input lengths for the witnesses (those a task's sampler cannot produce are skipped)",
+        type=at_least(1),
     )
-    parser.add_argument(
-        "--tasks",
-        nargs="*",
-        default=list(TASKS),
-        choices=TASKS,
-        help=f"witnesses of these tasks (default: {' '.join(TASKS)})",
+    add_list_flag(
+        parser, "--tasks", defaults.tasks, f"witnesses of these tasks (default: {' '.join(TASKS)})", choices=TASKS
     )
-    parser.add_argument("--samples", type=int, default=10, help="strings per length (default 10)")
+    parser.add_argument("--samples", type=at_least(1), default=defaults.samples, help="strings per length (default 10)")
     parser.add_argument(
         "--alphabet-size",
-        type=int,
-        default=16,
+        type=at_least(2),
+        default=defaults.alphabet_size,
         help="symbols of the tasks that take an alphabet size (default 16; the defaults of 150 "
         "make the keyed heads wide and slow on a CPU)",
     )
     parser.add_argument(
         "--rounding-lengths",
-        type=int,
+        type=at_least(1),
         nargs="*",
-        default=[100, 1000, 3000, 10000],
+        default=list(defaults.rounding_lengths),
         help="input lengths of the rounding study (none: skip it)",
     )
     parser.add_argument(
         "--replay-lengths",
-        type=int,
+        type=at_least(1),
         nargs="*",
         default=[],
         help="lengths at which layer 0's head of the rounding study is replayed alone (crasplab.compiler.replay; "
         "lengths the whole model cannot run on a CPU)",
     )
-    parser.add_argument("--rounding-dtypes", nargs="+", default=["float32", "float64"], choices=("float32", "float64"))
-    parser.add_argument(
+    add_list_flag(parser, "--rounding-dtypes", DTYPES, "dtypes of the rounding study (default both)", choices=DTYPES)
+    add_list_flag(
+        parser,
         "--witness-dtypes",
-        nargs="+",
-        default=["float32", "float64"],
-        choices=("float32", "float64"),
-        help="dtypes each witness runs in (default both; float64 runs in jax's 64-bit mode, float32 without it)",
+        DTYPES,
+        "dtypes each witness runs in (default both; float64 runs in jax's 64-bit mode, float32 without it)",
+        choices=DTYPES,
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the strings (default 0)")
+    parser.add_argument("--seed", type=at_least(0), default=0, help="seed of the strings (default 0)")
     parser.add_argument(
         "--trained",
         type=Path,
@@ -82,60 +103,88 @@ def main(argv: list[str] | None = None) -> int:
         help="length_gen.py run folders whose trained models are scored beside the compiled witness "
         "of the same encoding, on the same strings",
     )
-    parser.add_argument(
+    add_list_flag(
+        parser,
         "--trained-lengths",
-        type=int,
-        nargs="+",
-        default=[10, 20, 30, 40, 64],
-        help="input lengths for the trained comparison (default 10 20 30 40 64)",
+        defaults.trained_lengths,
+        "input lengths for the trained comparison (default 10 20 30 40 64)",
+        type=at_least(1),
     )
     parser.add_argument(
         "--append",
         action="store_true",
         help="add this run's records to the folder's metrics.jsonl instead of starting it afresh",
     )
-    parser.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="rebuild the report of a finished run")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> CompiledSettings:
+    # Frozen settings hold tuples, and the trained runs' folders as written.
+    as_tuples = {name: tuple(value) for name, value in vars(args).items() if isinstance(value, list)}
+    return settings_from_flags(CompiledSettings, args, **{**as_tuples, "trained": tuple(map(str, args.trained))})
+
+
+def run(settings: CompiledSettings, out: Path) -> None:
+    """Append one record per (witness, encoding, dtype, length) to metrics.jsonl, as each is computed."""
     from crasplab.compiler.replay import replay_records
-    from crasplab.compiler.study import figure, report, rounding_records, summarize, trained_records, witness_records
-    from crasplab.results.files import append_jsonl, write_json, write_text
+    from crasplab.compiler.study import rounding_records, trained_records, witness_records
+    from crasplab.results.files import append_jsonl, write_json
 
-    def finish(run_dir: Path) -> None:
-        summary = summarize(run_dir)
-        write_json(run_dir / "summary.json", summary)
-        write_text(run_dir / "report.md", report(summary))
-        figure(summary, run_dir / "accuracy_by_length.png")
-        print(report(summary))
-
-    if args.report_only:
-        finish(args.report_only)
-        return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    if (args.out / "metrics.jsonl").exists() and not args.append:
-        (args.out / "metrics.jsonl").unlink()  # a fresh run: every record below is recomputed
-    settings = {
-        k: ([str(p) for p in v] if k == "trained" else str(v) if isinstance(v, Path) else v)
-        for k, v in vars(args).items()
-    }
-    write_json(
-        args.out / ("config.json" if not args.append else f"config-append-{len(list(args.out.glob('config*')))}.json"),
-        settings,
-    )
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "metrics.jsonl").exists() and not settings.append:
+        (out / "metrics.jsonl").unlink()  # a fresh run: every record below is recomputed
+    name = f"config-append-{len(list(out.glob('config*')))}.json" if settings.append else "config.json"
+    write_json(out / name, dataclasses.asdict(settings))
     records = witness_records(
-        args.lengths, args.samples, args.seed, args.alphabet_size, args.tasks, args.witness_dtypes
+        settings.lengths,
+        settings.samples,
+        settings.seed,
+        settings.alphabet_size,
+        settings.tasks,
+        settings.witness_dtypes,
     )
-    if args.rounding_lengths:
-        records = chain(records, rounding_records(args.rounding_lengths, args.samples, args.seed, args.rounding_dtypes))
-    if args.replay_lengths:
-        records = chain(records, replay_records(args.replay_lengths, args.samples, args.seed, args.rounding_dtypes))
-    for run_dir in args.trained:
-        records = chain(records, trained_records(run_dir, args.trained_lengths, args.samples, args.seed))
+    if settings.rounding_lengths:
+        records = chain(
+            records,
+            rounding_records(settings.rounding_lengths, settings.samples, settings.seed, settings.rounding_dtypes),
+        )
+    if settings.replay_lengths:
+        records = chain(
+            records, replay_records(settings.replay_lengths, settings.samples, settings.seed, settings.rounding_dtypes)
+        )
+    for run_dir in settings.trained:
+        records = chain(
+            records, trained_records(Path(run_dir), settings.trained_lengths, settings.samples, settings.seed)
+        )
     for record in records:
-        append_jsonl(args.out / "metrics.jsonl", record)
-        print(record, flush=True)
-    finish(args.out)
-    return 0
+        append_jsonl(out / "metrics.jsonl", record)
+        print(record, flush=True, file=sys.stderr)
+
+
+def write_report(run_dir: Path) -> dict:
+    """summary.json, report.md and the figure, from metrics.jsonl."""
+    from crasplab.compiler.study import figure, report, summarize
+    from crasplab.results.files import write_json, write_text
+
+    summary = summarize(run_dir)
+    write_json(run_dir / "summary.json", summary)
+    write_text(run_dir / "report.md", report(summary))
+    figure(summary, run_dir / "accuracy_by_length.png")
+    return summary
+
+
+def report_markdown(summary: dict) -> str:
+    from crasplab.compiler.study import report
+
+    return report(summary)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    run_from_flags(
+        args, settings_from, lambda settings: Path("runs/compiled"), run, Report(write_report, report_markdown)
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
