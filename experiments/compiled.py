@@ -59,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         "input lengths for the witnesses (those a task's sampler cannot produce are skipped)",
         type=at_least(1),
     )
-    add_list_flag(
-        parser, "--tasks", defaults.tasks, f"witnesses of these tasks (default: {' '.join(TASKS)})", choices=TASKS
+    parser.add_argument(
+        "--tasks",
+        nargs="*",
+        default=list(defaults.tasks),
+        choices=TASKS,
+        help=f"witnesses of these tasks (default: {' '.join(TASKS)}; none: only the rounding study and --trained)",
     )
     parser.add_argument("--samples", type=at_least(1), default=defaults.samples, help="strings per length (default 10)")
     parser.add_argument(
