@@ -1,5 +1,6 @@
 """The top-level README's protocol tables, printed from the committed protocol runs' summaries
-(protocol-ape/ and protocol-ape-spread/ here), so that no number in them is typed by hand.
+(protocol-ape/, protocol-ape-spread/ and protocol-ape-copying/ here), so that no number in them is
+typed by hand.
 
     python experiments/calibration/protocol_table.py   # paste its output over the README's tables
 
@@ -15,7 +16,7 @@ import json
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RUNS = ("protocol-ape", "protocol-ape-spread")
+RUNS = ("protocol-ape", "protocol-ape-spread", "protocol-ape-copying")
 
 
 def bin_cell(b: dict) -> str:
