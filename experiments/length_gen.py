@@ -42,7 +42,7 @@ from crasplab.cli.experiment import Report
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
 from crasplab.results.files import append_jsonl
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
+from crasplab.results.job_folder import run_jobs, run_records
 from crasplab.results.length_gen import (
     DEFAULT_THRESHOLD,
     INVOCATIONS_FILE,
@@ -59,7 +59,7 @@ from crasplab.results.protocol import (
     write_predictions,
     write_protocol,
 )
-from crasplab.results.run_folder import RunFolderError, open_run_folder, read_run_config
+from crasplab.results.run_folder import open_run_folder
 from crasplab.results.verdicts import Protocol
 from crasplab.train.config import (
     PRESETS,
@@ -280,15 +280,8 @@ def run_protocol_rounds(settings: Invocation, run_dir: Path) -> list[Job]:
 def rebuild_report(run_dir: Path, threshold: float | None) -> dict:
     """The report from the folder's files; a run made before predictions.json existed first gets
     one, computed now and marked so (the report says when its predictions were made)."""
+    settings = RunSettings.of_run(run_dir)  # a hand-edited config.json is refused before anything is written
     if not (run_dir / PREDICTIONS_FILE).exists():
-        config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
-        try:
-            settings = RunSettings.from_dict(config)
-        except (KeyError, TypeError, ValueError) as error:  # a hand-edited config.json
-            raise RunFolderError(
-                f"{run_dir}/config.json is not the settings of a length_gen run ({type(error).__name__}: "
-                f"{error}); restore the file the run wrote"
-            ) from None
         predictions = settings_predictions(settings, with_discrimination=False)
         today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
         predictions["note"] = f"the run predates predictions.json: these are the interpreter's of {today}"

@@ -27,11 +27,11 @@ from crasp.tasks import TASKS, Examples
 from crasplab.results.files import write_json, write_text
 from crasplab.cli.arguments import add_run_folder_flags, run_from_flags
 from crasplab.cli.experiment import Report
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS, BinEval, job_folder, run_jobs, run_records
+from crasplab.results.job_folder import BinEval, job_folder, run_jobs, run_records
 from crasplab.results.length_gen import final_evaluations
 from crasplab.results.occurrence_cells import cells_markdown, grid_counts, grid_edges, quadrant_counts
 from crasplab.results.protocol import fitted_seeds, read_predictions, read_protocol
-from crasplab.results.run_folder import RunFolderError, read_run_config
+from crasplab.results.run_folder import RunFolderError
 from crasplab.results.settings import SettingsError
 from crasplab.results.verdicts import Protocol
 from crasplab.train.config import RunSettings
@@ -66,7 +66,7 @@ class CellsSettings:
 def cells_settings(args: argparse.Namespace) -> CellsSettings:
     if args.run is None:
         raise SettingsError("give the run folder to break down (or --report-only FOLDER)")
-    settings = RunSettings.from_dict(read_run_config(args.run, RUN_SETTINGS_KEYS, "experiments/length_gen.py"))
+    settings = RunSettings.of_run(args.run)
     tasks = tuple(task for task in settings.tasks if hasattr(TASKS[task], "occurrence_cells"))
     if not tasks:
         raise SettingsError(

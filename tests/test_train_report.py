@@ -408,3 +408,12 @@ def test_a_protocol_report_makes_no_mean_over_seeds_and_others_still_do(tmp_path
         report = report_markdown(summarize(tmp_path / run))
         assert ("## Verdicts under the protocol" in report) is under_protocol
         assert ("mean ± std" in report) is not under_protocol
+
+
+def test_a_hand_edited_config_is_one_error_line_and_nothing_is_rebuilt(run_dir):
+    config = json.loads((run_dir / "config.json").read_text())
+    config["train"]["UF"] = dict(config["train"]["UF"], no_such_setting=1)
+    (run_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SystemExit, match="config.json is not the settings of a length_gen run"):
+        length_gen.main(["--report-only", str(run_dir)])
+    assert not (run_dir / "report.md").exists()

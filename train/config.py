@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from flax import nnx
 
@@ -15,6 +16,8 @@ from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
 from crasplab.models.config import DTYPES, ModelConfig
 from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import Transformer
+from crasplab.results.job_folder import RUN_SETTINGS_KEYS
+from crasplab.results.run_folder import RunFolderError, read_run_config
 
 SCHEDULES = ("linear", "constant")
 # The block each position encoding gets, as in the official from-scratch setups of the
@@ -463,3 +466,16 @@ class RunSettings:
             # Runs made before models could differ per task have no such entry.
             model_overrides=values.get("model_overrides", {}),
         )
+
+    @classmethod
+    def of_run(cls, run_dir: Path) -> RunSettings:
+        """The settings of a length_gen run folder, from its config.json; a file that is not one
+        (missing keys, a hand-edited value) is a RunFolderError that says so."""
+        config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
+        try:
+            return cls.from_dict(config)
+        except (KeyError, TypeError, ValueError) as error:
+            raise RunFolderError(
+                f"{run_dir}/config.json is not the settings of a length_gen run ({type(error).__name__}: "
+                f"{error}); restore the file the run wrote"
+            ) from None

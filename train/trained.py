@@ -15,8 +15,7 @@ import numpy as np
 from flax import nnx
 
 from crasplab.models.transformer import Transformer
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS, BinEval, JobFolder, job_folder
-from crasplab.results.run_folder import read_run_config
+from crasplab.results.job_folder import BinEval, JobFolder, job_folder
 from crasplab.train.checkpoint import load_checkpoint
 from crasplab.train.config import RunSettings
 from crasplab.train.evaluate import EvalSet, build_eval_sets, teacher_forced_exact
@@ -39,7 +38,7 @@ class TrainedModel:
 
 def job_folders(run_dir: Path, task_code: str) -> list[Path]:
     """The job folders (one per seed, in the run's seed order) of one task of a length_gen.py run."""
-    settings = RunSettings.from_dict(read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py"))
+    settings = RunSettings.of_run(run_dir)
     if task_code not in settings.tasks:
         raise TrainedModelError(f"{run_dir} trained the tasks {', '.join(settings.tasks)}, not {task_code!r}")
     return [job_folder(run_dir, task_code, seed) for seed in settings.seeds]

@@ -182,8 +182,8 @@ def run_from_flags(
     """The end of every experiment script's main (crasplab.cli.experiment): run the experiment
     whose settings `settings_from(args)` reads into --out (default: `default_out(settings)`), or
     with --report-only rebuild that folder's report."""
-    # Imported here, not at the top: it loads JAX, and length_gen.py and sweep.py must parse their
-    # flags (and print --help) without it.
+    # Imported here, not at the top: crasplab.cli.experiment imports the training engines, which
+    # take their flag types from this module.
     from crasplab.cli.experiment import Experiment, run_experiment
 
     experiment = Experiment(settings=lambda: settings_from(args), default_out=default_out, run=run, report=report)
