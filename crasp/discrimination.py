@@ -34,8 +34,20 @@ DEFAULT_THRESHOLD = 0.9  # the lab's verdict threshold (a bin "passes" at >= 0.9
 DEFAULT_STRINGS = 1000  # per bin
 DEFAULT_TRAINING_SAMPLES = 200  # random strings per training length, after the exhaustive stage
 MAX_DRAWS_PER_STRING = 200  # far cells: strings drawn per string kept before the sampler is called too sparse
-# A sampler the command line names -> task parameters; "paper" is each task's own default.
-SAMPLERS = {"paper": {}, "official": {"occurrences": "official"}, "spread": {"occurrences": "spread"}}
+NON_UNIQUE_RETRIEVAL = ("NLFirst", "NRFirst", "NLLast", "NRLast")
+# The official code of Veitsman et al. draws every retrieval context over 5 symbols; the library's
+# unique tasks default to 150 (and the quick preset uses 16, chosen in its calibration).
+OFFICIAL_ALPHABET_SIZE = 5
+# A sampler the command line names -> the tasks it draws, each with the parameters it sets;
+# "paper" (an empty table) is every task's own default.
+SAMPLERS = {
+    "paper": {},
+    "official": {
+        **{code: {"occurrences": "official"} for code in NON_UNIQUE_RETRIEVAL},
+        **{code: {"alphabet_size": OFFICIAL_ALPHABET_SIZE} for code in ("UL", "UR")},
+    },
+    "spread": {code: {"occurrences": "spread"} for code in NON_UNIQUE_RETRIEVAL},
+}
 
 
 class DiscriminationError(CraspError, ValueError):
@@ -144,17 +156,25 @@ class Request:
         return tuple(length for length in range(lo, hi + 1) if self.task.length_problem(length) is None)
 
 
-def task_with_sampler(code: str, sampler: str) -> Task:
-    """The task drawn by a named sampler: "paper" (its default), "official" or "spread" (the
-    non-unique retrieval tasks' occurrences parameter, crasp.tasks.retrieval)."""
+def sampler_parameters(code: str, sampler: str) -> dict:
+    """The task parameters a named sampler sets for `code`: none for "paper" (the task's own
+    sampler); for "official" and "spread" those of SAMPLERS, an error for a task they do not draw."""
     if sampler not in SAMPLERS:
         raise DiscriminationError(f"unknown sampler {sampler!r}; accepted: {', '.join(SAMPLERS)}")
-    task = get_task(code)
-    if sampler != "paper" and not isinstance(task, NonUniqueRetrieval):
-        raise DiscriminationError(
-            f"sampler {sampler!r} exists for NLFirst, NRFirst, NLLast and NRLast, not for {task.code}"
-        )
-    return get_task(code, **SAMPLERS[sampler])
+    table = SAMPLERS[sampler]
+    if table and code not in table:
+        raise DiscriminationError(f"sampler {sampler!r} exists for {_and_list(table)}, not for {code}")
+    return dict(table.get(code, {}))
+
+
+def _and_list(codes) -> str:
+    *rest, last = codes
+    return f"{', '.join(rest)} and {last}" if rest else last
+
+
+def task_with_sampler(code: str, sampler: str) -> Task:
+    """The task drawn by a named sampler (sampler_parameters)."""
+    return get_task(code, **sampler_parameters(code, sampler))
 
 
 def discriminate(request: Request, progress: Callable[[str], None] = lambda line: None) -> list[Row]:

@@ -50,10 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sampler",
         choices=SAMPLERS,
         default="paper",
-        help="paper: the task's own sampler; for NLFirst, NRFirst, NLLast, NRLast also official: the "
-        "official code's (NLLast's last occurrence never the final slot), spread: k uniform in "
-        "2..n/2 occurrences, the retrieved one at a uniform distance D from its end "
-        "(default paper)",
+        help="paper: the task's own sampler; official: the official code's (UL and UR over 5 symbols; "
+        "for NLFirst, NRFirst, NLLast, NRLast i.i.d. contexts, NLLast's last occurrence never the final "
+        "slot); spread (NLFirst, NRFirst, NLLast, NRLast): k uniform in 2..n/2 occurrences, the "
+        "retrieved one at a uniform distance D from its end (default paper)",
     )
     parser.add_argument(
         "--far-cells",

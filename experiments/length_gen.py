@@ -25,8 +25,8 @@ from pathlib import Path
 
 import jax
 
-from crasp.discrimination import SAMPLERS
-from crasp.tasks import TASK_CODES, TASKS, parameters_of
+from crasp.discrimination import NON_UNIQUE_RETRIEVAL, SAMPLERS, sampler_parameters
+from crasp.tasks import TASK_CODES
 from crasplab.cli.arguments import (
     DistinctValues,
     add_length_flags,
@@ -78,8 +78,6 @@ MODEL_FLAGS = command_line_settings(ModelSettings)
 TRAIN_FLAGS = command_line_settings(TrainConfig)
 # Flags whose accepted values are a fixed vocabulary.
 CHOICES = {"pe": POSITIONS, "dtype": tuple(DTYPES)}
-# The tasks whose sampler --sampler chooses (the non-unique retrieval tasks).
-WITH_OCCURRENCES = tuple(code for code, cls in TASKS.items() if "occurrences" in parameters_of(cls))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,11 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--sampler",
         choices=tuple(SAMPLERS),
         default=None,
-        help=f"how {' '.join(WITH_OCCURRENCES)} place the query: paper (the default) draws the context i.i.d.; "
-        "official as the official code does (it also rejects NLLast strings whose last occurrence is the final "
-        "slot); spread spreads the number of occurrences and the distance of the retrieved one, so that a bin at "
-        "3x-4x the training length holds strings no bounded program exact on the training lengths gets right. "
-        "Without --tasks it runs those four tasks; the run folder's default name ends in -<sampler>",
+        help="how the retrieval tasks draw their strings: paper (the default) draws "
+        f"{', '.join(NON_UNIQUE_RETRIEVAL)}'s context i.i.d.; official as the official code does "
+        "(UL and UR over 5 symbols; the four i.i.d., with NLLast strings whose last occurrence is "
+        "the final slot rejected); spread spreads the number of occurrences and the distance of "
+        "the retrieved one, so that a bin at 3x-4x the training length holds strings no bounded "
+        "program exact on the training lengths gets right. Without --tasks it runs the tasks the "
+        "sampler draws (paper: the four); the run folder's default name ends in -<sampler>",
     )
     parser.add_argument(
         "--seeds",
@@ -155,13 +155,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         changes["train_lengths"] = tuple(args.train_lengths)
         changes["test_bins"] = args.test_bins or bins_for_train_lengths(args.train_lengths, preset.train.test_bins)
     model_changes = {name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name) is not None}
-    tasks = tuple(args.tasks or (WITH_OCCURRENCES if args.sampler else preset.tasks))
-    if args.sampler and (others := [task for task in tasks if task not in WITH_OCCURRENCES]):
+    drawn = (tuple(SAMPLERS[args.sampler]) or NON_UNIQUE_RETRIEVAL) if args.sampler else ()
+    tasks = tuple(args.tasks or drawn or preset.tasks)
+    if args.sampler and (others := [task for task in tasks if task not in drawn]):
         raise ConfigError(
-            f"--sampler {args.sampler} chooses the sampler of {', '.join(WITH_OCCURRENCES)}; "
+            f"--sampler {args.sampler} chooses the sampler of {', '.join(drawn)}; "
             f"it does not apply to {', '.join(others)}: leave them out of --tasks"
         )
-    sampler = SAMPLERS[args.sampler] if args.sampler else {}
     return RunSettings(
         preset=preset.name,
         tasks=tasks,
@@ -169,7 +169,10 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold,
         model=preset.model.replace(**model_changes),
         train={task: preset.train_for(task, **changes) for task in tasks},
-        task_overrides={task: {**preset.overrides_for(task), **sampler} for task in tasks},
+        task_overrides={
+            task: {**preset.overrides_for(task), **(sampler_parameters(task, args.sampler) if args.sampler else {})}
+            for task in tasks
+        },
         model_overrides={
             task: changed for task in tasks if (changed := preset.model_changes_for(task, **model_changes))
         },

@@ -215,7 +215,18 @@ def test_a_sampler_runs_the_non_unique_retrieval_tasks_in_their_own_folder(tmp_p
     unique = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", "UL"]))
     assert unique.task_overrides["UL"] == PRESETS["quick"].overrides_for("UL")  # no sampler, no change
     with pytest.raises(ConfigError, match="does not apply to UL, NF"):
-        length_gen.run_settings(parser.parse_args(["--sampler", "official", "--tasks", "NLLast", "UL", "NF"]))
+        length_gen.run_settings(parser.parse_args(["--sampler", "spread", "--tasks", "NLLast", "UL", "NF"]))
+
+
+def test_the_official_sampler_draws_the_unique_retrieval_tasks_over_five_symbols_as_the_official_code():
+    parser = length_gen.build_parser()
+    official = length_gen.run_settings(parser.parse_args(["--protocol", "--sampler", "official"]))
+    assert official.tasks == ("NLFirst", "NRFirst", "NLLast", "NRLast", "UL", "UR")
+    assert official.task_overrides["UR"] == dict(alphabet_size=5)  # over the preset's 16
+    assert official.task_overrides["NLLast"] == dict(occurrences="official")
+    assert length_gen.default_run_folder(official, "official").name == "ape-protocol-official"
+    with pytest.raises(ConfigError, match="does not apply to NF"):
+        length_gen.run_settings(parser.parse_args(["--sampler", "official", "--tasks", "UR", "NF"]))
 
 
 def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_sets_it(tmp_path):
