@@ -12,6 +12,7 @@ from pathlib import Path
 
 from flax import nnx
 
+from crasp.discrimination import SAMPLERS
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
 from crasplab.models.config import DTYPES, ModelConfig
 from crasplab.models.positions import POSITIONS
@@ -392,15 +393,20 @@ QUICK = Preset(
 # and the calibration notes, round 12). Those seeds (1000, 1001) informed the recipe, so its seeds
 # start at 2000; the first few run for every task, the rest only for tasks with fewer fitted seeds
 # than the protocol needs. A job that ends its decay still improving is reported as such.
+# UL and UR draw over the official code's 5 symbols, not the quick preset's 16: over 16, UR fit on
+# 3 of 10 protocol seeds (the other seven on a plateau near 0.33 to step 8000); over 5, on 5 of 5
+# trial seeds (3000-3004), at step 1000 (1000-2500), and UL at step 1000 instead of 3000. The trial
+# evaluated the training bin only (experiments/calibration/trials/official_5symbols).
 PROTOCOL_QUICK = Preset(
     name="protocol",
     description="the verdict protocol at the quick scale: lengths 1-20, bins to 40, one stopping rule, linear "
-    "decay over 8000 steps, 1000 strings per test bin, fresh seeds from 2000 until enough seeds fit.",
+    "decay over 8000 steps, 1000 strings per test bin, UL and UR over 5 symbols, fresh seeds from 2000 until "
+    "enough seeds fit.",
     train=QUICK.train.replace(
         schedule="linear", stop_after_perfect_evals=2, max_steps=8000, eval_examples_per_length=100
     ).validate(),
     model=QUICK.model,
-    task_overrides=QUICK.task_overrides,
+    task_overrides={**QUICK.task_overrides, **{code: SAMPLERS["official"][code] for code in ("UL", "UR")}},
     model_overrides=QUICK.model_overrides,
     seeds=tuple(range(2000, 2010)),
 )
