@@ -1,6 +1,5 @@
 """The top-level README's protocol tables, printed from the committed protocol runs' summaries
-(protocol-ape/, protocol-ape-spread/ and protocol-ape-copying/ here), so that no number in them is
-typed by hand.
+(the folders named in RUNS, here), so that no number in them is typed by hand.
 
     python experiments/calibration/protocol_table.py   # paste its output over the README's tables
 
@@ -16,7 +15,14 @@ import json
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RUNS = ("protocol-ape", "protocol-ape-spread", "protocol-ape-copying")
+RUNS = (
+    "protocol-ape",
+    "protocol-ape-unique",
+    "protocol-ape-spread",
+    "protocol-ape-copying",
+    "protocol-rope",
+    "protocol-rope-unique",
+)
 
 
 def bin_cell(b: dict) -> str:
