@@ -1,6 +1,7 @@
 """The spread sampler of the non-unique retrieval tasks (occurrences="spread"): k uniform in
 2..n//2, the retrieved occurrence at a uniform distance D from its end, the others beyond it;
-(D, k) recovered from any batch by occurrence_cells; the paper's samplers unchanged."""
+(D, k) recovered from any batch by occurrence_cells; the paper's samplers unchanged; and the
+official code's (NLLast without a last occurrence in the final slot, UL and UR over 5 symbols)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crasp.discrimination import task_with_sampler
 from crasp.tasks import ParameterError, SamplerError, get_task
 
 CODES = ("NLFirst", "NRFirst", "NLLast", "NRLast")
@@ -150,3 +152,15 @@ def test_what_the_spread_sampler_refuses():
         get_task("NRLast", occurrences="far")
     with pytest.raises(SamplerError, match="the context has at least 4 tokens.*accepted lengths .*: 4 to 16384"):
         get_task("NLFirst", occurrences="spread").sample(np.random.default_rng(0), 1, 3)
+
+
+@settings(max_examples=20, deadline=None)
+@given(code=st.sampled_from(["UL", "UR"]), length=st.integers(2, 40), seed=st.integers(0, 2**32 - 1))
+def test_the_official_sampler_draws_unique_retrieval_over_five_symbols_with_the_query_once(code, length, seed):
+    """As the official code draws UL and UR (the library's default alphabet is 150 symbols)."""
+    official = task_with_sampler(code, "official")
+    examples = official.sample(np.random.default_rng(seed), 30, length)
+    for inputs, query, answer in zip(examples.inputs, examples.queries, examples.answers):
+        assert set(inputs) <= set(official.symbols) and len(official.symbols) == 5
+        assert inputs.count(query) == 1
+        assert answer == official.answer(inputs, query)
