@@ -22,6 +22,7 @@ RUNS = (
     "protocol-ape-copying",
     "protocol-rope",
     "protocol-rope-unique",
+    "protocol-rope-copying",
 )
 
 
