@@ -23,6 +23,7 @@ RUNS = (
     "protocol-rope",
     "protocol-rope-unique",
     "protocol-rope-copying",
+    "protocol-nope",
 )
 
 
