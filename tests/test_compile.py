@@ -115,11 +115,6 @@ def test_random_count_comparisons_agree_at_every_position(op, shift, strings):
     "text, pe, says",
     [
         (
-            'alphabet: <bos> a\naccept: low\nn := #[j <= i] Q("a")\nlow := min(n, #[j <= i, j = i - 1] Q("a")) >= 1\n',
-            "ape",
-            ["definition `low` (prog.crasp:4)", "a local count j = i - c", "divided by i"],
-        ),
-        (
             'alphabet: <bos> a\naccept: back\nback := #[j <= i, j = i - 1] Q("a") >= 1\n',
             "nope",
             ["definition `back` (prog.crasp:3)", "needs positions", "C-RASP[]"],

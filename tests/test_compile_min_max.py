@@ -1,8 +1,9 @@
 """min, max and `? :` compiled (ramps): every definition in the residual stream equals crasp.evaluate.
 
 Random count expressions over counts of a and b (averaged counts with NoPE, local counts j = i - c
-with APE), nested up to three deep, on random strings: a ramp that is off by a sign, a wrong
-bound M in `? :` or a misplaced layer changes some definition at some position.
+with APE, and both mixed with APE, where a local count is divided by i), nested up to three deep,
+on random strings: a ramp that is off by a sign, a wrong bound M in `? :` or a misplaced layer
+changes some definition at some position.
 """
 
 import numpy as np
@@ -57,6 +58,18 @@ def test_min_max_and_conditionals_of_counts_over_every_j(expression, threshold, 
 @given(expression=counts(LOCAL), threshold=st.integers(-1, 4), strings=strings)
 def test_min_max_and_conditionals_of_local_counts(expression, threshold, strings):
     agree(expression, threshold, "ape", strings)
+
+
+@settings(max_examples=8, deadline=None)
+@given(expression=counts(AVERAGED + LOCAL), threshold=st.integers(-3, 5), strings=strings)
+def test_counts_held_as_values_meet_counts_over_every_j_divided_by_i(expression, threshold, strings):
+    agree(expression, threshold, "ape", strings)
+
+
+def test_a_value_held_count_and_an_averaged_count_compare_at_every_position():
+    # min(#a, a at i - 1 ? 3 : 0): the local side is 0 or 3, divided by i through [x >= 1..3]
+    agree('min(#[j <= i] Q("a"), (#[j <= i, j = i - 1] Q("a") >= 1 ? 3 : 0))', 2, "ape", [list("aaaba"), list("ab")])
+    agree('min(#[j <= i] Q("a"), (Q("a") ? 2 : 2))', 0, "nope", [["a"], list("ba")])
 
 
 def test_a_conditional_between_constants_is_a_value_and_compares_as_one():

@@ -19,7 +19,9 @@ The supported subset and what each node becomes:
 - MOD(m, r) (APE): a flag in the position table.
 min, max and `? :` of counts are ramps (max(z, 0) from one SwiGLU unit, exact on the integer
 values counts take): min(a, b) = a - max(a - b, 0), c ? a : b = b + c (a - b) with
-c x = max(x - M (1 - c), 0) - max(-x - M (1 - c), 0) for a bound M of |x|.
+c x = max(x - M (1 - c), 0) - max(-x - M (1 - c), 0) for a bound M of |x|. A count held as its
+value (a local count, or `? :` between constants) that meets a count over every j <= i is divided
+by i first: x / i is a sum of Booleans [x >= t] divided by i, each one ramp max(1/i + b - 1, 0).
 Outside it (local counts on NoPE, MOD without APE) the compiler raises
 CompileError naming the node and the definition it is in.
 """
@@ -44,7 +46,6 @@ LOCAL_SCORE_MARGIN = 60.0  # local heads: score gap between the peak, the sink a
 EXACT_STEP_INPUT = 2.0**30  # |gain * z| below this keeps (g + T) - (g - T) = 2T exact in float32
 ROPE_DIM, ROPE_BASE = 32, 100.0
 ARITH = {"+": operator.add, "-": operator.sub, "min": min, "max": max}
-VALUE_COUNTS = "a local count j = i - c, or `? :` between constants"
 
 
 class CompileError(E.CraspError, ValueError):
@@ -170,6 +171,7 @@ class Lowering:
         self.definitions: dict[str, tuple[str, object]] = {}  # "prev[a]" -> ("Boolean" or "Count", value)
         self._inverse: int | None = None
         self.bounds: dict[int, float] = {}  # ramp feature -> bound of its value (others lie in [-1, 1])
+        self.divided: dict[tuple, Affine] = {}  # a count held as its value (its form's items) -> its form over i
 
     # ------------------------------------------------------------ bookkeeping
     def _feature(self, name: str, level: int, source: str) -> int:
@@ -369,9 +371,10 @@ class Lowering:
                     for v in (0, 1)
                 ]
                 return _add((float(at[0]), {ONE: 1.0}), (float(at[1]) - float(at[0]), count.form))
-        scale, unit = self.common_scale(node, left, right)
+        scale = self.common_scale(left, right)
+        unit = self.unit(scale)
         margin = BOOLEAN_MARGIN / self.max_length if scale == "averaged" else BOOLEAN_MARGIN
-        difference = _add((1.0, self.form(left, unit)), (-1.0, self.form(right, unit)))
+        difference = _add((1.0, self.form(left, scale, node)), (-1.0, self.form(right, scale, node)))
         name = self.describe(node)
 
         def at_least(sign: float, slack: float) -> Affine:  # sign * difference + slack > 0
@@ -386,31 +389,62 @@ class Lowering:
         equal = {both: 1.0, ONE: -1.0}  # each side holds: 1 + 1 - 1
         return equal if node.op == "=" else _add((1.0, {ONE: 1.0}), (-1.0, equal))
 
-    def form(self, count: Count, unit: Affine) -> Affine:
-        return _add((count.constant, unit)) if count.scale == "constant" else count.form
+    def form(self, count: Count, scale: str, node: E.Expr) -> Affine:
+        """The count's form on `scale` (the one common_scale chose for `node`)."""
+        if count.scale == "constant":
+            return _add((count.constant, self.unit(scale)))
+        if count.scale == "local" and scale == "averaged":
+            return self.divided_by_i(count, node)
+        return count.form
+
+    def divided_by_i(self, count: Count, node: E.Expr) -> Affine:
+        """A count held as its value x, divided by i to meet a count over every j <= i: x / i is the
+        sum over t = 1..M of ([x >= t] - [x <= -t]) / i (x is an integer, |x| <= M), and a Boolean b
+        divided by i is the ramp max(1/i + b - 1, 0): 1/i where b = 1, and where b = 0 the ramp's
+        input 1/i - 1 is 0 (i = 1) or at most -1/2, as a ramp needs."""
+        key = tuple(sorted(count.form.items()))
+        if key in self.divided:
+            return self.divided[key]
+        constant = _constant_of(count.form)
+        if constant is not None:  # `c ? k : k`
+            return {self.inverse: constant}
+        name = self.describe(node)
+        if count.zero_or_one:
+            booleans = [(1.0, count.form)]
+        else:
+            booleans = []
+            for t in range(1, math.ceil(self.value_bound(count.form)) + 1):
+                for sign in (1.0, -1.0):  # [x >= t] and [-x >= t]
+                    at_least = _add((sign, count.form), (BOOLEAN_MARGIN - t, {ONE: 1.0}))
+                    holds = self.step(at_least, BOOLEAN_MARGIN, f"{'' if sign > 0 else '-'}({name}) >= {t}")
+                    booleans.append((sign, {holds: 1.0}))
+        parts = []
+        for sign, boolean in booleans:
+            over_i = _add((1.0, {self.inverse: 1.0}), (1.0, boolean), (-1.0, {ONE: 1.0}))
+            parts.append((sign, {self.ramp(over_i, "averaged", f"{E.show(node)} held as its value, / i"): 1.0}))
+        self.divided[key] = _add(*parts)
+        return self.divided[key]
 
     # ------------------------------------------------------------ counts
     def _Number(self, node, env) -> Count:
         return Count("constant", {}, node.value)
 
-    def common_scale(self, node: E.Expr, *counts: Count) -> tuple[str, Affine]:
-        """The scale the non-constant counts share, and its unit (1/i when averaged, else 1)."""
+    def common_scale(self, *counts: Count) -> str:
+        """The scale the non-constant counts meet on: averaged where one of them counts over every
+        j <= i (the others are then divided by i, see `divided_by_i`), else local."""
         scales = {c.scale for c in counts} - {"constant"}
-        if len(scales) > 1:
-            raise self.unsupported(
-                node,
-                f"it combines a count held as its value ({VALUE_COUNTS}) with a count over every j <= i, "
-                "which the compiled model holds divided by i",
-            )
-        scale = scales.pop()
-        return scale, {self.inverse: 1.0} if scale == "averaged" else {ONE: 1.0}
+        return "averaged" if "averaged" in scales else scales.pop()
+
+    def unit(self, scale: str) -> Affine:
+        """The form of 1 on `scale`: 1/i when averaged."""
+        return {self.inverse: 1.0} if scale == "averaged" else {ONE: 1.0}
 
     def _Arith(self, node, env) -> Count:
         left, right = self.count(node.left, env), self.count(node.right, env)
         if left.scale == right.scale == "constant":
             return Count("constant", {}, ARITH[node.op](left.constant, right.constant))
-        scale, unit = self.common_scale(node, left, right)
-        a, b = self.form(left, unit), self.form(right, unit)
+        scale = self.common_scale(left, right)
+        a, b = self.form(left, scale, node), self.form(right, scale, node)
         if node.op in ("+", "-"):
             return Count(scale, _add((1.0, a), (1.0 if node.op == "+" else -1.0, b)))
         # min(a, b) = a - max(a - b, 0); max(a, b) = a + max(b - a, 0)
@@ -427,9 +461,9 @@ class Lowering:
         if yes.scale == no.scale == "constant":  # a Boolean times a constant: a count held as its value
             form = _add((float(no.constant), {ONE: 1.0}), (float(yes.constant - no.constant), condition))
             return Count("local", form, zero_or_one={yes.constant, no.constant} <= {0, 1})
-        scale, unit = self.common_scale(node, yes, no)
-        b = self.form(no, unit)
-        x = _add((1.0, self.form(yes, unit)), (-1.0, b))
+        scale = self.common_scale(yes, no)
+        b = self.form(no, scale, node)
+        x = _add((1.0, self.form(yes, scale, node)), (-1.0, b))
         # c x = max(x - M (1 - c), 0) - max(-x - M (1 - c), 0) for an integer M >= |x|: x - M and
         # -x - M are then 0 or at least the count margin where c = 0, as a ramp needs
         M = float(math.ceil(self.value_bound(x)))
