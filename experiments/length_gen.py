@@ -123,9 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--protocol",
         action="store_true",
-        help="the verdict protocol (preset 'protocol'): its fixed recipe, fresh seeds from 2000 until "
-        "5 seeds per task fit (APE; 3 for other encodings), per-seed verdicts with intervals and "
-        "the discrimination check of each test bin, all in the report",
+        help="the verdict protocol (preset 'protocol'): its fixed recipe, fresh seeds "
+        f"(from {PRESETS['protocol'].seeds[0]}) until 5 seeds per task fit (APE; 3 for other encodings), "
+        "per-seed verdicts with intervals and the discrimination check of each test bin, all in the report",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)

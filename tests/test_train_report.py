@@ -389,8 +389,8 @@ def test_readme_protocol_tables_are_the_committed_protocol_runs():
     from experiments.calibration import protocol_table
 
     readme = (protocol_table.HERE.parents[1] / "README.md").read_text()
-    for run, summary in protocol_table.committed_summaries().items():
-        assert protocol_table.table(summary) in readme, run
+    for run, (summary, config) in protocol_table.committed_runs().items():
+        assert protocol_table.table(summary, config) in readme, run
 
 
 @pytest.mark.parametrize("run", ["protocol-ape", "protocol-ape-spread", "protocol-ape-copying"])

@@ -44,10 +44,29 @@ def bin_cell(b: dict) -> str:
     return f"{b['verdict']}{mark} ({passing} of {len(seeds)} pass, {spread}{counted})"
 
 
-def table(summary: dict) -> str:
+def recipe_line(config: dict) -> str:
+    """The recipe the run trained under, from its config.json: the part that differs between the
+    protocol's recipes (a table is only comparable with tables of the same recipe)."""
+    trains = {
+        json.dumps({k: v for k, v in t.items() if k != "max_positions"}, sort_keys=True)
+        for t in config["train"].values()
+    }
+    if len(trains) > 1:
+        raise ValueError("the tasks of a protocol run trained under different settings: not one recipe")
+    train = json.loads(trains.pop())
+    seeds = config["seeds"]
+    return (
+        f"Recipe: learning rate {train['learning_rate']:g}, {train['schedule']} decay to 0 at step {train['max_steps']}, "
+        f"stop after {train['stop_after_perfect_evals']} perfect evaluations in a row; seeds {seeds[0]}-{seeds[-1]}."
+    )
+
+
+def table(summary: dict, config: dict) -> str:
     rows = summary["protocol"]["rows"]
     bins = [f"{b['lo']}-{b['hi']}" for b in next(row for row in rows if row["bins"])["bins"]]
     lines = [
+        recipe_line(config),
+        "",
         "| task | predicted | fitted of seeds run | " + " | ".join(bins) + " |",
         "|---|---|---|" + "---|" * len(bins),
     ]
@@ -61,13 +80,17 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def committed_summaries() -> dict[str, dict]:
-    return {run: json.loads((HERE / run / "summary.json").read_text()) for run in RUNS}
+def committed_runs() -> dict[str, tuple[dict, dict]]:
+    """run -> (its summary.json, its config.json)."""
+    return {
+        run: tuple(json.loads((HERE / run / name).read_text()) for name in ("summary.json", "config.json"))
+        for run in RUNS
+    }
 
 
 def main() -> None:
-    for run, summary in committed_summaries().items():
-        print(f"{run}:\n\n{table(summary)}\n")
+    for run, (summary, config) in committed_runs().items():
+        print(f"{run}:\n\n{table(summary, config)}\n")
 
 
 if __name__ == "__main__":
