@@ -16,6 +16,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUNS = (
+    "protocol16k-ape-unique",
+    "protocol16k-ape-copying",
     "protocol-ape",
     "protocol-ape-unique",
     "protocol-ape-spread",
