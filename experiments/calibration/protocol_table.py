@@ -18,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 RUNS = (
     "protocol16k-ape-unique",
     "protocol16k-ape-copying",
+    "protocol16k-ape",
     "protocol-ape",
     "protocol-ape-unique",
     "protocol-ape-spread",
