@@ -50,13 +50,11 @@ def bin_cell(b: dict) -> str:
 def recipe_line(config: dict) -> str:
     """The recipe the run trained under, from its config.json: the part that differs between the
     protocol's recipes (a table is only comparable with tables of the same recipe)."""
-    trains = {
-        json.dumps({k: v for k, v in t.items() if k != "max_positions"}, sort_keys=True)
-        for t in config["train"].values()
-    }
-    if len(trains) > 1:
+    # max_positions follows each task's longest test string; every other setting is the recipe's
+    trains = [{k: v for k, v in t.items() if k != "max_positions"} for t in config["train"].values()]
+    if any(t != trains[0] for t in trains):
         raise ValueError("the tasks of a protocol run trained under different settings: not one recipe")
-    train = json.loads(trains.pop())
+    train = trains[0]
     seeds = config["seeds"]
     return (
         f"Recipe: learning rate {train['learning_rate']:g}, {train['schedule']} decay to 0 at step {train['max_steps']}, "
