@@ -180,6 +180,13 @@ class TrainConfig(Settings):
     )
     learning_rate: float = field(default=1e-4, metadata=setting_help("peak learning rate of AdamW"))
     weight_decay: float = field(default=0.01, metadata=setting_help("AdamW weight decay"))
+    # The official code trains with Hugging Face's Trainer, which clips at 1.0 unless told otherwise.
+    max_grad_norm: float = field(
+        default=0.0,
+        metadata=setting_help(
+            "before AdamW, scale each step's gradient down to this global norm where it is longer (0: no clipping)"
+        ),
+    )
     schedule: str = field(
         default="linear",
         metadata=setting_help(
@@ -262,6 +269,7 @@ class TrainConfig(Settings):
             require(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
         require(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         require(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        require(self.max_grad_norm >= 0, f"max_grad_norm must be >= 0 (0: no clipping), got {self.max_grad_norm}")
         require(
             self.warmup_steps < self.max_steps,
             f"warmup_steps ({self.warmup_steps}) must be below max_steps ({self.max_steps})",

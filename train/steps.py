@@ -30,7 +30,13 @@ def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
 
 
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    return optax.adamw(learning_rate_schedule(config), b1=0.9, b2=0.999, eps=1e-8, weight_decay=config.weight_decay)
+    """AdamW, after clipping the gradient's global norm (over all of one model's parameters) to
+    `max_grad_norm` when that is set: inside the vmapped step each model of a stack is clipped by
+    its own norm, so a seed's numbers do not depend on the seeds trained beside it."""
+    adamw = optax.adamw(learning_rate_schedule(config), b1=0.9, b2=0.999, eps=1e-8, weight_decay=config.weight_decay)
+    if config.max_grad_norm > 0:
+        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), adamw)
+    return adamw
 
 
 def init_stack(models: list[nnx.Module], optimizer: optax.GradientTransformation):
