@@ -3,7 +3,9 @@
 import math
 from fractions import Fraction
 
+import jax
 import numpy as np
+import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,7 +23,7 @@ from crasplab.train.data import (
     sample_training_batch,
     sequence_length,
 )
-from crasplab.train.steps import learning_rate_schedule
+from crasplab.train.steps import learning_rate_schedule, make_optimizer
 
 TASKS = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
 
@@ -125,9 +127,50 @@ def test_schedule_warms_up_then_decays_to_zero():
     assert float(constant(100)) == pytest.approx(1e-3)
 
 
+def _train_stack(optimizer, gradients_per_step):
+    """Parameters of a stack of models after one optimizer update per step, vmapped as in training."""
+    params = jax.tree.map(np.zeros_like, gradients_per_step[0])
+    state = jax.vmap(optimizer.init)(params)
+    for gradients in gradients_per_step:
+        updates, state = jax.vmap(optimizer.update)(gradients, state, params)
+        params = optax.apply_updates(params, updates)
+    return params
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31), scales=st.lists(st.floats(0.01, 100.0), min_size=2, max_size=2))
+def test_clipping_scales_each_models_gradient_by_its_own_global_norm(seed, scales):
+    """With max_grad_norm, each model of a stack gets AdamW fed its gradient scaled down to that norm
+    where longer, the norm taken over all its parameters: neither per parameter array nor over
+    the stack (a seed's numbers must not depend on the seeds trained beside it)."""
+    rng = np.random.default_rng(seed)
+    config = TrainConfig(
+        train_lengths=(1, 5), test_bins=((1, 5),), learning_rate=1e-2, schedule="constant", warmup_steps=0
+    ).validate()
+    steps = [
+        {
+            "a": rng.normal(size=(2, 3)) * np.array([[1.0], [scales[0]]]) ** step,
+            "b": rng.normal(size=(2, 2)) * np.array([[1.0], [scales[1]]]) ** step,
+        }
+        for step in range(3)
+    ]
+
+    def clipped(gradients, limit=1.0):
+        norms = np.sqrt(sum((leaf**2).sum(axis=1) for leaf in gradients.values()))
+        factor = np.minimum(1.0, limit / norms)[:, None]
+        return {name: leaf * factor for name, leaf in gradients.items()}
+
+    got = _train_stack(make_optimizer(config.replace(max_grad_norm=1.0)), steps)
+    expected = _train_stack(make_optimizer(config), [clipped(g) for g in steps])
+    for name in got:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-7)
+
+
 def test_config_errors_name_the_setting():
     with pytest.raises(ConfigError, match="first test bin"):
         TrainConfig(train_lengths=(1, 5), test_bins=((1, 6), (7, 9))).validate()
+    with pytest.raises(ConfigError, match="max_grad_norm must be >= 0"):
+        TrainConfig(max_grad_norm=-1.0).validate()
     with pytest.raises(ConfigError, match="unknown TrainConfig setting"):
         TrainConfig().replace(learning_rat=1.0)
     with pytest.raises(ConfigError, match="unknown ModelSettings setting.*'position'"):

@@ -6,7 +6,14 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from crasplab.results.protocol import next_seeds, protocol_markdown, protocol_rows, recipe_markdown, recipe_rows
+from crasplab.results.protocol import (
+    next_seeds,
+    protocol_markdown,
+    protocol_rows,
+    recipe_markdown,
+    recipe_rows,
+    recipe_text,
+)
 from crasplab.results.verdicts import (
     FAILS,
     GENERALIZES,
@@ -177,6 +184,28 @@ def test_the_recipe_benchmark_reads_the_training_bin_only():
     assert row["steps_at_stop"] == {1000: 1500, 1001: 16000, 1002: 16000}
     table = recipe_markdown([row])
     assert "| UR | 3 | 2 of 3 | 750 (500-1000) | 16000 (1500-16000) | 590 (61.3-600) |" in table
+
+
+RECIPES = st.fixed_dictionaries(
+    dict(
+        learning_rate=st.sampled_from([1e-4, 3e-4, 1e-3]),
+        warmup_steps=st.sampled_from([0, 200, 1000]),
+        schedule=st.sampled_from(["linear", "constant"]),
+        max_steps=st.sampled_from([8000, 16000]),
+        max_grad_norm=st.sampled_from([0.0, 0.5, 1.0]),
+        stop_after_perfect_evals=st.sampled_from([0, 1, 2]),
+        eval_every=st.sampled_from([250, 500]),
+    )
+)
+
+
+@given(RECIPES, RECIPES)
+def test_two_recipes_read_alike_only_when_they_are_the_same(first, second):
+    """A table is comparable only with tables of its own recipe: the text printed above it must tell
+    every two recipes apart, and a run from before clipping existed reads as not clipping."""
+    assert (recipe_text(first) == recipe_text(second)) == (first == second)
+    legacy = {name: value for name, value in first.items() if name != "max_grad_norm"}
+    assert recipe_text(legacy) == recipe_text(dict(first, max_grad_norm=0.0))
 
 
 def test_a_last_task_counts_only_where_its_first_control_generalizes():

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from crasplab.results.protocol import recipe_text
+
 HERE = Path(__file__).resolve().parent
 RUNS = (
     "protocol16k-ape-unique",
@@ -54,12 +56,9 @@ def recipe_line(config: dict) -> str:
     trains = [{k: v for k, v in t.items() if k != "max_positions"} for t in config["train"].values()]
     if any(t != trains[0] for t in trains):
         raise ValueError("the tasks of a protocol run trained under different settings: not one recipe")
-    train = trains[0]
     seeds = config["seeds"]
-    return (
-        f"Recipe: learning rate {train['learning_rate']:g}, {train['schedule']} decay to 0 at step {train['max_steps']}, "
-        f"stop after {train['stop_after_perfect_evals']} perfect evaluations in a row; seeds {seeds[0]}-{seeds[-1]}."
-    )
+    train = trains[0]
+    return f"Recipe: {recipe_text(train)}; seeds {seeds[0]}-{seeds[-1]}."
 
 
 def table(summary: dict, config: dict) -> str:

@@ -14,18 +14,13 @@ import json
 from pathlib import Path
 
 from crasplab.results.length_gen import read_records
-from crasplab.results.protocol import read_protocol, recipe_markdown, recipe_rows
+from crasplab.results.protocol import read_protocol, recipe_markdown, recipe_rows, recipe_text
 from crasplab.results.verdicts import Protocol
 
 
 def recipe_of(config: dict) -> str:
-    """The settings that make a recipe, as they differ between presets (first task's)."""
-    train = config["train"][config["tasks"][0]]
-    return (
-        f"schedule {train['schedule']}, learning rate {train['learning_rate']:g}, warmup {train['warmup_steps']}, "
-        f"stop after {train['stop_after_perfect_evals']} perfect evaluation(s) (0: never), "
-        f"evaluation every {train['eval_every']} steps, seeds {config['seeds']}"
-    )
+    """The recipe of the run's first task, and its seeds."""
+    return f"{recipe_text(config['train'][config['tasks'][0]])}; seeds {config['seeds']}"
 
 
 def main(argv=None) -> None:
