@@ -394,7 +394,14 @@ def test_readme_protocol_tables_are_the_committed_protocol_runs():
 
 
 @pytest.mark.parametrize(
-    "run", ["protocol-ape", "protocol-ape-spread", "protocol-ape-copying", "protocol16k-ape-copying"]
+    "run",
+    [
+        "protocol-ape",
+        "protocol-ape-spread",
+        "protocol-ape-copying",
+        "protocol16k-ape-copying",
+        "protocol-clip-ape-copying",
+    ],
 )
 def test_committed_protocol_runs_rebuild_their_reports_from_their_files(run, tmp_path, capsys):
     """A kept copy of a run (its job folders without checkpoints) is its own record: its report comes

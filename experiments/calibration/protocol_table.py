@@ -18,6 +18,9 @@ from crasplab.results.protocol import recipe_text
 
 HERE = Path(__file__).resolve().parent
 RUNS = (
+    "protocol-clip-ape-unique",
+    "protocol-clip-ape-spread",
+    "protocol-clip-ape-copying",
     "protocol16k-ape-unique",
     "protocol16k-ape-copying",
     "protocol16k-ape",
