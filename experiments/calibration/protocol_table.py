@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 RUNS = (
     "protocol-clip-ape-unique",
     "protocol-clip-ape-spread",
+    "protocol-clip-ape",
     "protocol-clip-ape-copying",
     "protocol16k-ape-unique",
     "protocol16k-ape-copying",
