@@ -401,6 +401,7 @@ def test_readme_protocol_tables_are_the_committed_protocol_runs():
         "protocol-ape-copying",
         "protocol16k-ape-copying",
         "protocol-clip-ape-copying",
+        "protocol-clip-rope-copying",
     ],
 )
 def test_committed_protocol_runs_rebuild_their_reports_from_their_files(run, tmp_path, capsys):

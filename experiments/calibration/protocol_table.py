@@ -22,6 +22,8 @@ RUNS = (
     "protocol-clip-ape-spread",
     "protocol-clip-ape",
     "protocol-clip-ape-copying",
+    "protocol-clip-rope-unique",
+    "protocol-clip-rope-copying",
     "protocol16k-ape-unique",
     "protocol16k-ape-copying",
     "protocol16k-ape",
