@@ -26,6 +26,7 @@ RUNS = (
     "protocol-clip-rope-unique",
     "protocol-clip-rope-copying",
     "protocol-clip-rope-nb",
+    "protocol-clip-nope",
     "protocol16k-ape-unique",
     "protocol16k-ape-copying",
     "protocol16k-ape",
