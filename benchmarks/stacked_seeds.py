@@ -5,12 +5,13 @@ a stack of S models); on a CPU it trains one model per single-threaded process p
 This measures whether stacking would pay on a CPU core too: the training step of the quick model
 (its longest unique-copy batch, as benchmarks/train_step.py times it) for stacks of S models, each
 model on the same batch, in one process pinned to one core and single-threaded (as a CPU worker
-runs). The stacks take turns (one untimed step, then three timed ones) so that a change in
-machine load hits all of them; the median over all turns is reported. The baseline is the stack
-of one, the lab's CPU path: "per model" divides a stack's step by S, and the ratio is the stack of
-one's time per model over the stack's (above 1: the stack trains more model-steps per second).
+runs). The stacks take turns as the trainers of benchmarks/train_step.py do (one untimed step,
+then three timed ones) so that a change in machine load hits all of them; the median over all
+turns is reported. The baseline is the stack of one, the lab's CPU path: "per model" divides a
+stack's step by S, and the ratio is the stack of one's time per model over the stack's (above 1:
+the stack trains more model-steps per second).
 
-    python benchmarks/stacked_seeds.py                       # about a minute on a 2-core CPU
+    python benchmarks/stacked_seeds.py                       # about 30 s on a 2-core CPU
     python benchmarks/stacked_seeds.py --stack-sizes 1 8 32 --preset paper   # on an accelerator
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.train_step import STEPS_PER_TURN, equal_shape_batch  # noqa: E402
+from benchmarks.train_step import STEPS_PER_TURN, equal_shape_batch, interleaved_medians  # noqa: E402
 from crasplab.train.allocator import keep_freed_memory  # noqa: E402
 from crasplab.train.config import PRESETS  # noqa: E402
 from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step  # noqa: E402
@@ -56,23 +56,12 @@ class Stack:
         return time.perf_counter() - start
 
 
-def interleaved_medians(stacks: dict[int, Stack], rounds: int) -> dict[int, float]:
-    """Median seconds of one step of each stack over `rounds` rounds in which each takes a turn."""
-    for stack in stacks.values():  # compile and warm up
-        stack.step()
-    times = {size: [] for size in stacks}
-    for _ in range(rounds):
-        for size, stack in stacks.items():
-            stack.step()
-            times[size] += [stack.step() for _ in range(STEPS_PER_TURN)]
-    return {size: statistics.median(values) for size, values in times.items()}
-
-
 def measure(preset_name: str, sizes: list[int], rounds: int) -> None:
     keep_freed_memory()
     batch, vocab_size = equal_shape_batch(preset_name)
     B, T = batch["tokens_BxT"].shape
-    medians = interleaved_medians({size: Stack(preset_name, size, batch, vocab_size) for size in sizes}, rounds)
+    stacks = {size: Stack(preset_name, size, batch, vocab_size) for size in sizes}
+    medians = interleaved_medians({size: stack.step for size, stack in stacks.items()}, rounds)
     baseline = medians[sizes[0]] / sizes[0]
     print(
         f"## {preset_name} preset, batch {B} x {T} per model, jax {jax.__version__} on {jax.default_backend()}; "

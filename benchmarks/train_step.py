@@ -166,6 +166,9 @@ class StepProcess:
         self.send(request)
         return self.receive()
 
+    def timed_step(self) -> float:
+        return self.ask("step")["seconds"]
+
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait()
@@ -201,20 +204,21 @@ def serve(side: str, preset_name: str, single_thread: bool) -> None:
         print(json.dumps(answer), flush=True)
 
 
-def interleaved_medians(processes: dict[str, StepProcess], rounds: int) -> dict[str, float]:
-    """Median seconds of one step of each trainer over `rounds` rounds in which each takes a turn.
+def interleaved_medians(timed_steps: dict, rounds: int) -> dict:
+    """Median seconds of one step of each trainer over `rounds` rounds in which each takes a turn;
+    `timed_steps` maps a trainer's name to a function that runs one step and returns its seconds.
 
     A turn starts with one untimed step: right after another trainer ran, the caches hold its
     memory, not this one's, and torch's OpenMP threads may still be spinning (a first timed step
     measured ours 1.5x slower after an HF turn than after one of its own)."""
-    for process in processes.values():  # compile / warm up
-        process.ask("step")
-        process.ask("step")
-    times = {name: [] for name in processes}
+    for timed_step in timed_steps.values():  # compile / warm up
+        timed_step()
+        timed_step()
+    times = {name: [] for name in timed_steps}
     for _ in range(rounds):
-        for name, process in processes.items():
-            process.ask("step")
-            times[name] += [process.ask("step")["seconds"] for _ in range(STEPS_PER_TURN)]
+        for name, timed_step in timed_steps.items():
+            timed_step()
+            times[name] += [timed_step() for _ in range(STEPS_PER_TURN)]
     return {name: float(np.median(values)) for name, values in times.items()}
 
 
@@ -280,7 +284,7 @@ def equal_shapes_table(presets: list[str], rounds: int) -> None:
         B, T = equal_shape_batch(name)[0]["tokens_BxT"].shape
         for mode, core in modes:
             processes = {side: StepProcess(side, name, core) for side in sides}
-            medians = interleaved_medians(processes, rounds)
+            medians = interleaved_medians({side: process.timed_step for side, process in processes.items()}, rounds)
             for process in processes.values():
                 process.close()
             ours_s, defaults_s, hf_s = medians["ours"], medians["defaults"], medians.get("hf")
