@@ -385,12 +385,29 @@ def test_readme_table_is_the_committed_quick_runs():
 
 
 def test_readme_protocol_tables_are_the_committed_protocol_runs():
-    """The README's protocol tables are what the committed protocol runs' summaries give."""
+    """The protocol tables of the README (the current recipe, and its headline table) and of
+    docs/protocol-history.md (the recipes before it) are what the committed runs' summaries give."""
     from experiments.calibration import protocol_table
 
-    readme = (protocol_table.HERE.parents[1] / "README.md").read_text()
-    for run, (summary, config) in protocol_table.committed_runs().items():
-        assert protocol_table.table(summary, config) in readme, run
+    root = protocol_table.HERE.parents[1]
+    for document, runs in (
+        ("README.md", protocol_table.CURRENT_RUNS),
+        ("docs/protocol-history.md", protocol_table.EARLIER_RUNS),
+    ):
+        text = (root / document).read_text()
+        for run, (summary, config) in protocol_table.committed_runs(runs).items():
+            assert protocol_table.table(summary, config) in text, (document, run)
+    readme = (root / "README.md").read_text()
+    assert protocol_table.headline(protocol_table.committed_runs(protocol_table.CURRENT_RUNS)) in readme
+
+
+def test_the_headline_refuses_runs_of_two_recipes():
+    """Tables of different recipes are not comparable, so the headline does not set them side by side."""
+    from experiments.calibration import protocol_table
+
+    runs = protocol_table.committed_runs(("protocol-clip-ape-unique", "protocol16k-ape-unique"))
+    with pytest.raises(ValueError, match="one recipe"):
+        protocol_table.headline(runs)
 
 
 @pytest.mark.parametrize(

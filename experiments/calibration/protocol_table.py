@@ -1,12 +1,14 @@
-"""The top-level README's protocol tables, printed from the committed protocol runs' summaries
-(the folders named in RUNS, here), so that no number in them is typed by hand.
+"""Print the protocol runs' tables for the README and docs/protocol-history.md from the kept runs
+(the folders named in CURRENT_RUNS and EARLIER_RUNS, here), so that no number in them is typed by
+hand.
 
-    python experiments/calibration/protocol_table.py   # paste its output over the README's tables
+    python experiments/calibration/protocol_table.py   # paste its output over the documents' tables
 
 Each test-bin cell: the task's verdict, how many fitted seeds passed, the range of their
 accuracies, and a mark for agreement with the prediction; a bin that cannot discriminate (a
 bounded program exact on the training lengths passes it), or where the task's control (its
-"first" twin) does not generalize, is shown as "not counted".
+"first" twin) does not generalize, is shown as "not counted". The headline table sets the current
+recipe's runs side by side, one row per task and sampler, one column per position encoding.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from pathlib import Path
 from crasplab.results.protocol import recipe_text
 
 HERE = Path(__file__).resolve().parent
-RUNS = (
+# The current recipe's runs (the README's tables and its headline table), and the runs of the
+# recipes before it (docs/protocol-history.md).
+CURRENT_RUNS = (
     "protocol-clip-ape-unique",
     "protocol-clip-ape-spread",
     "protocol-clip-ape",
@@ -27,6 +31,8 @@ RUNS = (
     "protocol-clip-rope-copying",
     "protocol-clip-rope-nb",
     "protocol-clip-nope",
+)
+EARLIER_RUNS = (
     "protocol16k-ape-unique",
     "protocol16k-ape-copying",
     "protocol16k-ape",
@@ -39,6 +45,10 @@ RUNS = (
     "protocol-rope-copying",
     "protocol-nope",
 )
+RUNS = CURRENT_RUNS + EARLIER_RUNS
+# The headline's rows: the paper's sampler first, each in the task library's order.
+TASK_ORDER = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
+ENCODINGS = ("ape", "rope", "nope")
 
 
 def bin_cell(b: dict) -> str:
@@ -89,15 +99,75 @@ def table(summary: dict, config: dict) -> str:
     return "\n".join(lines)
 
 
-def committed_runs() -> dict[str, tuple[dict, dict]]:
+def committed_runs(runs=RUNS) -> dict[str, tuple[dict, dict]]:
     """run -> (its summary.json, its config.json)."""
     return {
         run: tuple(json.loads((HERE / run / name).read_text()) for name in ("summary.json", "config.json"))
-        for run in RUNS
+        for run in runs
     }
 
 
+def sampler_of(config: dict, task: str) -> str:
+    return "spread" if config["task_overrides"].get(task, {}).get("occurrences") == "spread" else "paper's"
+
+
+def verdict_word(b: dict) -> str:
+    """A bin's verdict in a few words: its agreement mark, or why it is not counted."""
+    mark = {True: " ✓", False: " ✗", None: ""}[b["agrees"]]
+    control = b.get("control")
+    if b["discriminates"] is False or (control and control["verdict"] != "generalizes"):
+        return f"{b['verdict']} (not counted)"
+    return b["verdict"] + mark
+
+
+def headline(runs: dict[str, tuple[dict, dict]]) -> str:
+    """One table of the given runs, which must share one recipe: per task and sampler, each
+    encoding's fitted seeds and verdict at each test bin, and per encoding the counted verdicts
+    that agree with the prediction."""
+    recipes = {recipe_line(config) for _, config in runs.values()}
+    if len(recipes) != 1:
+        raise ValueError(f"the headline sets side by side runs of one recipe; these have {len(recipes)}")
+    cells, predicted, bins, counts = {}, {}, {}, {pe: [0, 0] for pe in ENCODINGS}
+    for summary, config in runs.values():
+        pe = summary["pe"]
+        for row in summary["protocol"]["rows"]:
+            key = (row["task"], sampler_of(config, row["task"]))
+            if (key, pe) in cells:
+                raise ValueError(f"{key[0]} on the {key[1]} sampler under {pe} is in two runs")
+            predicted[key, pe] = row["predicted"]
+            verdicts = [verdict_word(b) for b in row["bins"]] or ["too few fitted seeds"]
+            cells[key, pe] = f"{len(row['fitted'])} of {len(row['seeds_run'])} fit; " + " / ".join(verdicts)
+            bins.setdefault(key, " / ".join(f"{b['lo']}-{b['hi']}" for b in row["bins"]))
+            for b in row["bins"]:
+                if b["agrees"] is not None and not verdict_word(b).endswith("(not counted)"):
+                    counts[pe][0] += b["agrees"]
+                    counts[pe][1] += 1
+    keys = sorted(bins, key=lambda key: (key[1] != "paper's", TASK_ORDER.index(key[0])))
+    lines = [
+        next(iter(recipes)),
+        "",
+        "| task | sampler | test bins | APE predicted | APE | RoPE | NoPE predicted | NoPE |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in keys:
+        ape_predicted = predicted.get((key, "ape")) or predicted.get((key, "rope"), "").replace(" (no theorem)", "")
+        lines.append(
+            f"| {key[0]} | {key[1]} | {bins[key]} | {ape_predicted} | "
+            + " | ".join(
+                [cells.get((key, "ape"), "not run"), cells.get((key, "rope"), "not run")]
+                + [predicted.get((key, "nope"), "·"), cells.get((key, "nope"), "not run")]
+            )
+            + " |"
+        )
+    agreeing = "; ".join(
+        f"{name} {agree} of {judged}" for name, (agree, judged) in zip(("APE", "RoPE", "NoPE"), counts.values())
+    )
+    lines += ["", f"Counted verdicts that agree with the prediction: {agreeing}."]
+    return "\n".join(lines)
+
+
 def main() -> None:
+    print(f"headline:\n\n{headline(committed_runs(CURRENT_RUNS))}\n")
     for run, (summary, config) in committed_runs().items():
         print(f"{run}:\n\n{table(summary, config)}\n")
 
