@@ -419,6 +419,7 @@ def test_the_headline_refuses_runs_of_two_recipes():
         "protocol16k-ape-copying",
         "protocol-clip-ape-copying",
         "protocol-clip-rope-copying",
+        "protocol-clip-rope",
     ],
 )
 def test_committed_protocol_runs_rebuild_their_reports_from_their_files(run, tmp_path, capsys):

@@ -30,6 +30,7 @@ CURRENT_RUNS = (
     "protocol-clip-rope-unique",
     "protocol-clip-rope-copying",
     "protocol-clip-rope-nb",
+    "protocol-clip-rope",
     "protocol-clip-nope",
 )
 EARLIER_RUNS = (
