@@ -50,7 +50,20 @@ EARLIER_RUNS = (
 RUNS = CURRENT_RUNS + EARLIER_RUNS
 # The headline's rows: the paper's sampler first, each in the task library's order.
 TASK_ORDER = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
-ENCODINGS = ("ape", "rope", "nope")
+ENCODINGS = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}
+
+
+MARKS = {True: " ✓", False: " ✗", None: ""}
+
+
+def not_counted_reason(b: dict) -> str | None:
+    """Why a bin's verdict does not count for or against the prediction, or None where it does."""
+    control = b.get("control")
+    if b["discriminates"] is False:
+        return "a bounded program passes"
+    if control and control["verdict"] != "generalizes":
+        return f"its control {control['task']} {control['verdict']}"
+    return None
 
 
 def bin_cell(b: dict) -> str:
@@ -58,16 +71,9 @@ def bin_cell(b: dict) -> str:
     passing = sum(s["outcome"] == "pass" for s in seeds)
     accuracies = [s["correct"] / s["total"] for s in seeds]
     spread = f"{min(accuracies):.2f}-{max(accuracies):.2f}" if len(seeds) > 1 else f"{accuracies[0]:.2f}"
-    mark = {True: " ✓", False: " ✗", None: ""}[b["agrees"]]
-    control = b.get("control")
-    counted = (
-        "; not counted: a bounded program passes"
-        if b["discriminates"] is False
-        else f"; not counted: its control {control['task']} {control['verdict']}"
-        if control and control["verdict"] != "generalizes"
-        else ""
-    )
-    return f"{b['verdict']}{mark} ({passing} of {len(seeds)} pass, {spread}{counted})"
+    reason = not_counted_reason(b)
+    counted = f"; not counted: {reason}" if reason else ""
+    return f"{b['verdict']}{MARKS[b['agrees']]} ({passing} of {len(seeds)} pass, {spread}{counted})"
 
 
 def recipe_line(config: dict) -> str:
@@ -126,12 +132,8 @@ def sampler_of(config: dict, task: str) -> str:
 
 
 def verdict_word(b: dict) -> str:
-    """A bin's verdict in a few words: its agreement mark, or why it is not counted."""
-    mark = {True: " ✓", False: " ✗", None: ""}[b["agrees"]]
-    control = b.get("control")
-    if b["discriminates"] is False or (control and control["verdict"] != "generalizes"):
-        return f"{b['verdict']} (not counted)"
-    return b["verdict"] + mark
+    """A bin's verdict in a few words: its agreement mark, or that it is not counted."""
+    return f"{b['verdict']} (not counted)" if not_counted_reason(b) else b["verdict"] + MARKS[b["agrees"]]
 
 
 def headline(runs: dict[str, tuple[dict, dict]]) -> str:
@@ -153,7 +155,7 @@ def headline(runs: dict[str, tuple[dict, dict]]) -> str:
             cells[key, pe] = f"{len(row['fitted'])} of {len(row['seeds_run'])} fit; " + " / ".join(verdicts)
             bins.setdefault(key, " / ".join(test_bins(summary)))
             for b in row["bins"]:
-                if b["agrees"] is not None and not verdict_word(b).endswith("(not counted)"):
+                if b["agrees"] is not None and not_counted_reason(b) is None:
                     counts[pe][0] += b["agrees"]
                     counts[pe][1] += 1
     keys = sorted(bins, key=lambda key: (key[1] != "paper's", TASK_ORDER.index(key[0])))
@@ -173,9 +175,7 @@ def headline(runs: dict[str, tuple[dict, dict]]) -> str:
             )
             + " |"
         )
-    agreeing = "; ".join(
-        f"{name} {agree} of {judged}" for name, (agree, judged) in zip(("APE", "RoPE", "NoPE"), counts.values())
-    )
+    agreeing = "; ".join(f"{ENCODINGS[pe]} {agree} of {judged}" for pe, (agree, judged) in counts.items())
     lines += ["", f"Counted verdicts that agree with the prediction: {agreeing}."]
     return "\n".join(lines)
 
