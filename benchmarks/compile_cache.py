@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from crasplab.train.data import TRAIN_STREAM, batch_rng, sample_training_batch, 
 from crasplab.train.loop import Job, _StackRun
 from crasplab.train.steps import shard_batch
 from crasplab.train.workers import available_cores, worker_env
+from pinned_worker import add_core_option, pin_to_core
 
 PAIRS = ("UF:UB", "UL:UR")
 
@@ -108,10 +108,10 @@ def main() -> None:
         help="a task, then one whose programs have the same shapes (default: %(default)s)",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
+    add_core_option(parser)
     args = parser.parse_args()
     if args.child:
-        os.sched_setaffinity(0, {args.core})
+        pin_to_core(args.core)
         print(json.dumps(first_calls(args.child)))
         return
     core = available_cores()[-1]

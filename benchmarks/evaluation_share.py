@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,13 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import jax  # noqa: E402
 
 import crasplab.train.loop as loop  # noqa: E402
 from crasplab.train.config import PRESETS  # noqa: E402
 from crasplab.train.runs import make_jobs  # noqa: E402
-from crasplab.train.workers import available_cores, worker_env  # noqa: E402
 from experiments import length_gen  # noqa: E402
+from pinned_worker import add_core_option, measure_as_a_worker  # noqa: E402
 
 
 def timed_by_bin(function, part: str, seconds: dict, bins: int):
@@ -90,16 +87,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=5000)
     parser.add_argument("--steps", type=int, default=1000, help="training steps of the job")
     parser.add_argument("--eval-every", type=int, default=500, help="steps between evaluations")
-    parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
+    add_core_option(parser)
     args = parser.parse_args()
-    if args.core is not None:
-        os.sched_setaffinity(0, {args.core})
-    if jax.default_backend() != "cpu" or args.core is not None:
-        measure(args)
-        return
-    # On a CPU, measure in a child that runs as a training worker does: one XLA thread, pinned to a core.
-    command = [sys.executable, __file__, "--core", str(available_cores()[-1]), *sys.argv[1:]]
-    subprocess.run(command, env=worker_env(), check=True)
+    measure_as_a_worker(__file__, args.core, lambda: measure(args))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ the stack trains more model-steps per second).
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +31,7 @@ from benchmarks.train_step import STEPS_PER_TURN, equal_shape_batch, interleaved
 from crasplab.train.allocator import keep_freed_memory  # noqa: E402
 from crasplab.train.config import PRESETS  # noqa: E402
 from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step  # noqa: E402
-from crasplab.train.workers import available_cores, worker_env  # noqa: E402
+from pinned_worker import add_core_option, measure_as_a_worker  # noqa: E402
 
 
 class Stack:
@@ -85,18 +83,11 @@ def main() -> None:
         "--stack-sizes", type=int, nargs="+", default=[1, 2, 5], help="models per stack; the first is the baseline"
     )
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
-    parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
+    add_core_option(parser)
     args = parser.parse_args()
     if min(args.stack_sizes) < 1:
         parser.error(f"--stack-sizes must be at least 1 model each, got {args.stack_sizes}")
-    if args.core is not None:
-        os.sched_setaffinity(0, {args.core})
-    if jax.default_backend() != "cpu" or args.core is not None:
-        measure(args.preset, args.stack_sizes, args.rounds)
-        return
-    # On a CPU, measure in a child that runs as a training worker does: one XLA thread, pinned to a core.
-    command = [sys.executable, __file__, "--core", str(available_cores()[-1]), *sys.argv[1:]]
-    subprocess.run(command, env=worker_env(), check=True)
+    measure_as_a_worker(__file__, args.core, lambda: measure(args.preset, args.stack_sizes, args.rounds))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from crasplab.train.allocator import keep_freed_memory, with_huge_page_blocks
 from crasplab.train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
 from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
 from crasplab.train.workers import available_cores, single_thread_env
+from pinned_worker import add_core_option, pin_to_core
 
 STREAM_TASK = "UF"
 STREAM_BATCHES = 24  # batches per timed pass over the real-token stream
@@ -337,10 +338,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds at equal shapes (median reported)")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each real-token measurement")
     parser.add_argument("--serve", choices=SIDES, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
+    add_core_option(parser)
     args = parser.parse_args()
-    if args.core is not None:
-        os.sched_setaffinity(0, {args.core})
+    pin_to_core(args.core)
     if args.serve is not None:
         serve(args.serve, args.presets[0], single_thread=args.core is not None)
         return
