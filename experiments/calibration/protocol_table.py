@@ -31,6 +31,7 @@ CURRENT_RUNS = (
     "protocol-clip-rope-copying",
     "protocol-clip-rope-nb",
     "protocol-clip-rope",
+    "protocol-clip-rope-spread",
     "protocol-clip-nope",
     "protocol-clip-nope-last",
 )
