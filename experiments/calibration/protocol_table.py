@@ -34,6 +34,7 @@ CURRENT_RUNS = (
     "protocol-clip-rope-spread",
     "protocol-clip-nope",
     "protocol-clip-nope-last",
+    "protocol-clip-nope-spread",
 )
 EARLIER_RUNS = (
     "protocol16k-ape-unique",
