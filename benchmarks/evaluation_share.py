@@ -22,7 +22,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
 import crasplab.train.loop as loop  # noqa: E402
 from crasplab.train.config import PRESETS  # noqa: E402
 from crasplab.train.runs import make_jobs  # noqa: E402

@@ -18,20 +18,16 @@ the stack trains more model-steps per second).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from benchmarks.train_step import STEPS_PER_TURN, equal_shape_batch, interleaved_medians  # noqa: E402
-from crasplab.train.allocator import keep_freed_memory  # noqa: E402
-from crasplab.train.config import PRESETS  # noqa: E402
-from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step  # noqa: E402
-from pinned_worker import add_core_option, measure_as_a_worker  # noqa: E402
+from crasplab.train.allocator import keep_freed_memory
+from crasplab.train.config import PRESETS
+from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
+from pinned_worker import add_core_option, measure_as_a_worker
+from train_step import STEPS_PER_TURN, equal_shape_batch, interleaved_medians
 
 
 class Stack:
