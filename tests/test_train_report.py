@@ -410,6 +410,28 @@ def test_the_headline_refuses_runs_of_two_recipes():
         protocol_table.headline(runs)
 
 
+def test_a_row_with_too_few_fitted_seeds_reads_alike_whether_none_or_some_fit():
+    """NoPE NRLast on the spread sampler fit on 1 of 10 seeds, NLLast on 0 of 10: both rows give
+    no verdict, and both say how many unfitted seeds were still improving when the rate reached 0
+    (the recipe's defect), which a row with one fitted seed once lost behind its bins."""
+    from experiments.calibration import protocol_table
+
+    runs = protocol_table.committed_runs(("protocol-clip-nope-spread",))
+    summary, config = runs["protocol-clip-nope-spread"]
+    rows = {row["task"]: row for row in summary["protocol"]["rows"]}
+    assert len(rows["NRLast"]["fitted"]) == 1 and not rows["NLLast"]["fitted"]
+    headline = protocol_table.headline(runs)
+    for task in ("NLLast", "NRLast"):
+        improving = len(rows[task]["still_improving"])
+        assert improving > 0
+        line = next(line for line in headline.splitlines() if line.startswith(f"| {task} |"))
+        assert line.endswith(f"fit; too few fitted seeds ({improving} still improving at the cap) |")
+        table_line = next(
+            line for line in protocol_table.table(summary, config).splitlines() if line.startswith(f"| {task} |")
+        )
+        assert table_line.count(f"{improving} still improving at the cap") == 2  # each of the two test bins
+
+
 @pytest.mark.parametrize(
     "run",
     [

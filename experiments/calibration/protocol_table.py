@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from crasplab.results.protocol import recipe_text
+from crasplab.results.verdicts import TOO_FEW
 
 HERE = Path(__file__).resolve().parent
 # The current recipe's runs (the README's tables and its headline table), and the runs of the
@@ -68,11 +69,14 @@ def not_counted_reason(b: dict) -> str | None:
     return None
 
 
-def bin_cell(b: dict) -> str:
+def bin_cell(b: dict, row: dict) -> str:
     seeds = b["seeds"]
     passing = sum(s["outcome"] == "pass" for s in seeds)
     accuracies = [s["correct"] / s["total"] for s in seeds]
     spread = f"{min(accuracies):.2f}-{max(accuracies):.2f}" if len(seeds) > 1 else f"{accuracies[0]:.2f}"
+    if b["verdict"] == TOO_FEW:
+        # no verdict, so nothing to count: what matters is why the seeds did not fit
+        return f"{TOO_FEW} ({passing} of {len(seeds)} pass, {spread}{improving_note(row, '; ')})"
     reason = not_counted_reason(b)
     counted = f"; not counted: {reason}" if reason else ""
     return f"{b['verdict']}{MARKS[b['agrees']]} ({passing} of {len(seeds)} pass, {spread}{counted})"
@@ -95,11 +99,17 @@ def test_bins(summary: dict) -> list[str]:
     return [f"{lo}-{hi}" for lo, hi in summary["bins"][1:]]
 
 
-def too_few(row: dict) -> str:
-    """The cell of a task with too few fitted seeds for a verdict, saying how many of its unfitted
-    seeds were still improving when the rate reached 0 (a defect of the recipe, not of the task)."""
+def improving_note(row: dict, separator: str) -> str:
+    """How many of the row's unfitted seeds were still improving when the rate reached 0 (a
+    defect of the recipe, not of the task), after `separator`; empty where none was."""
     improving = len(row["still_improving"])
-    return "too few fitted seeds" + (f" ({improving} still improving at the cap)" if improving else "")
+    return f"{separator}{improving} still improving at the cap" if improving else ""
+
+
+def too_few(row: dict) -> str:
+    """The verdict of a task with too few fitted seeds, with its unfitted seeds still improving."""
+    note = improving_note(row, "")
+    return TOO_FEW + (f" ({note})" if note else "")
 
 
 def table(summary: dict, config: dict) -> str:
@@ -112,7 +122,7 @@ def table(summary: dict, config: dict) -> str:
         "|---|---|---|" + "---|" * len(bins),
     ]
     for row in rows:
-        cells = [bin_cell(b) for b in row["bins"]] or [too_few(row)] * len(bins)
+        cells = [bin_cell(b, row) for b in row["bins"]] or [too_few(row)] * len(bins)
         lines.append(
             f"| {row['task']} | {row['predicted']} | {len(row['fitted'])} of {len(row['seeds_run'])} | "
             + " | ".join(cells)
@@ -153,7 +163,9 @@ def headline(runs: dict[str, tuple[dict, dict]]) -> str:
             if (key, pe) in cells:
                 raise ValueError(f"{key[0]} on the {key[1]} sampler under {pe} is in two runs")
             predicted[key, pe] = row["predicted"]
-            verdicts = [verdict_word(b) for b in row["bins"]] or [too_few(row)]
+            # a row without a verdict reads alike whether none or too few of its seeds fit
+            has_verdict = row["bins"] and row["bins"][0]["verdict"] != TOO_FEW
+            verdicts = [verdict_word(b) for b in row["bins"]] if has_verdict else [too_few(row)]
             cells[key, pe] = f"{len(row['fitted'])} of {len(row['seeds_run'])} fit; " + " / ".join(verdicts)
             bins.setdefault(key, " / ".join(test_bins(summary)))
             for b in row["bins"]:
