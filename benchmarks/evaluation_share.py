@@ -1,13 +1,16 @@
-"""What a job's evaluations cost beside its training steps, bin by bin.
+"""What a job's evaluations cost beside its training steps, bin by bin, and what scoring the test
+bins only at a job's last evaluation saves.
 
-A job of `experiments/length_gen.py` evaluates every `eval_every` steps: each bin (the training
-lengths, then the test bins) teacher-forced, and a few strings per bin decoded greedily with the
-KV cache as a cross-check. The protocol reads the test bins only at a job's last evaluation, so
-their share of a job is what scoring them only there would save. This trains one job of a preset
-from scratch, as a CPU worker does (one XLA thread, pinned to a core), with the evaluation's two
-parts timed per bin; the baseline is the job's whole time (compilation included, as in a run).
+A job of `experiments/length_gen.py` evaluates every `eval_every` steps: the training bin
+teacher-forced, with a few strings decoded greedily with the KV cache as a cross-check, and the
+test bins the same way, at every evaluation or (`test_bins_at_stop_only`, the protocol preset's)
+only at the evaluation that stops the job. This trains one job of a preset from scratch, as a CPU
+worker does (one XLA thread, pinned to a core), twice: first scoring the test bins at every
+evaluation, the baseline, with the evaluation's two parts timed per bin; then scoring them only at
+the last evaluation. Each job's whole time includes compilation, as in a run; the ratio is the
+baseline's time over the other's (above 1: the job is faster). Both train the same bits.
 
-    python benchmarks/evaluation_share.py                                # RoPE UF, protocol preset, ~2 min
+    python benchmarks/evaluation_share.py                                # RoPE UF, protocol preset, ~4 min
     python benchmarks/evaluation_share.py --task NB --pe ape --steps 2000
 """
 
@@ -15,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -44,7 +49,9 @@ def timed_by_bin(function, part: str, seconds: dict, bins: int):
     return wrapper
 
 
-def measure(args: argparse.Namespace) -> None:
+def timed_job(args: argparse.Namespace, test_bins_at_stop_only: bool, seconds: dict) -> tuple[float, tuple]:
+    """(seconds of the whole job, its bins), with the evaluation's parts added to `seconds` (by
+    bin, where every evaluation scores every bin)."""
     with tempfile.TemporaryDirectory() as out:
         settings = length_gen.run_settings(
             length_gen.build_parser().parse_args(
@@ -53,14 +60,24 @@ def measure(args: argparse.Namespace) -> None:
             )
         )
         job = make_jobs(settings, Path(out))[0]
-        bins = job.train.test_bins
-        seconds = collections.defaultdict(float)
+        job = dataclasses.replace(job, train=job.train.replace(test_bins_at_stop_only=test_bins_at_stop_only))
+        bins = len(job.train.test_bins)
         # The loop calls these two by the names it imported; a job runs its (one-job) stack.
-        loop.teacher_forced_exact = timed_by_bin(loop.teacher_forced_exact, "teacher", seconds, len(bins))
-        loop.greedy_disagreements = timed_by_bin(loop.greedy_disagreements, "greedy", seconds, len(bins))
-        start = time.perf_counter()
-        loop.run_job(job)
-        total = time.perf_counter() - start
+        teacher = timed_by_bin(loop.teacher_forced_exact, "teacher", seconds, bins)
+        greedy = timed_by_bin(loop.greedy_disagreements, "greedy", seconds, bins)
+        with (
+            mock.patch.object(loop, "teacher_forced_exact", teacher),
+            mock.patch.object(loop, "greedy_disagreements", greedy),
+        ):
+            start = time.perf_counter()
+            loop.run_job(job)
+            return time.perf_counter() - start, job.train.test_bins
+
+
+def measure(args: argparse.Namespace) -> None:
+    seconds = collections.defaultdict(float)
+    total, bins = timed_job(args, False, seconds)
+    at_stop, _ = timed_job(args, True, collections.defaultdict(float))
     evaluations = args.steps // args.eval_every + (args.steps % args.eval_every > 0)
     print(
         f"{args.task} with --pe {args.pe}, preset {args.preset}, seed {args.seed}: {args.steps} steps, "
@@ -76,6 +93,9 @@ def measure(args: argparse.Namespace) -> None:
     test = sum(value for (_, b), value in seconds.items() if b > 0)
     print(f"{'every evaluation, all bins':<36}{sum(seconds.values()):9.1f}{sum(seconds.values()) / total:12.1%}")
     print(f"{'the test bins alone':<36}{test:9.1f}{test / total:12.1%}")
+    print(f"\n{'test bins scored':<36}{'seconds':>9}{'ratio':>12}")
+    print(f"{'at every evaluation (baseline)':<36}{total:9.1f}{1:12.2f}")
+    print(f"{'at the last evaluation only':<36}{at_stop:9.1f}{total / at_stop:12.2f}")
 
 
 def main() -> None:

@@ -334,3 +334,69 @@ def test_a_kill_between_the_final_checkpoint_and_result_json_is_finished_on_reru
     # Each process that trained the job recorded what decided its bits, and the step it started from.
     started = [json.loads(line)["from_step"] for line in (tmp_path / "killed" / "provenance.jsonl").open()]
     assert started == [0, 8 if stops_early else 24]
+
+
+def stack_of_two(tmp_path, folder: str, config: TrainConfig) -> list[Job]:
+    return [
+        Job(
+            task_code="UR",
+            seed=seed,
+            model=TINY_MODEL,
+            train=config,
+            task_overrides=dict(alphabet_size=8),
+            out_dir=str(tmp_path / folder / f"seed{seed}"),
+        )
+        for seed in (0, 1)
+    ]
+
+
+def test_test_bins_scored_only_at_the_stop_train_the_same_bits_and_end_with_the_same_result(tmp_path):
+    """With test_bins_at_stop_only (the protocol's), every evaluation but a job's last holds the
+    training bin alone, and the training and the final result are those of a run that scores the
+    test bins at every evaluation: evaluation draws nothing from the training stream."""
+    config = tiny_config(max_steps=24, eval_every=8)
+    every = stack_of_two(tmp_path, "every", config)
+    at_stop = stack_of_two(tmp_path, "at_stop", config.replace(test_bins_at_stop_only=True))
+    run_stack(every)
+    run_stack(at_stop)
+    for job_every, job_at_stop in zip(every, at_stop):
+        records_every, result_every = comparable(job_every.folder)
+        records_at_stop, result_at_stop = comparable(job_at_stop.folder)
+        assert [r for r in records_every if r["kind"] == "train"] == [
+            r for r in records_at_stop if r["kind"] == "train"
+        ]
+        evals_every = [r for r in records_every if r["kind"] == "eval"]
+        evals_at_stop = [r for r in records_at_stop if r["kind"] == "eval"]
+        assert [len(r["bins"]) for r in evals_every] == [2, 2, 2]
+        assert [len(r["bins"]) for r in evals_at_stop] == [1, 1, 2]
+        assert [r["bins"][0] for r in evals_every] == [r["bins"][0] for r in evals_at_stop]
+        assert evals_every[-1] == evals_at_stop[-1]
+        assert result_every == result_at_stop
+
+
+def test_in_a_stack_only_the_job_an_evaluation_stops_gets_its_test_bins(tmp_path, monkeypatch):
+    """Seeds trained as one stack stop at different evaluations: the one whose training bin is
+    perfect twice (made so here at its first two evaluations) gets its test bins then and stops;
+    the other keeps training with its training bin alone until its own last evaluation."""
+    import crasplab.train.loop as loop
+
+    scored = loop.teacher_forced_exact
+
+    def seed_0_perfect_on_training(eval_step, params_S, stacked_sets, chunk, put):
+        exact_SxN = scored(eval_step, params_S, stacked_sets, chunk, put)
+        if stacked_sets[0].hi == 4:  # the training bin (lengths 1-4)
+            exact_SxN[0] = True
+        return exact_SxN
+
+    monkeypatch.setattr(loop, "teacher_forced_exact", seed_0_perfect_on_training)
+    jobs = stack_of_two(
+        tmp_path,
+        "stack",
+        tiny_config(max_steps=32, eval_every=8, stop_after_perfect_evals=2, test_bins_at_stop_only=True),
+    )
+    run_stack(jobs)
+    evals = [[r for r in comparable(job.folder)[0] if r["kind"] == "eval"] for job in jobs]
+    assert [(r["step"], len(r["bins"])) for r in evals[0]] == [(8, 1), (16, 2)]
+    assert [(r["step"], len(r["bins"])) for r in evals[1]][-1] == (32, 2)
+    assert all(len(r["bins"]) == 1 for r in evals[1][:-1])
+    assert [comparable(job.folder)[1]["steps"] for job in jobs] == [16, 32]

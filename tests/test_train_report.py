@@ -99,6 +99,17 @@ def test_a_model_that_did_not_fit_is_not_judged(run_dir, verdicts):
     assert summary["did_not_fit"] == ["NF"] and (summary["agreements"], summary["judged"]) == (1, 1)
 
 
+def test_a_job_still_training_without_test_bins_waits_outside_the_summary(run_dir, verdicts):
+    """A job that scores its test bins only when it stops (the protocol's jobs) has evaluations of
+    the training bin alone until then: its seed is left out of the task's row, not read as a run
+    whose last bin is the training bin (which would call a fitted model 'generalizes')."""
+    write_run_records(run_dir, [eval_record("NF", 1, 1500, [1.0])])  # NF seed 1 trains on
+    rows = {row["task"]: row for row in summarize(run_dir)["rows"]}
+    assert rows["NF"]["seeds"] == [0] and rows["NF"]["bins"][2]["mean"] == pytest.approx(0.95)
+    write_run_records(run_dir, [eval_record("NB", 0, 1500, [1.0])])  # the only NB seed trains on
+    assert "NB" not in {row["task"] for row in summarize(run_dir)["rows"]}
+
+
 def test_report_only_judges_with_the_runs_own_threshold(run_dir, verdicts, capsys):
     config = json.loads((run_dir / "config.json").read_text())
     (run_dir / "config.json").write_text(json.dumps(dict(config, threshold=0.95)))

@@ -282,12 +282,13 @@ class _StackRun:
             self._checkpoint_one(i)
 
     def _stop_reached(self, index: int) -> bool:
-        """The job has trained enough: its training bin perfect in enough consecutive evaluations,
-        or its step budget spent."""
+        """The job has trained enough (see `_stops_now`) and has been evaluated."""
+        return self.last_eval[index] is not None and self._stops_now(index)
+
+    def _stops_now(self, index: int) -> bool:
+        """Its training bin perfect in enough consecutive evaluations, or its step budget spent."""
         config = self.config
-        return self.last_eval[index] is not None and (
-            0 < config.stop_after_perfect_evals <= self.perfect_streak[index] or self.step >= config.max_steps
-        )
+        return 0 < config.stop_after_perfect_evals <= self.perfect_streak[index] or self.step >= config.max_steps
 
     def _finish(self, index: int) -> None:
         """Checkpoint, then result.json. Both are written atomically and result.json only from what
@@ -395,38 +396,55 @@ class _StackRun:
             )
 
     def _evaluate(self) -> None:
-        config = self.config
-        params_S = self.state[0]
-        put = lambda part: shard_batch(self.mesh, part)  # noqa: E731
-        bin_records = [[] for _ in self.jobs]
-        for b, (lo, hi) in enumerate(self.setup.bins):
-            exact_SxN = teacher_forced_exact(
-                self.eval_step, params_S, [sets[b] for sets in self.eval_sets], config.eval_batch_size, put
-            )
-            for i in self._active():
-                model = nnx.merge(self.graphdef, unstack(params_S, i), self.rest)
-                disagreements = greedy_disagreements(
-                    model, self.eval_sets[i][b], exact_SxN[i], config.greedy_examples_per_bin
-                )
-                bin_records[i].append(
-                    BinEval.from_dict(
-                        dict(
-                            lo=lo,
-                            hi=hi,
-                            accuracy=round(float(exact_SxN[i].mean()), 6),
-                            n=int(exact_SxN.shape[1]),
-                            **self.eval_sets[i][b].by_length(exact_SxN[i]),
-                            greedy_checked=min(config.greedy_examples_per_bin, exact_SxN.shape[1]),
-                            greedy_disagreements=disagreements,
-                        )
-                    )
-                )
-        for i in self._active():
-            record = EvalRecord(step=self.step, bins=tuple(bin_records[i]))
+        """Score the training bin of every active job, then the test bins: of every active job,
+        or with `test_bins_at_stop_only` of the jobs this evaluation stops (their training bin
+        alone decides that), so that no test accuracy exists before a job is done."""
+        active = self._active()
+        scored: dict[int, list[BinEval]] = {i: [] for i in active}
+        self._score_bin(0, active, scored)
+        stopping = []
+        for i in active:
+            perfect = scored[i][0].accuracy == 1.0
+            self.perfect_streak[i] = self.perfect_streak[i] + 1 if perfect else 0
+            if self._stops_now(i):
+                stopping.append(i)
+        tested = stopping if self.config.test_bins_at_stop_only else active
+        if tested:
+            for b in range(1, len(self.setup.bins)):
+                self._score_bin(b, tested, scored)
+        for i in active:
+            record = EvalRecord(step=self.step, bins=tuple(scored[i]))
             # Kept as written (a dict): the checkpoint stores it, and result.json is made from it.
             self.last_eval[i] = record.to_dict()
             self._append(i, record)
-            perfect = record.bins[0].accuracy == 1.0
-            self.perfect_streak[i] = self.perfect_streak[i] + 1 if perfect else 0
-            if self._stop_reached(i):
+            if i in stopping:
                 self._finish(i)
+
+    def _score_bin(self, b: int, indices: list[int], scored: dict[int, list[BinEval]]) -> None:
+        """Bin b teacher-forced (one pass over the whole stack) and, for the jobs `indices`, a few
+        strings decoded greedily as a cross-check; their BinEvals go to `scored`."""
+        config = self.config
+        params_S = self.state[0]
+        lo, hi = self.setup.bins[b]
+        put = lambda part: shard_batch(self.mesh, part)  # noqa: E731
+        exact_SxN = teacher_forced_exact(
+            self.eval_step, params_S, [sets[b] for sets in self.eval_sets], config.eval_batch_size, put
+        )
+        for i in indices:
+            model = nnx.merge(self.graphdef, unstack(params_S, i), self.rest)
+            disagreements = greedy_disagreements(
+                model, self.eval_sets[i][b], exact_SxN[i], config.greedy_examples_per_bin
+            )
+            scored[i].append(
+                BinEval.from_dict(
+                    dict(
+                        lo=lo,
+                        hi=hi,
+                        accuracy=round(float(exact_SxN[i].mean()), 6),
+                        n=int(exact_SxN.shape[1]),
+                        **self.eval_sets[i][b].by_length(exact_SxN[i]),
+                        greedy_checked=min(config.greedy_examples_per_bin, exact_SxN.shape[1]),
+                        greedy_disagreements=disagreements,
+                    )
+                )
+            )

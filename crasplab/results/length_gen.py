@@ -124,7 +124,11 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         if task not in finals:
             continue
         by_seed = finals[task]
-        seeds = sorted(by_seed)
+        # A job that scores its test bins only when it stops has none before: it is left out until then.
+        asked = len(config["train"][task]["test_bins"])
+        seeds = [seed for seed in sorted(by_seed) if len(by_seed[seed]["bins"]) == asked]
+        if not seeds:
+            continue
         accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
         bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
         prediction = written[task]["prediction"]
