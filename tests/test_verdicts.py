@@ -195,6 +195,8 @@ RECIPES = st.fixed_dictionaries(
         max_grad_norm=st.sampled_from([0.0, 0.5, 1.0]),
         stop_after_perfect_evals=st.sampled_from([0, 1, 2]),
         eval_every=st.sampled_from([250, 500]),
+        batch_size=st.sampled_from([32, 64]),
+        weight_decay=st.sampled_from([0.0, 0.01]),
     )
 )
 

@@ -309,6 +309,7 @@ def recipe_text(train: dict) -> str:
     clipping = train.get("max_grad_norm", 0.0)
     stop = train["stop_after_perfect_evals"]
     return (
+        f"batches of {train['batch_size']}, AdamW with weight decay {train['weight_decay']:g}, "
         f"learning rate {train['learning_rate']:g} after {train['warmup_steps']} warmup steps, {after_warmup}, "
         + (f"gradients clipped to norm {clipping:g}" if clipping > 0 else "no gradient clipping")
         + (f", stop after {stop} perfect evaluations in a row" if stop else ", no early stop")
