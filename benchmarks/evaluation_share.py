@@ -66,17 +66,17 @@ def timed_job(args: argparse.Namespace, test_bins_at_stop_only: bool, seconds: d
         )
         job = make_jobs(settings, Path(out))[0]
         job = dataclasses.replace(job, train=job.train.replace(test_bins_at_stop_only=test_bins_at_stop_only))
-        bins = len(job.train.test_bins)
+        bins = job.train.test_bins
         # The loop calls these two by the names it imported; a job runs its (one-job) stack.
-        teacher = timed_by_bin(loop.teacher_forced_exact, "teacher", seconds, bins)
-        greedy = timed_by_bin(loop.greedy_disagreements, "greedy", seconds, bins)
+        teacher = timed_by_bin(loop.teacher_forced_exact, "teacher", seconds, len(bins))
+        greedy = timed_by_bin(loop.greedy_disagreements, "greedy", seconds, len(bins))
         with (
             mock.patch.object(loop, "teacher_forced_exact", teacher),
             mock.patch.object(loop, "greedy_disagreements", greedy),
         ):
             start = time.perf_counter()
             loop.run_job(job)
-            return time.perf_counter() - start, job.train.test_bins
+            return time.perf_counter() - start, bins
 
 
 def measure(args: argparse.Namespace) -> None:
