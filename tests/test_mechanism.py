@@ -286,12 +286,9 @@ def test_a_from_scratch_model_is_scored_and_ablated_on_its_own_test_strings(tmp_
     """A tiny length_gen.py run trained here (in this process), then analysed: the unablated
     accuracy per bin equals what training recorded on the same strings."""
     from experiments import length_gen
-    from crasplab.train import engines
-    from crasplab.train.workers import run_stacked_in_process
+    from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
 
-    monkeypatch.setattr(
-        engines, "run_on_cpu_cores", lambda jobs, workers, show_progress: run_stacked_in_process(jobs, False)
-    )
+    monkeypatch.setenv(ACCELERATOR_PATH_ENV, REHEARSE)  # trained in this process, as on an accelerator
     run = tmp_path / "run"
     length_gen.main(
         [

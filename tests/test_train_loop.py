@@ -231,39 +231,6 @@ def test_stack_rejects_jobs_that_differ_in_more_than_the_seed(tmp_path):
         run_stack(jobs)
 
 
-def test_accelerator_path_stacks_seeds_and_matches_single_runs(tmp_path):
-    """run_stacked_in_process (one vmapped stack per task) ends where separate runs end."""
-    from crasplab.train.workers import run_stacked_in_process
-
-    config = tiny_config(max_steps=16, eval_every=8, checkpoint_every=8)
-
-    def jobs(folder):
-        return [
-            Job(
-                task_code="UB",
-                seed=seed,
-                model=TINY_MODEL.replace(pe="nope"),
-                train=config,
-                task_overrides=dict(alphabet_size=8),
-                out_dir=str(tmp_path / folder / f"seed{seed}"),
-            )
-            for seed in (0, 1)
-        ]
-
-    run_stacked_in_process(jobs("stacked"), show_progress=False)
-    for stacked, alone in zip(jobs("stacked"), jobs("alone")):
-        run_stack([alone])
-        together_records, together_result = comparable(stacked.folder)
-        alone_records, alone_result = comparable(alone.folder)
-        assert [r["step"] for r in together_records] == [r["step"] for r in alone_records]
-        np.testing.assert_allclose(
-            [r["loss"] for r in together_records if r["kind"] == "train"],
-            [r["loss"] for r in alone_records if r["kind"] == "train"],
-            rtol=1e-4,
-        )
-        assert together_result["steps"] == alone_result["steps"] == 16
-
-
 def test_a_job_folder_is_trained_by_one_process_at_a_time(tmp_path):
     from crasplab.train.workers import _lock_folder
 

@@ -172,6 +172,31 @@ def make_batch(
     )
 
 
+def pad_batch(batch: Batch, width: int) -> Batch:
+    """The batch right-padded to `width` tokens. The new columns are padding like any other:
+    invalid, unsupervised, PAD tokens and targets, and their position ids repeat the last column's
+    (any row of the table serves: a causal model never lets a valid position see them)."""
+    extra = width - batch.tokens_BxT.shape[1]
+    if extra <= 0:
+        return batch
+
+    def right(array, mode="constant", **fill):
+        return np.pad(array, ((0, 0), (0, extra)), mode=mode, **fill)
+
+    return Batch(
+        tokens_BxT=right(batch.tokens_BxT, constant_values=PAD_ID),
+        positions_BxT=right(batch.positions_BxT, mode="edge"),
+        valid_BxT=right(batch.valid_BxT, constant_values=False),
+        targets_BxT=right(batch.targets_BxT, constant_values=PAD_ID),
+        loss_mask_BxT=right(batch.loss_mask_BxT, constant_values=0.0),
+    )
+
+
 def stack_batches(batches: list[Batch]) -> Batch:
-    """Batches for several models trained in one vmapped step: a leading model axis."""
-    return Batch(**{name: np.stack([b.as_dict()[name] for b in batches]) for name in batches[0].as_dict()})
+    """Batches for several models trained in one vmapped step: a leading model axis, every batch
+    padded to the widest. Each seed draws its own length bucket (so that its data stream is the
+    same alone or in a stack, and a run trained on one CPU core resumes on an accelerator), so the
+    seeds of a stack may stand in buckets of different widths at one step."""
+    width = max(b.tokens_BxT.shape[1] for b in batches)
+    padded = [pad_batch(b, width).as_dict() for b in batches]
+    return Batch(**{name: np.stack([b[name] for b in padded]) for name in padded[0]})

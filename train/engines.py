@@ -39,7 +39,9 @@ from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.train.config import ConfigError
 from crasplab.train.loop import Job, is_done
-from crasplab.train.stacks import group_into_stacks
+from crasplab.train.accelerator import DeviceSettings, default_sampler_processes, run_on_device
+from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, accelerator_path, path_name
+from crasplab.train.stacks import group_into_stacks, stack_cost
 from crasplab.train.workers import (
     TaskBars,
     worker_command,
@@ -47,9 +49,7 @@ from crasplab.train.workers import (
     _read_progress,
     _tail,
     available_cores,
-    expected_cost,
     run_on_cpu_cores,
-    run_stacked_in_process,
     worker_env,
 )
 
@@ -61,6 +61,14 @@ CORE_LOCK_FOLDER = Path(tempfile.gettempdir()) / f"crasp-lab-cores-{os.getuid()}
 POLL_SECONDS = 0.5
 
 
+# The accelerator path's settings: field -> (flag, whether a value is accepted, what is accepted).
+DEVICE_FLAGS = {
+    "concurrent_stacks": ("--concurrent-stacks", lambda n: n >= 1, "at least 1"),
+    "sampler_processes": ("--sampler-processes", lambda n: n >= 0, "at least 0"),
+    "time_limit_s": ("--time-limit-minutes", lambda s: 0 < s < float("inf"), "a number of minutes above 0"),
+}
+
+
 class EngineError(RuntimeError):
     """The engine cannot run: Ray missing, or the cluster cannot be reached."""
 
@@ -70,13 +78,19 @@ class EngineSettings:
     """How a grid is run: the engine, the Ray cluster's address (None: a private local cluster),
     how many jobs run at once on a private cluster or the local pool (None: one per core), the
     share of a GPU each stack of seeds takes on a cluster with GPUs (0: CPU jobs, one per task),
-    and the most seeds a stack holds where seeds train as stacks (None: all seeds of a task)."""
+    and the most seeds a stack holds where seeds train as stacks (None: all seeds of a task).
+    On the local accelerator path (crasplab.train.accelerator): how many stacks train at once on
+    the device, how many processes sample their batches (None: all cores but two), and a time
+    limit after which every stack stops unfinished, to resume on the next run (None: none)."""
 
     engine: str = "local"
     ray_address: str | None = None
     workers: int | None = None
     gpu_share: float = 0.0
     stack_size: int | None = None
+    concurrent_stacks: int | None = None
+    sampler_processes: int | None = None
+    time_limit_s: float | None = None
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -87,15 +101,16 @@ class EngineSettings:
             raise ConfigError(f"--gpu-share must be in [0, 1] and needs --engine ray, got {self.gpu_share}")
         if self.stack_size is not None:
             self._check_stack_size()
+        for name, (flag, in_range, accepted) in DEVICE_FLAGS.items():
+            if (value := getattr(self, name)) is not None:
+                self._check_device_flag(flag, value, in_range(value), accepted)
 
     def _check_stack_size(self) -> None:
-        import jax
-
         if self.stack_size < 1:
             raise ConfigError(
                 f"--stack-size must be at least 1 (or left out: all seeds of a task), got {self.stack_size}"
             )
-        on_cpu_jobs = not self.gpu_share if self.engine == "ray" else jax.default_backend() == "cpu"
+        on_cpu_jobs = not self.gpu_share if self.engine == "ray" else not accelerator_path()
         if on_cpu_jobs:
             raise ConfigError(
                 f"--stack-size {self.stack_size} applies only where seeds train as stacks: with --engine ray "
@@ -103,15 +118,37 @@ class EngineSettings:
                 "on a CPU core, so leave it out"
             )
 
+    def _check_device_flag(self, flag: str, value: float, in_range: bool, accepted: str) -> None:
+        if not in_range:
+            raise ConfigError(f"{flag} must be {accepted}, got {value:g}")
+        if self.engine != "local" or not accelerator_path():
+            raise ConfigError(
+                f"{flag} applies to the accelerator path only (--engine local on a GPU or TPU, or on a CPU with "
+                f"{ACCELERATOR_PATH_ENV}={REHEARSE}); here jobs run one per CPU core, so leave it out"
+            )
+
+    def device_settings(self) -> DeviceSettings:
+        """The accelerator path's settings, defaults filled in."""
+        return DeviceSettings(
+            stack_size=self.stack_size,
+            concurrent_stacks=self.concurrent_stacks or DeviceSettings.concurrent_stacks,
+            sampler_processes=(
+                default_sampler_processes() if self.sampler_processes is None else self.sampler_processes
+            ),
+            deadline_s=self.time_limit_s,
+        )
+
     def describe(self) -> str:
         """Where the jobs ran, for a run's records."""
-        import jax
-
         if self.engine == "ray":
             return f"Ray at {self.ray_address}" if self.ray_address else "a private Ray cluster on this machine"
-        if jax.default_backend() == "cpu":
+        if not accelerator_path():
             return f"{self.workers or len(available_cores())} pinned CPU workers"
-        return f"one process on the {jax.default_backend()} device"
+        device = self.device_settings()
+        return (
+            f"one process on {path_name()}: stacks of {device.stack_size or 'all'} seeds, "
+            f"{device.concurrent_stacks} at once, {device.sampler_processes} sampling processes"
+        )
 
 
 def add_engine_flags(parser) -> None:
@@ -154,30 +191,58 @@ def add_engine_flags(parser) -> None:
         "seeds of a task in one stack, a task with more is cut into stacks of nearly equal sizes; "
         "default: all seeds of a task in one stack",
     )
+    parser.add_argument(
+        "--concurrent-stacks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="on an accelerator (--engine local): stacks trained at once on the one device, each in a thread "
+        f"(default: {DeviceSettings.concurrent_stacks})",
+    )
+    parser.add_argument(
+        "--sampler-processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="on an accelerator (--engine local): processes that sample training batches ahead of the device "
+        "(0: the training threads sample their own; default: all cores but two)",
+    )
+    parser.add_argument(
+        "--time-limit-minutes",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="on an accelerator (--engine local): stop every stack after this long, unfinished; running the "
+        "command again resumes them (default: no limit)",
+    )
 
 
 def engine_settings(args) -> EngineSettings:
+    minutes = args.time_limit_minutes
     return EngineSettings(
         engine=args.engine,
         ray_address=args.ray_address,
         workers=args.workers,
         gpu_share=args.gpu_share,
         stack_size=args.stack_size,
+        concurrent_stacks=args.concurrent_stacks,
+        sampler_processes=args.sampler_processes,
+        time_limit_s=None if minutes is None else minutes * 60,
     )
 
 
-def run_jobs_on(settings: EngineSettings, jobs: list[Job], show_progress: bool = True) -> None:
+def run_jobs_on(settings: EngineSettings, jobs: list[Job], show_progress: bool = True) -> bool:
     """Run the jobs on the chosen engine; jobs already done are skipped. Locally, on a CPU one
     pinned process per job, on an accelerator the seeds of a task as vmapped stacks in this
-    process; on Ray, one task per job, or on a GPU share one task per stack."""
-    import jax
-
+    process; on Ray, one task per job, or on a GPU share one task per stack. True when every job
+    is done, False when the time limit stopped some (they resume on the next run)."""
     if settings.engine == "ray":
         run_on_ray(jobs, settings, show_progress=show_progress)
-    elif jax.default_backend() == "cpu":
+    elif not accelerator_path():
         run_on_cpu_cores(jobs, settings.workers or len(available_cores()), show_progress=show_progress)
     else:
-        run_stacked_in_process(jobs, show_progress=show_progress, stack_size=settings.stack_size)
+        return run_on_device(jobs, settings.device_settings(), show_progress=show_progress)
+    return True
 
 
 # -- the Ray task -------------------------------------------------------------------------------
@@ -353,11 +418,6 @@ def ray_units(jobs: list[Job], settings: EngineSettings) -> list[list[Job]]:
     core as the local pool runs it."""
     pending = [job for job in jobs if not is_done(job)]
     return group_into_stacks(pending, settings.stack_size) if settings.gpu_share else [[job] for job in pending]
-
-
-def stack_cost(stack: list[Job]) -> int:
-    """A stack's seeds train side by side: it takes as long as its longest job."""
-    return max(expected_cost(job) for job in stack)
 
 
 def describe(stack: list[Job]) -> str:

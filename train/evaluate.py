@@ -17,6 +17,12 @@ import numpy as np
 from crasp.tasks import EOS_ID, PAD_ID
 from crasplab.models.generate import generate
 from crasplab.train.data import EVAL_STREAM, Batch, batch_rng, make_batch, stack_batches
+from crasplab.train.device import accelerator_path
+
+# What one teacher-forced pass of a stack may hold in activations on the accelerator path: a few
+# GiB, so that several stacks evaluate side by side on one device and a pass still covers
+# thousands of strings (on an H200, 139 GiB).
+EVAL_PASS_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,23 @@ def build_eval_sets(
             )
         )
     return sets
+
+
+def eval_rows(stack_size: int, eval_batch_size: int, eval_sets: list[list[EvalSet]], config) -> int:
+    """Strings per model in one teacher-forced pass. On a CPU, the training settings'
+    eval_batch_size, as every kept run was evaluated. On the accelerator path as many as the
+    widest bin's activations (attention scores, MLP and logits of one layer, held a few times over)
+    fit in EVAL_PASS_BYTES: a pass costs a few launches whatever its size, so fewer, larger passes
+    are faster. At least eval_batch_size, at most the largest bin, a multiple of the devices the
+    batch is sharded over. A string's verdict does not depend on the pass it is in."""
+    if not accelerator_path():
+        return eval_batch_size
+    widest = max(s.batch.tokens_BxT.shape[1] for sets in eval_sets for s in sets)
+    largest = max(len(s.input_lengths_N) for sets in eval_sets for s in sets)
+    per_string = 4 * 4 * widest * (config.d_ff + config.n_heads * widest + config.vocab_size + 4 * config.d_model)
+    rows = min(max(EVAL_PASS_BYTES // (stack_size * per_string), eval_batch_size), largest)
+    devices = jax.local_device_count()
+    return max(devices, rows - rows % devices)
 
 
 def teacher_forced_exact(eval_step, params_S, stacked_sets: list[EvalSet], chunk: int, put) -> np.ndarray:

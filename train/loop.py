@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -31,16 +33,9 @@ from crasplab.train.checkpoint import CheckpointError, load_checkpoint, read_che
 from crasplab.train.compile_cache import use_compile_cache
 from crasplab.train.config import ConfigError, ModelSettings, TrainConfig
 from crasplab.train.provenance import provenance
-from crasplab.train.data import (
-    TRAIN_STREAM,
-    LengthBuckets,
-    batch_rng,
-    effective_range,
-    sample_training_batch,
-    sequence_length,
-    stack_batches,
-)
-from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, teacher_forced_exact, unstack
+from crasplab.train.sampling import BatchStream, StackBatches
+from crasplab.train.data import LengthBuckets, effective_range, sequence_length
+from crasplab.train.evaluate import build_eval_sets, eval_rows, greedy_disagreements, teacher_forced_exact, unstack
 from crasplab.train.steps import (
     check_divisible,
     data_mesh,
@@ -175,11 +170,20 @@ def stack_mismatch(jobs: list[Job]) -> str | None:
     return "; ".join(lines) or None
 
 
-def run_stack(jobs: list[Job], progress: ProgressCallback | None = None) -> list[dict]:
+def run_stack(
+    jobs: list[Job],
+    progress: ProgressCallback | None = None,
+    sampler_pool: Executor | None = None,
+    stop: threading.Event | None = None,
+) -> list[dict]:
     """Train the jobs (same settings, different seeds) in one vmapped step; return their results.
     Jobs whose checkpoints stand at different steps (a stack killed while it wrote its
     checkpoints, or folders first trained apart) train as one stack per step, one after another,
-    so that each resumes exactly where it stopped."""
+    so that each resumes exactly where it stopped.
+
+    With `sampler_pool`, helper processes sample the batches ahead of the device (the same
+    batches: crasplab.train.sampling). When `stop` is set the stack stops after its current step,
+    unfinished, as if killed there: a later run resumes it from its last checkpoint."""
     if (mismatch := stack_mismatch(jobs)) is not None:
         raise ValueError(f"run_stack: the jobs differ in more than the seed: {mismatch}; run them separately")
     pending = [job for job in jobs if not is_done(job)]
@@ -187,8 +191,10 @@ def run_stack(jobs: list[Job], progress: ProgressCallback | None = None) -> list
         keep_freed_memory()
         use_compile_cache()
         for same_start in by_resume_step(pending):
-            _StackRun(same_start, progress).run()
-    return [job.files.read_result() for job in jobs]
+            if stop is not None and stop.is_set():
+                break
+            _StackRun(same_start, progress, sampler_pool, stop).run()
+    return [job.files.read_result() if is_done(job) else None for job in jobs]
 
 
 def by_resume_step(jobs: list[Job]) -> list[list[Job]]:
@@ -203,10 +209,17 @@ def by_resume_step(jobs: list[Job]) -> list[list[Job]]:
 
 
 class _StackRun:
-    def __init__(self, jobs: list[Job], progress: ProgressCallback | None):
+    def __init__(
+        self,
+        jobs: list[Job],
+        progress: ProgressCallback | None,
+        sampler_pool: Executor | None = None,
+        stop: threading.Event | None = None,
+    ):
         self.jobs = jobs
         self.config = jobs[0].train
         self.progress = progress or (lambda _: None)
+        self.sampler_pool, self.stop = sampler_pool, stop
         self.setup = TaskSetup.for_job(jobs[0])
         self.mesh = data_mesh()
         check_divisible(self.mesh, self.config.batch_size, "batch_size")
@@ -232,6 +245,8 @@ class _StackRun:
         self.perfect_streak = [0] * len(jobs)
         self.finished = [False] * len(jobs)
         self.last_eval: list[dict | None] = [None] * len(jobs)
+        self.last_losses = np.zeros(len(jobs))
+        self.eval_rows = eval_rows(len(jobs), self.config.eval_batch_size, self.eval_sets, models[0].config)
         self._resume_or_start()
         started = dict(provenance(), from_step=self.step)
         for job in jobs:
@@ -327,25 +342,34 @@ class _StackRun:
 
     # -- training ------------------------------------------------------------------------------
     def run(self) -> None:
-        config, setup = self.config, self.setup
-        random_offset = config.random_position_offset and SCHEMES[self.jobs[0].model.pe].learned_table
+        stream = BatchStream(self._batches(), self.step, self.config.max_steps, self.sampler_pool)
+        try:
+            self._train(stream)
+        finally:
+            stream.close()
+
+    def _batches(self) -> StackBatches:
+        job, config, setup = self.jobs[0], self.config, self.setup
+        return StackBatches.of(
+            job.task_code,
+            job.task_overrides,
+            [job.seed for job in self.jobs],
+            config.batch_size,
+            setup.buckets,
+            setup.max_positions,
+            config.random_position_offset and SCHEMES[job.model.pe].learned_table,
+        )
+
+    def _train(self, stream: BatchStream) -> None:
+        config = self.config
         window_losses, window_accuracies = [], []
         clock = time.monotonic()
         while self.step < config.max_steps and not all(self.finished):
-            batches = [
-                sample_training_batch(
-                    setup.task,
-                    batch_rng(job.seed, TRAIN_STREAM, self.step),
-                    config.batch_size,
-                    setup.buckets,
-                    setup.max_positions,
-                    random_offset,
-                )
-                for job in self.jobs
-            ]
+            if self.stop is not None and self.stop.is_set():
+                return
             params_S, opt_state_S = self.state
             params_S, opt_state_S, loss_S, accuracy_S = self.train_step(
-                params_S, opt_state_S, shard_batch(self.mesh, stack_batches(batches).as_dict())
+                params_S, opt_state_S, shard_batch(self.mesh, stream.next())
             )
             self.state = (params_S, opt_state_S)
             window_losses.append(loss_S)
@@ -364,12 +388,18 @@ class _StackRun:
                             sequence_accuracy=round(float(accuracies[i]), 6),
                         ),
                     )
-                self._report_progress(losses)
+                self.last_losses = losses
+            reporting = self.step % config.log_every == 0
+            # The jobs that are still training, and the progress they show, before the evaluation
+            # that may finish some of them: a bar then ends on that evaluation's accuracy, not the one before.
+            reported = self._active()
             if self.step % config.eval_every == 0 or self.step == config.max_steps:
                 self._evaluate()
                 self._checkpoint()
             elif self.step % config.checkpoint_every == 0:
                 self._checkpoint()
+            if reporting:
+                self._report_progress(reported)
             clock = self._count_time(clock)
 
     def _count_time(self, since: float) -> float:
@@ -381,8 +411,9 @@ class _StackRun:
     def _active(self) -> list[int]:
         return [i for i in range(len(self.jobs)) if not self.finished[i]]
 
-    def _report_progress(self, losses) -> None:
-        for i in self._active():
+    def _report_progress(self, indices: list[int]) -> None:
+        losses = self.last_losses
+        for i in indices:
             last = self.last_eval[i]
             self.progress(
                 dict(
@@ -427,9 +458,8 @@ class _StackRun:
         params_S = self.state[0]
         lo, hi = self.setup.bins[b]
         put = lambda part: shard_batch(self.mesh, part)  # noqa: E731
-        exact_SxN = teacher_forced_exact(
-            self.eval_step, params_S, [sets[b] for sets in self.eval_sets], config.eval_batch_size, put
-        )
+        stacked_sets = [sets[b] for sets in self.eval_sets]
+        exact_SxN = teacher_forced_exact(self.eval_step, params_S, stacked_sets, self.eval_rows, put)
         for i in indices:
             model = nnx.merge(self.graphdef, unstack(params_S, i), self.rest)
             disagreements = greedy_disagreements(

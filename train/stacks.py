@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from crasp.tasks import get_task
+from crasplab.train.data import sequence_length
 from crasplab.train.loop import Job
 from crasplab.train.steps import part_bounds
 
@@ -25,3 +27,16 @@ def group_into_stacks(jobs: list[Job], stack_size: int | None = None) -> list[li
         bounds = part_bounds(len(same_key), math.ceil(len(same_key) / (stack_size or len(same_key))))
         stacks += [same_key[start:end] for start, end in zip(bounds, bounds[1:])]
     return stacks
+
+
+def expected_cost(job: Job) -> int:
+    """A job's cost at its step cap, in token-layer-steps (the step cost grows with the string
+    length and the depth)."""
+    task = get_task(job.task_code, **job.task_overrides)
+    longest = min(job.train.train_lengths[1], task.max_length())
+    return job.train.max_steps * sequence_length(task, longest) * job.model.n_layers
+
+
+def stack_cost(stack: list[Job]) -> int:
+    """A stack's seeds train side by side: it takes as long as its longest job."""
+    return max(expected_cost(job) for job in stack)

@@ -17,6 +17,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from crasplab.train.config import TrainConfig
+from crasplab.train.device import accelerator_path
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
@@ -112,8 +113,8 @@ CPU_BATCH_PARTS = 2
 
 
 def from_scratch_batch_parts() -> int:
-    """The `batch_parts` of the from-scratch training step on this machine's JAX backend."""
-    return CPU_BATCH_PARTS if jax.default_backend() == "cpu" else 1
+    """The `batch_parts` of the from-scratch training step on this machine's path (crasplab.train.device)."""
+    return 1 if accelerator_path() else CPU_BATCH_PARTS
 
 
 def part_bounds(batch_size: int, parts: int) -> list[int]:

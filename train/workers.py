@@ -4,8 +4,7 @@ On a CPU, each job runs in its own process pinned to one core (os.sched_setaffin
 told to use a single thread: on the 2-core development machine two such processes give 1.7x the
 throughput of one process using both cores (benchmarks/train_step.py, real-token table). Jobs
 start longest first. On an accelerator, the seeds of one task are trained as one stacked,
-vmapped model in this process (train.loop.run_stack), in stacks of a bounded size
-(train.stacks.group_into_stacks).
+vmapped model in the driving process instead (crasplab.train.accelerator).
 
 The worker entry point runs job folders by hand, or for an engine:
 
@@ -37,19 +36,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from tqdm import tqdm
 
-from crasp.tasks import get_task
 from crasplab.results.files import write_json
 from crasplab.results.job_folder import JobFolder
 from crasplab.train.allocator import with_huge_page_blocks
-from crasplab.train.data import sequence_length
 from crasplab.train.loop import Job, is_done, run_stack, stack_mismatch
-from crasplab.train.stacks import group_into_stacks
+from crasplab.train.stacks import expected_cost
 
 SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -133,8 +131,13 @@ class TaskBars:
         }
         self.steps = defaultdict(int)
         self.status = {}
+        self.lock = threading.Lock()  # stacks training in threads of one process report to one set of bars
 
     def update(self, progress: dict) -> None:
+        with self.lock:
+            self._update(progress)
+
+    def _update(self, progress: dict) -> None:
         key = (progress["task"], progress["seed"])
         if self.status.get(key) == progress:
             return
@@ -153,6 +156,10 @@ class TaskBars:
 
     def finish(self, job: Job) -> None:
         """A job that stopped early: count its remaining steps as done so the bar reaches the end."""
+        with self.lock:
+            self._finish(job)
+
+    def _finish(self, job: Job) -> None:
         key = (job.task_code, job.seed)
         self.bars[job.task_code].update(job.train.max_steps - self.steps[key])
         self.steps[key] = job.train.max_steps
@@ -198,27 +205,6 @@ def run_on_cpu_cores(jobs: list[Job], workers: int, show_progress: bool = True) 
     finally:
         for process, _ in running.values():
             process.kill()
-        bars.close()
-
-
-def expected_cost(job: Job) -> int:
-    """A job's cost at its step cap, in token-layer-steps (the step cost grows with the string
-    length and the depth)."""
-    task = get_task(job.task_code, **job.task_overrides)
-    longest = min(job.train.train_lengths[1], task.max_length())
-    return job.train.max_steps * sequence_length(task, longest) * job.model.n_layers
-
-
-def run_stacked_in_process(jobs: list[Job], show_progress: bool = True, stack_size: int | None = None) -> None:
-    """Accelerator path: the seeds of each task train together as vmapped stacks of at most
-    `stack_size` seeds (None: all of them), one stack after another."""
-    bars = TaskBars(jobs, enabled=show_progress)
-    try:
-        for stack in group_into_stacks(jobs, stack_size):
-            run_stack(stack, bars.update)
-            for job in stack:
-                bars.finish(job)
-    finally:
         bars.close()
 
 

@@ -1,0 +1,157 @@
+"""The accelerator path, rehearsed on the CPU (CRASPLAB_ACCELERATOR_PATH=rehearse): seeds as
+vmapped stacks with length buckets, stacks side by side in threads, batches sampled by helper
+processes, a time limit that stops stacks to resume later. Each test runs the training step
+itself; the GPU runs the same code (benchmarks/gpu_run.py runs the tests marked `device` there)."""
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crasp.tasks import PAD_ID, get_task
+from crasplab.train.config import ConfigError
+from crasplab.train.data import LengthBuckets, batch_rng, sample_training_batch, stack_batches
+from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, accelerator_path
+from crasplab.train.engines import EngineSettings, run_jobs_on
+from crasplab.train.loop import Job, is_done, run_stack
+from crasplab.train.sampling import BatchStream, StackBatches, sampler_pool
+from tests.tiny import TINY_MODEL, comparable, tiny_config
+
+
+@pytest.fixture
+def rehearsal(monkeypatch):
+    monkeypatch.setenv(ACCELERATOR_PATH_ENV, REHEARSE)
+
+
+def seed_jobs(root, task="UB", seeds=(0, 1, 2), **train_changes):
+    config = tiny_config(max_steps=16, eval_every=8, checkpoint_every=8, **train_changes)
+    return [
+        Job(
+            task_code=task,
+            seed=seed,
+            model=TINY_MODEL.replace(pe="ape"),
+            train=config,
+            task_overrides=dict(alphabet_size=8),
+            out_dir=str(root / task / f"seed{seed}"),
+        )
+        for seed in seeds
+    ]
+
+
+def assert_same_training(together: Job, alone: Job) -> None:
+    """The same steps, losses to float32 rounding (a vmapped step may reduce in another order)
+    and the same end."""
+    together_records, together_result = comparable(together.folder)
+    alone_records, alone_result = comparable(alone.folder)
+    assert [r["step"] for r in together_records] == [r["step"] for r in alone_records]
+    np.testing.assert_allclose(
+        [r["loss"] for r in together_records if r["kind"] == "train"],
+        [r["loss"] for r in alone_records if r["kind"] == "train"],
+        rtol=1e-4,
+    )
+    assert together_result["steps"] == alone_result["steps"]
+
+
+def test_the_rehearsal_setting_takes_the_accelerator_path_and_refuses_other_values(monkeypatch):
+    monkeypatch.delenv(ACCELERATOR_PATH_ENV, raising=False)
+    assert not accelerator_path()  # the suite's CPU
+    monkeypatch.setenv(ACCELERATOR_PATH_ENV, REHEARSE)
+    assert accelerator_path()
+    monkeypatch.setenv(ACCELERATOR_PATH_ENV, "yes")
+    with pytest.raises(ValueError, match="accepted value is 'rehearse'"):
+        accelerator_path()
+
+
+@pytest.mark.device
+def test_seeds_with_length_buckets_train_as_one_stack_and_end_where_each_ends_alone(tmp_path, rehearsal):
+    """Three seeds, five length buckets: each seed draws its own bucket at every step, so the
+    stack's batches have different widths; padded to the widest, each seed trains as alone. Two
+    tasks train side by side (two threads), their batches sampled by a helper process. This
+    crashed at the first step before stacks padded their batches."""
+    stacked = seed_jobs(tmp_path / "stacked", length_buckets=5) + seed_jobs(tmp_path / "stacked", "NF", (0, 1))
+    settings = EngineSettings(concurrent_stacks=2, sampler_processes=1)
+    assert run_jobs_on(settings, stacked, show_progress=False)
+    alone = seed_jobs(tmp_path / "alone", length_buckets=5) + seed_jobs(tmp_path / "alone", "NF", (0, 1))
+    for job in alone:
+        run_stack([job])
+    for together, by_itself in zip(stacked, alone):
+        assert_same_training(together, by_itself)
+
+
+def test_a_stopped_stack_resumes_to_the_end_of_an_uninterrupted_one(tmp_path, rehearsal):
+    stop = threading.Event()
+
+    def stop_at_step_12(progress):
+        if progress["step"] >= 12:
+            stop.set()
+
+    interrupted = seed_jobs(tmp_path / "interrupted", length_buckets=3, log_every=4)
+    assert run_stack(interrupted, stop_at_step_12, stop=stop) == [None, None, None]
+    assert not any(is_done(job) for job in interrupted)
+    run_stack(interrupted)
+    uninterrupted = seed_jobs(tmp_path / "uninterrupted", length_buckets=3, log_every=4)
+    run_stack(uninterrupted)
+    for resumed, whole in zip(interrupted, uninterrupted):
+        assert comparable(resumed.folder) == comparable(whole.folder)
+
+
+def test_a_time_limit_leaves_the_jobs_to_resume(tmp_path, rehearsal):
+    jobs = seed_jobs(tmp_path, seeds=(0, 1))
+    limited = EngineSettings(time_limit_s=1e-3, sampler_processes=0)
+    assert run_jobs_on(limited, jobs, show_progress=False) is False
+    assert run_jobs_on(EngineSettings(sampler_processes=0), jobs, show_progress=False) is True
+    assert all(is_done(job) for job in jobs)
+
+
+def test_batches_sampled_by_helper_processes_are_the_batches_sampled_here():
+    task = get_task("NLFirst", alphabet_size=5)
+    batches = StackBatches.of(
+        "NLFirst", dict(alphabet_size=5), (3, 4), 8, LengthBuckets.split(task, (4, 12), 3), 40, True
+    )
+    with sampler_pool(1) as pool:
+        ahead = BatchStream(batches, start=5, end=12, pool=pool)
+        from_pool = [ahead.next() for _ in range(4)]
+        ahead.close()
+    here = BatchStream(batches, start=5, end=12)
+    for pooled in from_pool:
+        inline = here.next()
+        assert all(np.array_equal(pooled[name], inline[name]) for name in inline)
+
+
+@given(seeds=st.lists(st.integers(0, 10_000), min_size=1, max_size=4, unique=True), step=st.integers(0, 1000))
+def test_a_stacked_batch_holds_each_seeds_own_batch_and_only_padding_beside_it(seeds, step):
+    task = get_task("UF", alphabet_size=16)
+    buckets = LengthBuckets.split(task, (1, 12), 4)
+    own = [sample_training_batch(task, batch_rng(seed, 0, step), 4, buckets, 40, True) for seed in seeds]
+    stacked = stack_batches(own)
+    width = max(batch.tokens_BxT.shape[1] for batch in own)
+    assert stacked.tokens_BxT.shape == (len(seeds), 4, width)
+    for s, batch in enumerate(own):
+        t = batch.tokens_BxT.shape[1]
+        for name, array in batch.as_dict().items():
+            assert np.array_equal(getattr(stacked, name)[s, :, :t], array)
+        assert not stacked.valid_BxT[s, :, t:].any() and not stacked.loss_mask_BxT[s, :, t:].any()
+        assert (stacked.tokens_BxT[s, :, t:] == PAD_ID).all() and (stacked.targets_BxT[s, :, t:] == PAD_ID).all()
+        assert (stacked.positions_BxT[s] < 40).all()
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(concurrent_stacks=0), "--concurrent-stacks must be at least 1"),
+        (dict(sampler_processes=-1), "--sampler-processes must be at least 0"),
+        (dict(time_limit_s=0.0), "--time-limit-minutes must be a number of minutes above 0"),
+        (dict(time_limit_s=float("nan")), "--time-limit-minutes must be a number of minutes above 0"),
+    ],
+)
+def test_the_accelerator_settings_are_bounded(changes, message, rehearsal):
+    with pytest.raises(ConfigError, match=message):
+        EngineSettings(**changes)
+
+
+def test_the_accelerator_settings_are_refused_where_jobs_run_one_per_core(monkeypatch):
+    monkeypatch.delenv(ACCELERATOR_PATH_ENV, raising=False)
+    with pytest.raises(ConfigError, match="applies to the accelerator path only"):
+        EngineSettings(concurrent_stacks=2)

@@ -1,0 +1,103 @@
+"""A stack's training batches, step after step: sampled in the training loop, or ahead of the
+device by helper processes.
+
+Sampling a batch is Python and numpy work on the host (about 0.7 ms for a paper-scale batch of
+64 strings on one core). On a CPU that is a small part of a step, and each worker samples its
+own. On an accelerator a stack of ten seeds needs ten batches per step while the device's step
+takes a few milliseconds, so the host, not the device, would set the pace; and threads would not
+help, since sampling holds the interpreter lock. So on the accelerator path a pool of processes
+samples the next steps' stacked batches while the device trains (`BatchStream` with a pool).
+
+Every batch is a function of (seed, step) alone (crasplab.train.data), so a batch sampled in
+another process, or in another order, is the same batch: the pool changes when a batch is made,
+never what it holds.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import multiprocessing
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from crasp.tasks import get_task
+from crasplab.train.data import TRAIN_STREAM, LengthBuckets, batch_rng, sample_training_batch, stack_batches
+
+# Steps sampled ahead of the one being trained: enough to cover a slow sample or a busy pool,
+# few enough that a stack that stops early wastes little.
+PREFETCH_STEPS = 8
+
+
+@functools.lru_cache(maxsize=64)
+def _task(code: str, overrides_json: str):
+    return get_task(code, **json.loads(overrides_json))
+
+
+@dataclass(frozen=True)
+class StackBatches:
+    """What decides the training batches of one stack: its task, its seeds and the batch shape.
+    Small and picklable, so that a helper process can be sent it."""
+
+    task_code: str
+    overrides_json: str  # the task's sampler parameters, as sorted JSON (hashable, the same in every process)
+    seeds: tuple[int, ...]
+    batch_size: int
+    buckets: LengthBuckets
+    max_positions: int
+    random_offset: bool
+
+    @classmethod
+    def of(cls, task_code: str, task_overrides: dict, seeds, batch_size: int, buckets, max_positions, random_offset):
+        overrides_json = json.dumps(task_overrides, sort_keys=True)
+        return cls(task_code, overrides_json, tuple(seeds), batch_size, buckets, max_positions, random_offset)
+
+    def at(self, step: int) -> dict[str, np.ndarray]:
+        """The stacked batch of `step`: each seed's own batch (its own length bucket), padded to the widest."""
+        task = _task(self.task_code, self.overrides_json)
+        batches = [
+            sample_training_batch(
+                task,
+                batch_rng(seed, TRAIN_STREAM, step),
+                self.batch_size,
+                self.buckets,
+                self.max_positions,
+                self.random_offset,
+            )
+            for seed in self.seeds
+        ]
+        return stack_batches(batches).as_dict()
+
+
+class BatchStream:
+    """The stacked batches of steps `start`, `start + 1`, ...: sampled on demand, or with a pool,
+    PREFETCH_STEPS steps ahead (never past `end`)."""
+
+    def __init__(self, batches: StackBatches, start: int, end: int, pool: Executor | None = None):
+        self.batches, self.next_step, self.end, self.pool = batches, start, end, pool
+        self.ahead: collections.deque = collections.deque()
+        self.submitted = start
+
+    def next(self) -> dict[str, np.ndarray]:
+        step = self.next_step
+        self.next_step += 1
+        if self.pool is None:
+            return self.batches.at(step)
+        while self.submitted < min(step + PREFETCH_STEPS, self.end):
+            self.ahead.append(self.pool.submit(self.batches.at, self.submitted))
+            self.submitted += 1
+        return self.ahead.popleft().result()
+
+    def close(self) -> None:
+        for future in self.ahead:
+            future.cancel()
+        self.ahead.clear()
+
+
+def sampler_pool(processes: int) -> ProcessPoolExecutor:
+    """Helper processes for BatchStream. Started with 'spawn': the training process has JAX's
+    threads running, and forking a process with threads can deadlock the child."""
+    return ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
