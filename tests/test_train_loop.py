@@ -367,3 +367,16 @@ def test_in_a_stack_only_the_job_an_evaluation_stops_gets_its_test_bins(tmp_path
     assert [(r["step"], len(r["bins"])) for r in evals[1]][-1] == (32, 2)
     assert all(len(r["bins"]) == 1 for r in evals[1][:-1])
     assert [comparable(job.folder)[1]["steps"] for job in jobs] == [16, 32]
+
+
+def test_the_last_progress_report_shows_the_last_evaluation(tmp_path):
+    """A bar ends on the accuracy of the evaluation at the job's last step, the one result.json
+    holds, not on the evaluation before it."""
+    reports = []
+    config = tiny_config(max_steps=12, eval_every=4, log_every=4)
+    job = Job("UF", 0, TINY_MODEL, config, task_overrides=dict(alphabet_size=8), out_dir=str(tmp_path / "job"))
+    result = run_stack([job], reports.append)[0]
+    assert reports[-1]["step"] == 12
+    assert reports[-1]["train_bin_accuracy"] == result.bins[0].accuracy
+    evaluated = [r["bins"][0]["accuracy"] for r in comparable(job.folder)[0] if r["kind"] == "eval"]
+    assert [r["train_bin_accuracy"] for r in reports] == evaluated
