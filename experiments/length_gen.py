@@ -17,13 +17,12 @@ checkpoints and skips finished ones; the report is rebuilt from the files.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-
-import jax
 
 from crasp.discrimination import NON_UNIQUE_RETRIEVAL, SAMPLERS, sampler_parameters
 from crasp.tasks import TASK_CODES
@@ -35,6 +34,7 @@ from crasplab.cli.arguments import (
     add_setting_flags,
     add_tasks_flag,
     at_least,
+    chosen_preset,
     fraction,
     run_from_flags,
 )
@@ -63,6 +63,7 @@ from crasplab.results.run_folder import open_run_folder
 from crasplab.results.verdicts import Protocol
 from crasplab.train.config import (
     PRESETS,
+    PROTOCOL_PRESETS,
     ConfigError,
     ModelSettings,
     RunSettings,
@@ -123,9 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--protocol",
         action="store_true",
-        help="the verdict protocol (preset 'protocol'): its fixed recipe, fresh seeds "
-        f"(from {PRESETS['protocol'].seeds[0]}) until 5 seeds per task fit (APE; 3 for other encodings), "
-        "per-seed verdicts with intervals and the discrimination check of each test bin, all in the report",
+        help="the verdict protocol: a fixed recipe (preset 'protocol' by default, the quick scale; "
+        "'protocol-paper', the paper's scale, on an accelerator), fresh seeds until 5 seeds per task fit (APE; 3 "
+        "for other encodings), per-seed verdicts with intervals and the discrimination check of each test bin, "
+        "all in the report",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
@@ -143,14 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
 def run_settings(args: argparse.Namespace) -> RunSettings:
     """config.json of the run: the preset with the command line's overrides applied (training
     settings per task: the preset's per-task changes first, the command line's over them)."""
-    on_accelerator = jax.default_backend() != "cpu"
-    if args.protocol and args.preset not in (None, "protocol"):
-        raise ConfigError(f"--protocol runs the preset 'protocol'; --preset {args.preset} asks for another")
+    if args.protocol and args.preset not in (None, *PROTOCOL_PRESETS):
+        raise ConfigError(
+            f"--protocol runs one of the presets {', '.join(PROTOCOL_PRESETS)}; --preset {args.preset} is another"
+        )
     if args.protocol and args.seeds:
         raise ConfigError("--protocol chooses its own seeds (fresh ones, until enough fit); leave out --seeds")
-    preset = PRESETS["protocol" if args.protocol else args.preset or ("paper" if on_accelerator else "quick")]
+    preset = PRESETS[args.preset or PROTOCOL_PRESETS[0]] if args.protocol else chosen_preset(args.preset, PRESETS)
     changes = {name: getattr(args, name) for name in TRAIN_FLAGS if getattr(args, name) is not None}
-    changes["test_bins"] = args.test_bins or preset.train.test_bins
+    if args.test_bins:
+        changes["test_bins"] = args.test_bins
     if args.train_lengths is not None:
         changes["train_lengths"] = tuple(args.train_lengths)
         changes["test_bins"] = args.test_bins or bins_for_train_lengths(args.train_lengths, preset.train.test_bins)
@@ -240,10 +244,9 @@ def run(settings: Invocation, run_dir: Path) -> None:
     finished = False
     try:
         if settings.protocol is None:
-            run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
+            finished = run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
         else:
-            jobs = run_protocol_rounds(settings, run_dir)
-        finished = True
+            jobs, finished = run_protocol_rounds(settings, run_dir)
     finally:  # an interrupted invocation (Ctrl-C, a failed job) keeps its time too
         wall_s = time.monotonic() - start
         append_jsonl(
@@ -257,27 +260,38 @@ def run(settings: Invocation, run_dir: Path) -> None:
             ),
         )
     print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
+    if not finished:
+        print(
+            f"{run_dir}: the time limit stopped unfinished jobs; run the same command again to resume them",
+            file=sys.stderr,
+        )
 
 
-def run_protocol_rounds(settings: Invocation, run_dir: Path) -> list[Job]:
+def run_protocol_rounds(settings: Invocation, run_dir: Path) -> tuple[list[Job], bool]:
     """Seeds in rounds: the first ones for every task, then fresh ones only for tasks with fewer
     fitted seeds than the protocol needs (decided on the training bin alone), until each task has
-    enough or its candidate seeds run out. Returns every job run."""
+    enough or its candidate seeds run out. Returns every job run, and False when the engine's time
+    limit (one budget for all rounds) stopped the rounds with jobs unfinished."""
     tasks, candidates = settings.run.tasks, settings.run.seeds
+    limit_s, start = settings.engine.time_limit_s, time.monotonic()
     done: list[Job] = []
     previous = None
     while True:
         finals = final_evaluations(run_records(run_dir, run_jobs(tasks, candidates)))
         plan = next_seeds(settings.protocol, candidates, finals, tasks)
         if not plan:
-            return done
+            return done, True
         if plan == previous:
             raise EngineError(f"jobs {plan} did not finish in the round that ran them; see their worker.log")
         previous = plan
         jobs = make_jobs(settings.run, run_dir, plan)
         print(f"protocol round: {', '.join(f'{task} seeds {seeds}' for task, seeds in plan.items())}", file=sys.stderr)
-        run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
+        engine = settings.engine
+        if limit_s is not None:
+            engine = dataclasses.replace(engine, time_limit_s=max(limit_s - (time.monotonic() - start), 1e-3))
         done += jobs
+        if not run_jobs_on(engine, jobs, show_progress=settings.show_progress):
+            return done, False
 
 
 def rebuild_report(run_dir: Path, threshold: float | None) -> dict:

@@ -1,43 +1,72 @@
-"""The paper's grid in one command: APE, RoPE and NoPE, the paper preset's ten tasks and seeds,
-each encoding a length_gen run (runs/paper/<pe>/), on whatever the engine has: locally one
-accelerator (the seeds of a task as one vmapped stack) or this machine's cores; on Ray every
-job a task, on a GPU share with --gpu-share.
+"""The verdict protocol at the paper's scale in one command: APE, RoPE and NoPE, each on the
+paper's sampler (the ten retrieval and copying tasks) and on the spread sampler (the four
+non-unique retrieval tasks), each a length_gen.py --protocol run of the preset protocol-paper
+(runs/paper/<pe>-<sampler>/), on whatever the engine has: locally one accelerator (the seeds of
+a task as vmapped stacks, several stacks at once) or this machine's cores; on Ray every job a
+task, on a GPU share every stack.
 
     python experiments/paper_grid.py --dry-run                          # jobs, placement, estimated time
-    python experiments/paper_grid.py --dry-run --engine ray --ray-address auto --gpu-share 0.25
-    python experiments/paper_grid.py --engine ray --ray-address auto --gpu-share 0.25
-    python benchmarks/paper_preset_dtypes.py --out runs/paper-dtypes    # first: float32 against bfloat16
+    python experiments/paper_grid.py --dry-run --step-seconds h200      # estimated from the H200 measurement
+    python experiments/paper_grid.py --pes ape --time-limit-minutes 5   # on a GPU; the same command resumes
+    python benchmarks/paper_preset_dtypes.py --out runs/paper-dtypes    # float32 against bfloat16 first
 
---dry-run trains nothing: it measures one training step per distinct model and string length on
-this process's device (crasplab.train.plan; --step-seconds skips that), places the jobs on the
-engine's slots longest first and prints the placement and an upper bound on the wall time.
-Running the same command again resumes every unfinished job.
+--dry-run trains nothing: it lists the protocol's first round (the first 5 seeds of every task
+for APE, 3 for RoPE and NoPE; later rounds add seeds only for tasks with too few fitted seeds),
+measures one training step per distinct model, string length and stack size on this process's
+device (crasplab.train.plan; --step-seconds gives a number instead, or 'h200' for the one H200
+measurement the lab has), places the units on the engine's slots longest first and prints the
+placement and an upper bound on the wall time. Running the same command again resumes every
+unfinished job.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script or imported
 
-import jax  # noqa: E402
-
-from crasplab.cli.arguments import at_least  # noqa: E402
+from crasplab.cli.arguments import above_zero  # noqa: E402
+from crasplab.cli.experiment import USER_ERRORS  # noqa: E402
+from crasplab.results.protocol import next_seeds, protocol_for  # noqa: E402
+from crasplab.train.device import accelerator_path, path_name  # noqa: E402
 from crasplab.train.engines import EngineSettings, add_engine_flags, connect, engine_settings, import_ray  # noqa: E402
-from crasplab.train.plan import measure_step_seconds, measured_here, place, plan_text, step_shape  # noqa: E402
+from crasplab.train.plan import (  # noqa: E402
+    H200_PAPER_STEP_S,
+    measure_step_seconds,
+    measured_here,
+    place,
+    plan_text,
+    unit_shape,
+)
 from crasplab.train.runs import make_jobs  # noqa: E402
+from crasplab.train.stacks import group_into_stacks  # noqa: E402
 from crasplab.train.workers import available_cores  # noqa: E402
 from experiments import length_gen  # noqa: E402
 
 ENCODINGS = ("ape", "rope", "nope")
+SAMPLERS = ("paper", "spread")
+PRESET = "protocol-paper"
+
+
+def step_seconds_flag(text: str) -> float | str:
+    """--step-seconds: a number above 0, or 'h200'."""
+    return text if text == "h200" else above_zero(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pes", nargs="+", choices=ENCODINGS, default=list(ENCODINGS), help="position encodings")
-    parser.add_argument("--seeds", nargs="+", type=at_least(0), default=None, help="seeds (default: the preset's)")
+    parser.add_argument(
+        "--samplers",
+        nargs="+",
+        choices=SAMPLERS,
+        default=list(SAMPLERS),
+        help="paper: the ten tasks on the paper's samplers; spread: the four non-unique retrieval tasks on the "
+        "spread sampler, whose 151-200 bin no bounded program exact on lengths 1-50 passes",
+    )
     parser.add_argument(
         "--dtype",
         choices=("float32", "bfloat16"),
@@ -50,73 +79,108 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--step-seconds",
-        type=float,
+        type=step_seconds_flag,
         default=None,
-        help="with --dry-run: seconds per training step for every job, instead of measuring",
+        metavar="SECONDS|h200",
+        help="with --dry-run: seconds per training step of every unit instead of measuring, or 'h200': the paper "
+        f"model's step on an H200 ({H200_PAPER_STEP_S * 1000:.2f} ms), times the stack's size",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
     return parser
 
 
-def length_gen_arguments(args: argparse.Namespace, pe: str) -> list[str]:
-    arguments = [
-        "--pe",
-        pe,
-        "--preset",
-        "paper",
-        "--out",
-        str(args.out / pe),
-        "--engine",
-        args.engine,
-        "--gpu-share",
-        str(args.gpu_share),
-    ]
-    arguments += ["--seeds", *map(str, args.seeds)] if args.seeds else []
+def length_gen_arguments(args: argparse.Namespace, pe: str, sampler: str) -> list[str]:
+    """The length_gen.py command line of one encoding on one sampler."""
+    arguments = ["--pe", pe, "--protocol", "--preset", PRESET, "--out", str(run_folder(args, pe, sampler))]
+    arguments += ["--sampler", sampler] if sampler != "paper" else []
+    arguments += ["--engine", args.engine, "--gpu-share", str(args.gpu_share)]
     arguments += ["--dtype", args.dtype] if args.dtype else []
-    arguments += ["--ray-address", args.ray_address] if args.ray_address else []
-    arguments += ["--workers", str(args.workers)] if args.workers else []
-    arguments += ["--stack-size", str(args.stack_size)] if args.stack_size else []
+    engine_flags = ("ray_address", "workers", "stack_size", "concurrent_stacks", "sampler_processes")
+    for flag in (*engine_flags, "time_limit_minutes"):
+        if (value := getattr(args, flag)) is not None:
+            arguments += ["--" + flag.replace("_", "-"), str(value)]
     return arguments + (["--no-progress"] if args.no_progress else [])
 
 
+def run_folder(args: argparse.Namespace, pe: str, sampler: str) -> Path:
+    return args.out / f"{pe}-{sampler}"
+
+
+def first_round(args: argparse.Namespace) -> list:
+    """Every job of the protocol's first round, for every encoding and sampler."""
+    jobs = []
+    for pe in args.pes:
+        for sampler in args.samplers:
+            parsed = length_gen.build_parser().parse_args(length_gen_arguments(args, pe, sampler))
+            settings = length_gen.run_settings(parsed)
+            protocol = protocol_for(pe, settings.threshold)
+            plan = next_seeds(protocol, settings.seeds, {}, settings.tasks)
+            jobs += make_jobs(settings, run_folder(args, pe, sampler), plan)
+    return jobs
+
+
 def slots(settings: EngineSettings) -> tuple[int, str]:
-    """(jobs at once, where) for the engine."""
+    """(units at once, where) for the engine."""
     if settings.engine == "ray" and settings.ray_address is not None:
         connect(settings)
         resources = import_ray().cluster_resources()
         if settings.gpu_share:
             return int(resources.get("GPU", 0) / settings.gpu_share), f"Ray, {resources.get('GPU', 0):g} GPUs"
         return int(resources.get("CPU", 0)), f"Ray, {resources.get('CPU', 0):g} CPUs"
-    if settings.engine == "local" and jax.default_backend() != "cpu":
-        return 1, f"this process's {jax.default_backend()}, the seeds of a task counted one after another"
+    if settings.engine == "local" and accelerator_path():
+        return 1, f"{path_name()}: stacks side by side share it, counted one after another"
     count = settings.workers or len(available_cores())
     return count, f"{'a private Ray cluster on ' if settings.engine == 'ray' else ''}{count} cores of this machine"
 
 
+def units(jobs: list, settings: EngineSettings) -> list[list]:
+    """What the engine trains at once: stacks of seeds where seeds stack, else one job each."""
+    stacking = settings.gpu_share > 0 if settings.engine == "ray" else accelerator_path()
+    return group_into_stacks(jobs, settings.stack_size) if stacking else [[job] for job in jobs]
+
+
 def dry_run(args: argparse.Namespace) -> None:
-    jobs = []
-    for pe in args.pes:
-        parsed = length_gen.build_parser().parse_args(length_gen_arguments(args, pe))
-        jobs += make_jobs(length_gen.run_settings(parsed), args.out / pe)
-    step_seconds = {}
-    for job in jobs:
-        if step_shape(job) not in step_seconds:
-            step_seconds[step_shape(job)] = args.step_seconds or measure_step_seconds(job)
-    count, where = slots(engine_settings(args))
+    engine = engine_settings(args)  # bad engine flags are refused before anything is measured
+    count, where = slots(engine)
     if count < 1:
         raise SystemExit(f"error: the engine has no slot for a job ({where}); check --gpu-share and the cluster")
-    source = "given by --step-seconds" if args.step_seconds else measured_here()
-    print(plan_text(place(jobs, count, step_seconds), count, where, step_seconds, source))
+    planned = units(first_round(args), engine)
+    step_seconds = {}
+    for unit in planned:
+        if (shape := unit_shape(unit)) not in step_seconds:
+            step_seconds[shape] = unit_step_seconds(args.step_seconds, unit)
+    source = {None: measured_here(), "h200": "from the H200 measurement, times each stack's size"}.get(
+        args.step_seconds, "given by --step-seconds"
+    )
+    print(plan_text(place(planned, count, step_seconds), count, where, step_seconds, source))
+    print("first round only: tasks with fewer fitted seeds than the protocol needs get more seeds in later rounds")
+
+
+def unit_step_seconds(given: float | str | None, unit: list) -> float:
+    if given is None:
+        return measure_step_seconds(unit[0], len(unit))
+    return H200_PAPER_STEP_S * len(unit) if given == "h200" else given
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.dry_run:
-        dry_run(args)
+        try:
+            dry_run(args)
+        except USER_ERRORS as error:
+            raise SystemExit(f"error: {error}")
         return
+    start, limit = time.monotonic(), args.time_limit_minutes
     for pe in args.pes:
-        length_gen.main(length_gen_arguments(args, pe))
+        for sampler in args.samplers:
+            if limit is not None:  # one budget for the whole grid
+                left = limit - (time.monotonic() - start) / 60
+                if left <= 0:
+                    print("the time limit is spent; the same command resumes the grid", file=sys.stderr)
+                    return
+                args.time_limit_minutes = left
+            length_gen.main(length_gen_arguments(args, pe, sampler))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from crasplab.cli.arguments import at_least
+from crasplab.cli.arguments import above_zero, at_least
 from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.train.config import ConfigError
@@ -193,7 +193,7 @@ def add_engine_flags(parser) -> None:
     )
     parser.add_argument(
         "--concurrent-stacks",
-        type=int,
+        type=at_least(1),
         default=None,
         metavar="N",
         help="on an accelerator (--engine local): stacks trained at once on the one device, each in a thread "
@@ -201,7 +201,7 @@ def add_engine_flags(parser) -> None:
     )
     parser.add_argument(
         "--sampler-processes",
-        type=int,
+        type=at_least(0),
         default=None,
         metavar="N",
         help="on an accelerator (--engine local): processes that sample training batches ahead of the device "
@@ -209,7 +209,7 @@ def add_engine_flags(parser) -> None:
     )
     parser.add_argument(
         "--time-limit-minutes",
-        type=float,
+        type=above_zero,
         default=None,
         metavar="MINUTES",
         help="on an accelerator (--engine local): stop every stack after this long, unfinished; running the "

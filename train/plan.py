@@ -1,10 +1,15 @@
-"""A grid's plan before it runs: which job goes to which slot of the engine, and how long the whole
-takes, estimated from a measured training step.
+"""A grid's plan before it runs: which job (or stack of seeds) goes to which slot of the engine,
+and how long the whole takes, estimated from a measured training step.
 
-The estimate is an upper bound per job: every step at the job's step cap, each as long as a step
-on the job's longest training bucket (the measured one). Jobs that stop early (retrieval stops
-at its first perfect evaluation) and steps on shorter buckets take less; evaluation and compile
-time are not counted. Slots are filled longest job first, as both engines start them.
+The estimate is an upper bound per unit: every step at the job's step cap, each as long as a step
+on the job's longest training bucket (the measured one). Jobs that stop early (a protocol job
+stops at its second perfect evaluation in a row) and steps on shorter buckets take less;
+evaluation and compile time are not counted. Slots are filled longest unit first, as the engines
+start them. On the accelerator path a unit is a stack of seeds, timed as a stack, and the device
+is one slot: stacks trained side by side share it, and can only fill the gaps one stack leaves.
+
+Where no device is at hand to measure, the reference below gives the one measurement the lab has
+of an accelerator: the paper model's step alone on an H200.
 """
 
 from __future__ import annotations
@@ -20,24 +25,28 @@ from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
 
 TIMED_STEPS = 3
+# One training step of the paper model (APE, 4 x 4 x 256, batch 64 x 103 tokens, float32), a stack
+# of one, on an NVIDIA H200 with jax 0.11.2, measured 2026-12-04 (issue 50): 3.53 ms. A stack of S
+# is estimated at S times that, the bound for a step that gains nothing from stacking.
+H200_PAPER_STEP_S = 3.53e-3
 
 
-def step_shape(job: Job) -> tuple:
+def step_shape(job: Job, stack: int = 1) -> tuple:
     """Jobs with equal shapes take about equally long per step (the vocabulary and the position
     table change only the embedding rows read): one measurement serves them all."""
     setup = TaskSetup.for_job(job)
     m = job.model
     model = f"{m.pe} {m.n_layers}x{m.n_heads}x{m.d_model} (d_ff {m.d_ff or 4 * m.d_model}, {m.dtype})"
-    return (model, job.train.batch_size, setup.buckets.padded_lengths[-1])
+    return (model, job.train.batch_size, setup.buckets.padded_lengths[-1], stack)
 
 
-def measure_step_seconds(job: Job) -> float:
-    """Seconds of one training step of `job`'s model on its longest training bucket, on this
-    process's default device (the median of a few steps after the compile)."""
+def measure_step_seconds(job: Job, stack: int = 1) -> float:
+    """Seconds of one training step of a stack of `stack` models of `job`'s, on its longest training
+    bucket, on this process's default device (the median of a few steps after the compile)."""
     setup = TaskSetup.for_job(job)
     optimizer = make_optimizer(job.train)
-    model = job.model.build(len(setup.task.vocab), setup.max_positions, job.seed)
-    graphdef, rest, params, opt_state = init_stack([model], optimizer)
+    models = [job.model.build(len(setup.task.vocab), setup.max_positions, job.seed + i) for i in range(stack)]
+    graphdef, rest, params, opt_state = init_stack(models, optimizer)
     step = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
     batch = sample_batch(
         setup.task,
@@ -48,7 +57,7 @@ def measure_step_seconds(job: Job) -> float:
         setup.max_positions,
         random_offset=False,
     )
-    stacked = {name: array[None] for name, array in batch.as_dict().items()}
+    stacked = {name: np.repeat(array[None], stack, axis=0) for name, array in batch.as_dict().items()}
     seconds = []
     for _ in range(TIMED_STEPS + 1):  # the first call compiles
         start = time.perf_counter()
@@ -66,15 +75,20 @@ class Placement:
     end_s: float
 
 
-def place(jobs: list[Job], slots: int, step_seconds: dict[tuple, float]) -> list[Placement]:
-    """Longest job first onto the slot that frees first (each job at its step cap)."""
-    cost = {id(job): job.train.max_steps * step_seconds[step_shape(job)] for job in jobs}
+def unit_shape(unit: list[Job]) -> tuple:
+    """The step shape of a unit the engine trains at once: one job, or a stack of seeds."""
+    return step_shape(unit[0], len(unit))
+
+
+def place(units: list[list[Job]], slots: int, step_seconds: dict[tuple, float]) -> list[Placement]:
+    """Longest unit first onto the slot that frees first (each at its step cap); one placement per job."""
+    cost = [unit[0].train.max_steps * step_seconds[unit_shape(unit)] for unit in units]
     free_at = [0.0] * slots
     placements = []
-    for job in sorted(jobs, key=lambda job: cost[id(job)], reverse=True):
+    for index in sorted(range(len(units)), key=lambda i: cost[i], reverse=True):
         slot = int(np.argmin(free_at))
-        placements.append(Placement(job, slot, free_at[slot], free_at[slot] + cost[id(job)]))
-        free_at[slot] += cost[id(job)]
+        placements += [Placement(job, slot, free_at[slot], free_at[slot] + cost[index]) for job in units[index]]
+        free_at[slot] += cost[index]
     return placements
 
 
@@ -88,7 +102,8 @@ def plan_text(
     """The dry run's printout: one line per job, then the totals."""
     lines = [f"{len(placements)} jobs on {slots} slot(s) ({where}); step times {step_source}:"]
     for shape, seconds in step_seconds.items():
-        lines.append(f"  {shape[0]}, batch {shape[1]}, {shape[2]} tokens: {seconds * 1000:.1f} ms/step")
+        stack = f", a stack of {shape[3]}" if shape[3] > 1 else ""
+        lines.append(f"  {shape[0]}, batch {shape[1]}, {shape[2]} tokens{stack}: {seconds * 1000:.1f} ms/step")
     lines.append(f"{'job':<48} {'slot':>4} {'steps':>6} {'start':>8} {'end':>8}")
     for p in sorted(placements, key=lambda p: (p.slot, p.start_s)):
         lines.append(
@@ -96,9 +111,9 @@ def plan_text(
             f"{p.end_s / 3600:>7.2f}h"
         )
     total = max((p.end_s for p in placements), default=0.0)
-    busy = sum(p.end_s - p.start_s for p in placements)
+    busy = sum(p.end_s - p.start_s for p in {(p.slot, p.start_s): p for p in placements}.values())
     lines.append(
-        f"estimated wall time at most {total / 3600:.2f} h ({busy / 3600:.2f} job-hours; every job at its "
+        f"estimated wall time at most {total / 3600:.2f} h ({busy / 3600:.2f} slot-hours; every job at its "
         "step cap, evaluation and compiles not counted)"
     )
     return "\n".join(lines)

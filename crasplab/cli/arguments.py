@@ -50,6 +50,14 @@ def finite(text: str) -> float:
     return value
 
 
+def above_zero(text: str) -> float:
+    """An argparse type: a finite number above 0 (a duration, a rate)."""
+    value = finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value:g}")
+    return value
+
+
 def fraction(text: str) -> float:
     """An argparse type: a number from 0 to 1 (a probability, a threshold on an accuracy)."""
     value = finite(text)
@@ -204,9 +212,9 @@ def add_preset_flag(parser, presets: dict) -> None:
 def chosen_preset(name: str | None, presets: dict):
     """The preset `name`, or without one the scale of this machine: paper on an accelerator, quick on a CPU."""
     if name is None:
-        import jax  # here, not at the top: the flags of a script must parse without loading JAX
+        from crasplab.train.device import accelerator_path
 
-        name = "quick" if jax.default_backend() == "cpu" else "paper"
+        name = "paper" if accelerator_path() else "quick"
     return presets[name]
 
 

@@ -26,23 +26,28 @@ UnsupportedModelError naming the file and what is supported.
 """
 
 from crasplab.models.loading.errors import UnsupportedModelError
-from crasplab.models.loading.loader import (
-    NAMED_MODELS,
-    Pretrained,
-    load_pretrained,
-    load_with_tokenizer,
-    model_from_tensors,
-    resolve_model_path,
-)
-from crasplab.models.loading.tokenizer import PretrainedTokenizer
 
-__all__ = [
-    "NAMED_MODELS",
-    "Pretrained",
-    "PretrainedTokenizer",
-    "UnsupportedModelError",
-    "model_from_tensors",
-    "load_pretrained",
-    "load_with_tokenizer",
-    "resolve_model_path",
-]
+# Where each name lives. The loaders need gguf, safetensors and tokenizers, which training from
+# scratch never uses: they load on first use of a name below (PEP 562), so that a script that
+# only names UnsupportedModelError (every experiment's error boundary) runs without them, as on a
+# GPU machine that has none of them.
+_LAZY = {
+    "NAMED_MODELS": "loader",
+    "Pretrained": "loader",
+    "load_pretrained": "loader",
+    "load_with_tokenizer": "loader",
+    "model_from_tensors": "loader",
+    "resolve_model_path": "loader",
+    "PretrainedTokenizer": "tokenizer",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+
+
+__all__ = ["UnsupportedModelError", *_LAZY]
