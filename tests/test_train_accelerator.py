@@ -26,7 +26,7 @@ def rehearsal(monkeypatch):
 
 
 def seed_jobs(root, task="UB", seeds=(0, 1, 2), **train_changes):
-    config = tiny_config(max_steps=16, eval_every=8, checkpoint_every=8, **train_changes)
+    config = tiny_config(**{**dict(max_steps=16, eval_every=8, checkpoint_every=8), **train_changes})
     return [
         Job(
             task_code=task,
@@ -155,3 +155,21 @@ def test_the_accelerator_settings_are_refused_where_jobs_run_one_per_core(monkey
     monkeypatch.delenv(ACCELERATOR_PATH_ENV, raising=False)
     with pytest.raises(ConfigError, match="applies to the accelerator path only"):
         EngineSettings(concurrent_stacks=2)
+
+
+@pytest.mark.device
+def test_bfloat16_trains_as_float32_does(tmp_path, rehearsal):
+    """The compute dtype the paper grid may use: the same stack trained in bfloat16 follows the
+    float32 losses (parameters and optimizer state stay float32 in both) and learns as much."""
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        jobs = [
+            Job(job.task_code, job.seed, job.model.replace(dtype=dtype), job.train, job.task_overrides, job.out_dir)
+            for job in seed_jobs(tmp_path / dtype, seeds=(0, 1), max_steps=32, log_every=4, learning_rate=1e-2)
+        ]
+        run_stack(jobs)
+        losses[dtype] = np.array(
+            [[r["loss"] for r in comparable(job.folder)[0] if r["kind"] == "train"] for job in jobs]
+        )
+    np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=0.05)
+    assert (losses["bfloat16"][:, -1] < 0.9 * losses["bfloat16"][:, 0]).all()
