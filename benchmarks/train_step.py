@@ -68,12 +68,14 @@ class Ours:
     """Our jitted step (train.steps.make_train_step, a stack of one model, the batch in the parts
     that from-scratch training cuts it into) on the preset's model."""
 
-    def __init__(self, preset_name: str, vocab_size: int, max_positions: int, keep_memory: bool = True):
+    def __init__(
+        self, preset_name: str, vocab_size: int, max_positions: int, keep_memory: bool = True, dtype: str = "float32"
+    ):
         if keep_memory:
             keep_freed_memory()
         preset = PRESETS[preset_name]
         optimizer = make_optimizer(preset.train)
-        model = preset.model.replace(pe="ape").build(vocab_size, max_positions, seed=0)
+        model = preset.model.replace(pe="ape", dtype=dtype).build(vocab_size, max_positions, seed=0)
         graphdef, rest, self.params, self.opt_state = init_stack([model], optimizer)
         self.step_fn = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
 
@@ -84,9 +86,18 @@ class Ours:
 
 
 class HuggingFace:
-    """GPT2LMHeadModel of the same shape with torch.optim.AdamW and the same answer-only loss."""
+    """GPT2LMHeadModel of the same shape with torch.optim.AdamW and the same answer-only loss, on
+    CUDA where torch sees a GPU (with AdamW's fused kernel, as a user there would train), else on
+    the CPU; bfloat16 through torch's autocast, as its users train in it."""
 
-    def __init__(self, preset_name: str, vocab_size: int, max_positions: int, threads: int | None = None):
+    def __init__(
+        self,
+        preset_name: str,
+        vocab_size: int,
+        max_positions: int,
+        threads: int | None = None,
+        dtype: str = "float32",
+    ):
         import torch
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -110,19 +121,25 @@ class HuggingFace:
         self.torch = torch
         if threads is not None:
             torch.set_num_threads(threads)
-        self.model = GPT2LMHeadModel(config).train()
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.autocast = torch.autocast(self.device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
+        self.model = GPT2LMHeadModel(config).to(self.device).train()
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=preset.train.learning_rate, weight_decay=preset.train.weight_decay
+            self.model.parameters(),
+            lr=preset.train.learning_rate,
+            weight_decay=preset.train.weight_decay,
+            fused=self.device == "cuda",
         )
 
     def step(self, batch: dict[str, np.ndarray]) -> None:
         torch = self.torch
-        data = {name: torch.from_numpy(array) for name, array in batch.items()}
-        logits = self.model(
-            input_ids=data["tokens_BxT"].long(),
-            attention_mask=data["valid_BxT"].long(),
-            position_ids=data["positions_BxT"].long(),
-        ).logits
+        data = {name: torch.from_numpy(array).to(self.device) for name, array in batch.items()}
+        with self.autocast:
+            logits = self.model(
+                input_ids=data["tokens_BxT"].long(),
+                attention_mask=data["valid_BxT"].long(),
+                position_ids=data["positions_BxT"].long(),
+            ).logits.float()
         nll = torch.nn.functional.cross_entropy(
             logits.flatten(0, 1), data["targets_BxT"].long().flatten(), reduction="none"
         )
@@ -131,6 +148,8 @@ class HuggingFace:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
+        if self.device == "cuda":
+            torch.cuda.synchronize()  # a step is timed to its end, as ours is (block_until_ready)
 
 
 def hugging_face_available() -> bool:
@@ -146,8 +165,8 @@ class StepProcess:
     """A trainer (one of SIDES) in a child process that times one step each time it is asked;
     with a core, pinned to it and single-threaded."""
 
-    def __init__(self, side: str, preset_name: str, core: int | None = None):
-        command = [sys.executable, __file__, "--serve", side, "--presets", preset_name]
+    def __init__(self, side: str, preset_name: str, core: int | None = None, dtype: str = "float32"):
+        command = [sys.executable, __file__, "--serve", side, "--presets", preset_name, "--dtype", dtype]
         env = dict(os.environ)
         if core is not None:
             command += ["--core", str(core)]
@@ -175,15 +194,16 @@ class StepProcess:
         self.process.wait()
 
 
-def serve(side: str, preset_name: str, single_thread: bool) -> None:
+def serve(side: str, preset_name: str, single_thread: bool, dtype: str = "float32") -> None:
     """Child of StepProcess: answer "step" (time one step at equal shapes) and "stream SECONDS"
     (real-token rate on the quick stream), one JSON line each. Each trainer is built on its first
     request, so a child that only streams never builds the equal-shape one."""
 
     def trainer(vocab_size: int, max_positions: int):
         if side == "hf":
-            return HuggingFace(preset_name, vocab_size, max_positions, threads=1 if single_thread else None)
-        return Ours(preset_name, vocab_size, max_positions, keep_memory=side == "ours")
+            threads = 1 if single_thread else None
+            return HuggingFace(preset_name, vocab_size, max_positions, threads=threads, dtype=dtype)
+        return Ours(preset_name, vocab_size, max_positions, keep_memory=side == "ours", dtype=dtype)
 
     equal_shape = None
     for request in sys.stdin:
@@ -338,11 +358,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds at equal shapes (median reported)")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each real-token measurement")
     parser.add_argument("--serve", choices=SIDES, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help=argparse.SUPPRESS)
     add_core_option(parser)
     args = parser.parse_args()
     pin_to_core(args.core)
     if args.serve is not None:
-        serve(args.serve, args.presets[0], single_thread=args.core is not None)
+        serve(args.serve, args.presets[0], single_thread=args.core is not None, dtype=args.dtype)
         return
     print(
         f"jax {jax.__version__} on {jax.default_backend()}; HF baseline "

@@ -476,7 +476,33 @@ PROTOCOL_PAPER = Preset(
     seeds=tuple(range(9000, 9010)),
 )
 
-PRESETS = {preset.name: preset for preset in (QUICK, PAPER, PROTOCOL_QUICK, PROTOCOL_PAPER)}
+# The smallest settings that take every code path in seconds: for rehearsing a command on a CPU
+# before it runs on a machine that is lent briefly (benchmarks/gpu_run.py --rehearse). Its models
+# learn next to nothing; its numbers mean nothing.
+REHEARSAL = Preset(
+    name="rehearsal",
+    description="the smallest settings that run every code path in seconds (1 layer x 2 heads x d 16, lengths 1-6, "
+    "16 steps); for rehearsing commands, its numbers mean nothing.",
+    train=TrainConfig(
+        train_lengths=(1, 6),
+        test_bins=((1, 6), (7, 8)),
+        batch_size=8,
+        length_buckets=2,
+        learning_rate=3e-3,
+        warmup_steps=2,
+        max_steps=16,
+        eval_every=8,
+        eval_examples_per_length=4,
+        greedy_examples_per_bin=4,
+        eval_batch_size=8,
+        log_every=4,
+        checkpoint_every=8,
+    ).validate(),
+    model=ModelSettings(n_layers=1, n_heads=2, d_model=16, d_ff=32).validate(),
+    seeds=(0,),
+)
+
+PRESETS = {preset.name: preset for preset in (QUICK, PAPER, PROTOCOL_QUICK, PROTOCOL_PAPER, REHEARSAL)}
 # The presets a --protocol run may use, the first its default.
 PROTOCOL_PRESETS = (PROTOCOL_QUICK.name, PROTOCOL_PAPER.name)
 

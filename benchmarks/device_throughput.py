@@ -1,0 +1,191 @@
+"""Model-steps per second on one device, as the accelerator path trains (crasplab.train.accelerator),
+and one model's step against Hugging Face's at equal shapes.
+
+1. One stack of S seeds (--stack-sizes, default 1 5 10), its batches sampled ahead by the sampler
+   processes as in training (crasplab.train.sampling): model-steps per second (S x steps / s).
+2. K stacks of --concurrent-size seeds side by side (--concurrent, default 1 2 4 8), each in a
+   thread of this process as the accelerator path runs them: model-steps per second, summed.
+3. One model's training step, ours (make_train_step, a stack of one) against Hugging Face's
+   GPT2LMHeadModel with torch's AdamW (fused on CUDA), float32 and bfloat16 (torch autocast), the
+   batch sent from the host each step, each trainer in its own process (benchmarks/train_step.py's
+   StepProcess), median over interleaved turns after warm-up; the ratio is HF's time over ours.
+
+Rows 1 and 2 train unique copy (the preset's training stream, length buckets and all); every
+shape a row meets is compiled before it is timed. The goals of issue 50, on an H200 with the
+paper preset: 1,500 model-steps per second summed over a packed device, and our step 6x HF's.
+It runs anywhere: on a CPU (slowly) it rehearses every row.
+
+    python benchmarks/device_throughput.py --json out.json                 # on a GPU: the paper preset
+    python benchmarks/device_throughput.py --preset quick --stack-sizes 1 2 --concurrent 1 2 --steps 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import jax
+import numpy as np
+
+from crasp.tasks import get_task
+from crasplab.cli.arguments import at_least
+from crasplab.results.files import write_json
+from crasplab.train.accelerator import default_sampler_processes
+from crasplab.train.allocator import keep_freed_memory
+from crasplab.train.config import PRESETS
+from crasplab.train.data import LengthBuckets, sequence_length
+from crasplab.train.device import path_name
+from crasplab.train.sampling import BatchStream, StackBatches, sampler_pool
+from crasplab.train.steps import data_mesh, from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
+from crasplab.train.steps import shard_batch
+from train_step import STREAM_TASK, StepProcess, hugging_face_available, interleaved_medians
+
+
+class StackTrainer:
+    """A stack of `size` models of the preset (seeds first_seed ...) training on unique copy,
+    batches from a BatchStream, as a stack trains in crasplab.train.loop."""
+
+    def __init__(self, preset_name: str, size: int, pool, first_seed: int = 0):
+        preset = PRESETS[preset_name]
+        train, overrides = preset.train_for(STREAM_TASK), preset.overrides_for(STREAM_TASK)
+        task = get_task(STREAM_TASK, **overrides)
+        max_positions = sequence_length(task, max(hi for _, hi in train.test_bins))
+        buckets = LengthBuckets.split(task, train.train_lengths, train.length_buckets)
+        seeds = range(first_seed, first_seed + size)
+        optimizer = make_optimizer(train)
+        models = [preset.model.replace(pe="ape").build(len(task.vocab), max_positions, seed) for seed in seeds]
+        graphdef, rest, self.params, self.opt_state = init_stack(models, optimizer)
+        self.step_fn = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
+        self.batches = StackBatches.of(STREAM_TASK, overrides, seeds, train.batch_size, buckets, max_positions, True)
+        self.widths = set(buckets.padded_lengths)
+        self.stream = BatchStream(self.batches, 0, 10**9, pool)
+        self.mesh = data_mesh()
+        self.size = size
+
+    def compile_every_width(self) -> None:
+        """One step on a batch of every width the stack can meet (padded to each bucket's longest)."""
+        seen, step = set(), 0
+        while seen != self.widths and step < 10_000:
+            batch = self.batches.at(step)
+            if (width := batch["tokens_BxT"].shape[-1]) not in seen:
+                seen.add(width)
+                self._step(batch)
+            step += 1
+        jax.block_until_ready(self.params)
+
+    def _step(self, batch) -> jax.Array:
+        self.params, self.opt_state, loss, _ = self.step_fn(self.params, self.opt_state, shard_batch(self.mesh, batch))
+        return loss
+
+    def train(self, steps: int) -> None:
+        loss = None
+        for _ in range(steps):
+            loss = self._step(self.stream.next())
+        jax.block_until_ready(loss)
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def timed_together(trainers: list[StackTrainer], steps: int) -> float:
+    """Model-steps per second of the trainers run side by side, one thread each, for `steps` steps."""
+    start_line = threading.Barrier(len(trainers) + 1)
+
+    def run(trainer: StackTrainer) -> None:
+        start_line.wait()
+        trainer.train(steps)
+
+    threads = [threading.Thread(target=run, args=(trainer,)) for trainer in trainers]
+    for thread in threads:
+        thread.start()
+    start_line.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - start
+    return sum(trainer.size for trainer in trainers) * steps / seconds
+
+
+def measure(preset_name: str, counts: list[int], size_of: callable, steps: int, pool) -> dict[int, float]:
+    """count -> model-steps per second, for `count` stacks of size_of(count) seeds side by side."""
+    rates = {}
+    for count in counts:
+        trainers = [StackTrainer(preset_name, size_of(count), pool, first_seed=100 * i) for i in range(count)]
+        for trainer in trainers:
+            trainer.compile_every_width()
+            trainer.train(2)  # the sampler pool warmed up, the first batches in flight
+        rates[count] = timed_together(trainers, steps)
+        for trainer in trainers:
+            trainer.close()
+        print(f"  {count} stack(s) of {size_of(count)}: {rates[count]:.0f} model-steps/s", flush=True)
+    return rates
+
+
+def hf_comparison(preset_name: str, rounds: int) -> dict[str, dict[str, float]]:
+    """dtype -> {side: median seconds of one step} for ours and (where installed) Hugging Face's."""
+    sides = ["ours", "hf"] if hugging_face_available() else ["ours"]
+    medians = {}
+    for dtype in ("float32", "bfloat16"):
+        processes = {side: StepProcess(side, preset_name, dtype=dtype) for side in sides}
+        medians[dtype] = interleaved_medians({side: p.timed_step for side, p in processes.items()}, rounds)
+        for process in processes.values():
+            process.close()
+    return medians
+
+
+def main() -> None:
+    on_device = jax.default_backend() != "cpu"
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper" if on_device else "quick")
+    parser.add_argument("--stack-sizes", type=at_least(1), nargs="+", default=[1, 5, 10], help="table 1's stacks")
+    parser.add_argument("--concurrent", type=at_least(1), nargs="+", default=[1, 2, 4, 8], help="table 2's counts")
+    parser.add_argument("--concurrent-size", type=at_least(1), default=5, help="seeds in each of table 2's stacks")
+    parser.add_argument("--steps", type=at_least(1), default=200 if on_device else 4, help="timed steps per row")
+    parser.add_argument("--rounds", type=at_least(1), default=5, help="interleaved rounds of table 3")
+    parser.add_argument(
+        "--sampler-processes", type=at_least(1), default=None, help="default: all cores but two, at least one"
+    )
+    parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    args = parser.parse_args()
+    keep_freed_memory()
+    processes = args.sampler_processes or default_sampler_processes()
+    device = jax.devices()[0]
+    print(
+        f"# {args.preset} preset on {device.device_kind} ({path_name()}), jax {jax.__version__}, "
+        f"{processes} sampling processes, {args.steps} timed steps per row",
+        flush=True,
+    )
+    with sampler_pool(processes) as pool:
+        print("## 1. One stack of S seeds", flush=True)
+        stacks = {size: measure(args.preset, [1], lambda _: size, args.steps, pool)[1] for size in args.stack_sizes}
+        print(f"## 2. Stacks of {args.concurrent_size} seeds side by side", flush=True)
+        concurrent = measure(args.preset, args.concurrent, lambda _: args.concurrent_size, args.steps, pool)
+    print("## 3. One model's step at equal shapes, ours against Hugging Face's", flush=True)
+    steps = hf_comparison(args.preset, args.rounds)
+    print(f"{'dtype':9} {'ours ms':>8} {'HF ms':>8} {'HF/ours':>8}")
+    for dtype, medians in steps.items():
+        hf = medians.get("hf")
+        cells = ("-", "-") if hf is None else (f"{hf * 1e3:.2f}", f"{hf / medians['ours']:.2f}x")
+        print(f"{dtype:9} {medians['ours'] * 1e3:>8.2f} {cells[0]:>8} {cells[1]:>8}", flush=True)
+    if args.json:
+        write_json(
+            args.json,
+            dict(
+                preset=args.preset,
+                device=device.device_kind,
+                jax=jax.__version__,
+                sampler_processes=processes,
+                steps=args.steps,
+                stack_model_steps_per_s={str(k): v for k, v in stacks.items()},
+                concurrent_size=args.concurrent_size,
+                concurrent_model_steps_per_s={str(k): v for k, v in concurrent.items()},
+                step_seconds=steps,
+                hf_over_ours={d: m["hf"] / m["ours"] for d, m in steps.items() if "hf" in m},
+                best_model_steps_per_s=float(np.max([*stacks.values(), *concurrent.values()])),
+            ),
+        )
+
+
+if __name__ == "__main__":
+    main()
