@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crasplab.cli.arguments import at_least
+from crasplab.errors import LabError
 from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.train.config import ConfigError
@@ -61,7 +62,7 @@ CORE_LOCK_FOLDER = Path(tempfile.gettempdir()) / f"crasp-lab-cores-{os.getuid()}
 POLL_SECONDS = 0.5
 
 
-class EngineError(RuntimeError):
+class EngineError(LabError, RuntimeError):
     """The engine cannot run: Ray missing, or the cluster cannot be reached."""
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from crasplab.models.transformer import Transformer
+from crasplab.errors import LabError
 from crasplab.results.job_folder import BinEval, JobFolder, job_folder
 from crasplab.train.checkpoint import load_checkpoint
 from crasplab.train.config import RunSettings
@@ -23,7 +24,7 @@ from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import data_mesh, init_stack, make_eval_step, make_optimizer, shard_batch
 
 
-class TrainedModelError(ValueError):
+class TrainedModelError(LabError, ValueError):
     """A folder that holds no trained model."""
 
 

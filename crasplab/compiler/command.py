@@ -20,10 +20,12 @@ from crasp.library import load_source
 from crasp.nexttoken import check_teacher_forced, encode
 from crasp.tasks import Task
 from crasplab.compiler import DEFAULT_MAX_LENGTH, compile_program, definition_places
-from crasplab.compiler.folder import save_compiled
+from crasplab.compiler.folder import DESCRIPTION_FILE, save_compiled
 from crasplab.compiler.job import save_compiled_job
 from crasplab.compiler.lower import CompileError
 from crasplab.compiler.run import answers_right, output_table, require_dtype_available
+from crasplab.errors import command_boundary
+from crasplab.results.run_folder import check_output_folder
 from crasplab.train.config import PRESETS
 
 DEFAULT_LENGTHS = (10, 100, 1000)
@@ -103,6 +105,14 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
+    """The command, inside the lab's error boundary: a user error is one `error:` line."""
+    with command_boundary():
+        return _compile(args)
+
+
+def _compile(args) -> int:
+    # A folder of anything else is refused before the compile's seconds are spent.
+    check_output_folder(args.out, marker=DESCRIPTION_FILE, writer="python -m crasp compile")
     require_dtype_available(args.dtype)
     source = load_source(args.program)
     target = lookup(args.task) if args.task else None

@@ -22,6 +22,7 @@ from flax import nnx
 from crasp.program import Program, print_program
 from crasp.syntax import parse
 from crasplab.compiler import CompiledProgram
+from crasplab.errors import LabError
 from crasplab.models import ModelConfig, Transformer
 from crasplab.results.files import write_json, write_text
 from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
@@ -29,7 +30,7 @@ from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
 DESCRIPTION_FILE, CHECKPOINT_FILE, LISTING_FILE = "compiled.json", "checkpoint.npz", "listing.txt"
 
 
-class CompiledFolderError(ValueError):
+class CompiledFolderError(LabError, ValueError):
     """A folder that holds no compiled program."""
 
 

@@ -26,7 +26,6 @@ from flax import nnx
 from crasp.check import to_program_ids
 from crasp.tasks import get_task
 from crasplab.compiler import CompiledProgram
-from crasplab.compiler.folder import DESCRIPTION_FILE
 from crasplab.compiler.lower import CompileError
 from crasplab.models import ModelConfig, set_params
 from crasplab.results.files import append_jsonl, write_json
@@ -39,16 +38,6 @@ from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import make_optimizer
 from crasplab.train.trained import evaluate_every_bin, load_trained_model
-
-
-def check_run_folder(run_dir: Path) -> None:
-    """Refuse a folder whose config.json another experiment wrote: the job's would replace it."""
-    run_dir = Path(run_dir)
-    if (run_dir / CONFIG_FILE).exists() and not (run_dir / DESCRIPTION_FILE).exists():
-        raise CompileError(
-            f"{run_dir} holds a run of another experiment (its {CONFIG_FILE}, and no {DESCRIPTION_FILE}); "
-            "give --out a new folder or one this command wrote"
-        )
 
 
 def task_weights(compiled: CompiledProgram, vocab: tuple[str, ...]) -> tuple[ModelConfig, dict[str, np.ndarray]]:
@@ -81,8 +70,8 @@ def save_compiled_job(
     """Write `run_dir`'s config.json and the job folder of the compiled model for the task (see the
     module's docstring). `train` gives the lengths and test bins the job records (those of the
     named `preset`); its position table is the compiled model's, max_length rows. Nothing is written
-    when the job is refused (a folder of another experiment, test strings beyond max_length)."""
-    check_run_folder(run_dir)
+    when the job is refused (test strings beyond max_length). The caller has checked that the folder
+    holds nothing but a compile's (crasplab.results.run_folder.check_output_folder)."""
     task_overrides = dict(task_overrides or {})
     config, params = task_weights(compiled, get_task(task_code, **task_overrides).vocab)
     job = Job(

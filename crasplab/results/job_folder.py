@@ -25,15 +25,23 @@ run folder without its checkpoints.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from crasplab.results.files import read_jsonl
+from crasplab.results.files import file_problem, read_json_object, read_jsonl
 
 # What a report and train.trained read from a run's config.json.
 RUN_SETTINGS_KEYS = ("preset", "tasks", "model", "train")
+# What to do about a job's file that is not as the lab wrote it.
+RESULT_FIX = (
+    "delete it and run the run's command again: the finished job is read from its checkpoint and its "
+    "result.json written anew"
+)
+JOB_FIX = (
+    "give the folder of a job (<run>/<task>/seed<k>, where the run's command writes job.json before the job "
+    "trains), run that command again, or restore the file"
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,23 @@ class JobFolder:
         return self.result_file.exists()
 
     def read_result(self) -> JobResult:
-        return JobResult.from_dict(json.loads(self.result_file.read_text()))
+        return JobResult.from_dict(self.read_result_values())
+
+    def read_result_values(self) -> dict:
+        """result.json as written (JobResult's fields), validated: a ResultFileError names the file,
+        what is wrong and what to do."""
+        values = read_json_object(self.result_file, RESULT_FIX, required=RESULT_KEYS)
+        try:
+            JobResult.from_dict(values)
+        except (TypeError, KeyError, ValueError) as error:
+            raise file_problem(
+                self.result_file, f"a result that does not read ({type(error).__name__}: {error})", RESULT_FIX
+            ) from None
+        return values
+
+    def read_job_values(self) -> dict:
+        """job.json as written (train.loop.Job's fields; train.runs.read_job makes the Job)."""
+        return read_json_object(self.job_file, JOB_FIX, required=("task_code", "seed", "model", "train"))
 
 
 def job_records(folder: JobFolder, task: str, seed: int) -> list[dict]:
@@ -68,7 +92,7 @@ def job_records(folder: JobFolder, task: str, seed: int) -> list[dict]:
     records = [dict(record, **tag) for record in read_jsonl(folder.metrics_file)]
     records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder.provenance_file)]
     if folder.is_done():
-        records.append(dict(json.loads(folder.result_file.read_text()), kind="result", **tag))
+        records.append(dict(folder.read_result_values(), kind="result", **tag))
     return records
 
 
@@ -156,6 +180,9 @@ class JobResult:
     @classmethod
     def from_dict(cls, values: dict) -> JobResult:
         return cls(**{**values, "bins": tuple(BinEval.from_dict(b) for b in values["bins"])})
+
+
+RESULT_KEYS = tuple(f.name for f in fields(JobResult))
 
 
 def _bin_dict(bin_eval: BinEval) -> dict:
