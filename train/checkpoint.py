@@ -12,6 +12,7 @@ asynchronous saves of large models) do not apply to models of 0.3M-10M values.
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
 from pathlib import Path
@@ -27,16 +28,30 @@ class CheckpointError(LabError, RuntimeError):
     """A checkpoint does not match the state it is loaded into."""
 
 
-def save_checkpoint(path: Path, state, meta: dict, compress: bool = False) -> None:
-    """Save a pytree of arrays plus a JSON-able `meta` dict; `compress` (zip's deflate) for a state
-    of mostly zeros, as a compiled program's weights and their optimizer state at step 0 are
-    (np.load reads either)."""
-    leaves = jax.tree.leaves(state)
-    arrays = {f"leaf_{i:05d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+def save_checkpoint(path: Path, state, meta: dict) -> None:
+    """Save a pytree of arrays plus a JSON-able `meta` dict."""
+    arrays = _arrays(state, meta)
+    atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def encode_checkpoint(state, meta: dict) -> bytes:
+    """The bytes of a checkpoint file, compressed (zip's deflate): for a state of mostly zeros, as a
+    compiled program's weights and their optimizer state at step 0 are, whose size is known before
+    it is written (write it with write_encoded; load_checkpoint reads either kind)."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **_arrays(state, meta))
+    return buffer.getvalue()
+
+
+def write_encoded(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def _arrays(state, meta: dict) -> dict[str, np.ndarray]:
+    arrays = {f"leaf_{i:05d}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(state))}
     arrays["meta_json"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
     arrays["structure"] = np.frombuffer(str(jax.tree.structure(state)).encode(), dtype=np.uint8)
-    save = np.savez_compressed if compress else np.savez
-    atomic_write(path, lambda f: save(f, **arrays))
+    return arrays
 
 
 UNREADABLE = (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile)

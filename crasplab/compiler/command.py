@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -20,8 +21,8 @@ from crasp.library import load_source
 from crasp.nexttoken import check_teacher_forced, encode
 from crasp.tasks import Task
 from crasplab.compiler import DEFAULT_MAX_LENGTH, compile_program, definition_places
-from crasplab.compiler.folder import DESCRIPTION_FILE, save_compiled
-from crasplab.compiler.job import save_compiled_job
+from crasplab.compiler.folder import CHECKPOINT_FILE, DESCRIPTION_FILE, compiled_checkpoint, save_compiled
+from crasplab.compiler.job import compiled_job, write_compiled_job
 from crasplab.compiler.lower import CompileError
 from crasplab.compiler.run import answers_right, output_table, require_dtype_available
 from crasplab.errors import command_boundary
@@ -120,16 +121,30 @@ def _compile(args) -> int:
     compiled = compile_program(
         program, args.pe, args.max_length, args.dtype, places=definition_places(source.text, source.name)
     )
-    # The job folder first: it refuses a --max-length too short for the preset's test bins, and
-    # nothing is written then.
-    job = (
-        save_compiled_job(
+    # Everything is built before anything is written: the job refuses a --max-length too short for
+    # the preset's test bins, and the sizes to write are known.
+    checkpoint = compiled_checkpoint(compiled, source.name)
+    prepared = (
+        compiled_job(
             compiled, args.out, target.code, PRESETS[args.preset].train_for(target.code), args.preset, args.seed
         )
         if isinstance(target, Task)
         else None
     )
-    save_compiled(compiled, args.out, source.name)
+    out = Path(args.out)
+    sizes = {out / CHECKPOINT_FILE: len(checkpoint)} | (
+        {prepared.job.files.checkpoint_file: len(prepared.checkpoint)} if prepared else {}
+    )
+    print(
+        f"writing {out}: {megabytes(sum(sizes.values()))} ("
+        + ", ".join(f"{path.relative_to(out)} {megabytes(size)}" for path, size in sizes.items())
+        + ", and text files of a few kB)",
+        flush=True,
+    )
+    if prepared is not None:
+        write_compiled_job(prepared, out)
+    save_compiled(compiled, out, source.name, checkpoint)
+    job = prepared.job if prepared else None
     print(compiled.listing())
     print(f"written: {args.out}")
     if job is not None:
@@ -144,6 +159,10 @@ def _compile(args) -> int:
     elif target is not None:
         score(compiled, target, args)
     return 0
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
 
 
 def attention_table(compiled, symbols: list[str]) -> str:

@@ -25,7 +25,7 @@ from crasplab.compiler import CompiledProgram
 from crasplab.errors import LabError
 from crasplab.models import ModelConfig, Transformer
 from crasplab.results.files import write_json, write_text
-from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
+from crasplab.train.checkpoint import encode_checkpoint, load_checkpoint, write_encoded
 
 DESCRIPTION_FILE, CHECKPOINT_FILE, LISTING_FILE = "compiled.json", "checkpoint.npz", "listing.txt"
 
@@ -42,11 +42,16 @@ class LoadedProgram:
     max_length: int
 
 
-def save_compiled(compiled: CompiledProgram, out: Path, source: str) -> None:
+def compiled_checkpoint(compiled: CompiledProgram, source: str) -> bytes:
+    """The bytes of the folder's checkpoint.npz, compressed (the weights are mostly zeros)."""
+    return encode_checkpoint(nnx.state(compiled.model(), nnx.Param), {"compiled_from": source})
+
+
+def save_compiled(compiled: CompiledProgram, out: Path, source: str, checkpoint: bytes | None = None) -> None:
+    """Write the folder; `checkpoint` is compiled_checkpoint's bytes when the caller has them."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model = compiled.model()
-    save_checkpoint(out / CHECKPOINT_FILE, nnx.state(model, nnx.Param), {"compiled_from": source})
+    write_encoded(out / CHECKPOINT_FILE, checkpoint or compiled_checkpoint(compiled, source))
     write_text(out / LISTING_FILE, compiled.listing() + "\n")
     write_json(
         out / DESCRIPTION_FILE,
@@ -77,4 +82,4 @@ def load_compiled(folder: Path) -> LoadedProgram:
     return LoadedProgram(model, program, description["pe"], description["max_length"])
 
 
-__all__ = ["CompiledFolderError", "LoadedProgram", "load_compiled", "save_compiled"]
+__all__ = ["CompiledFolderError", "LoadedProgram", "compiled_checkpoint", "load_compiled", "save_compiled"]

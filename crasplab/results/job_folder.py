@@ -26,7 +26,7 @@ run folder without its checkpoints.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from crasplab.results.files import file_problem, read_json_object, read_jsonl
@@ -65,18 +65,30 @@ class JobFolder:
         return self.result_file.exists()
 
     def read_result(self) -> JobResult:
-        return JobResult.from_dict(self.read_result_values())
-
-    def read_result_values(self) -> dict:
-        """result.json as written (JobResult's fields), validated: a ResultFileError names the file,
-        what is wrong and what to do."""
-        values = read_json_object(self.result_file, RESULT_FIX, required=RESULT_KEYS)
+        values = self.read_result_values()
         try:
-            JobResult.from_dict(values)
+            return JobResult.from_dict(values)
         except (TypeError, KeyError, ValueError) as error:
             raise file_problem(
                 self.result_file, f"a result that does not read ({type(error).__name__}: {error})", RESULT_FIX
             ) from None
+
+    def read_result_values(self) -> dict:
+        """result.json as written, validated in what reports read from it (stopped_early, elapsed_s):
+        a ResultFileError names the file, what is wrong and what to do."""
+        values = read_json_object(self.result_file, RESULT_FIX, required=("stopped_early", "elapsed_s"))
+        elapsed_s = values["elapsed_s"]
+        if (
+            not isinstance(values["stopped_early"], bool)
+            or isinstance(elapsed_s, bool)
+            or not (elapsed_s is None or isinstance(elapsed_s, (int, float)))
+        ):
+            raise file_problem(
+                self.result_file,
+                f"stopped_early {values['stopped_early']!r} and elapsed_s {elapsed_s!r} (expected true or false, "
+                "and seconds)",
+                RESULT_FIX,
+            )
         return values
 
     def read_job_values(self) -> dict:
@@ -180,9 +192,6 @@ class JobResult:
     @classmethod
     def from_dict(cls, values: dict) -> JobResult:
         return cls(**{**values, "bins": tuple(BinEval.from_dict(b) for b in values["bins"])})
-
-
-RESULT_KEYS = tuple(f.name for f in fields(JobResult))
 
 
 def _bin_dict(bin_eval: BinEval) -> dict:

@@ -8,6 +8,7 @@ SUPPORTED_SOURCES = (
     "(model_type 'llama', 'qwen2' or 'gpt2'), or a named model ('smollm2')"
 )
 
+
 class UnsupportedModelError(LabError, ValueError):
     """A model source that is missing, malformed or outside what the loaders support."""
 
