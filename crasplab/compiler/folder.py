@@ -13,7 +13,6 @@ The vocabulary is the program's alphabet in its order (no <pad>).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from crasp.syntax import parse
 from crasplab.compiler import CompiledProgram
 from crasplab.errors import LabError
 from crasplab.models import ModelConfig, Transformer
-from crasplab.results.files import write_json, write_text
+from crasplab.results.files import read_json_object, write_json, write_text
 from crasplab.train.checkpoint import encode_checkpoint, load_checkpoint, write_encoded
 
 DESCRIPTION_FILE, CHECKPOINT_FILE, LISTING_FILE = "compiled.json", "checkpoint.npz", "listing.txt"
@@ -73,7 +72,11 @@ def load_compiled(folder: Path) -> LoadedProgram:
             raise CompiledFolderError(
                 f"{folder} has no {name}; give a folder written by `python -m crasp compile PROGRAM --pe PE --out DIR`"
             )
-    description = json.loads((folder / DESCRIPTION_FILE).read_text())
+    description = read_json_object(
+        folder / DESCRIPTION_FILE,
+        "compile the program into this folder again (python -m crasp compile PROGRAM --pe PE --out DIR)",
+        required=("config", "program", "source", "pe", "max_length"),
+    )
     model = Transformer(ModelConfig(**description["config"]), rngs=nnx.Rngs(0))
     params = nnx.state(model, nnx.Param)
     params, _ = load_checkpoint(folder / CHECKPOINT_FILE, params)
