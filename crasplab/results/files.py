@@ -141,7 +141,7 @@ def read_jsonl(path: Path) -> list[dict]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            if _is_torn(line):
+            if _is_torn(line, error):
                 _report_torn(path, number)
                 continue
             raise ResultFileError(
@@ -158,11 +158,25 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 _reported_torn: set[tuple[Path, int]] = set()
+# What a number cut short may end in: the unread rest of the line where its parse stopped.
+_NUMBER_START = re.compile(r"-?\d*(\.\d*)?([eE][+-]?\d*)?")
 
 
-def _is_torn(line: str) -> bool:
-    # The lab writes each record as one JSON object: a cut one starts with "{" and lost its end.
-    return line.lstrip().startswith("{") and not line.rstrip().endswith("}")
+def _is_torn(line: str, error: json.JSONDecodeError) -> bool:
+    """Whether a line that does not parse is a record cut short (the lab writes each record as one
+    JSON object): its parse ran into the end of the line, where corrupt text goes wrong before it."""
+    if not line.startswith("{"):
+        return False
+    rest = line[error.pos :]
+    if error.msg.startswith("Unterminated string"):
+        return True
+    if error.msg.startswith("Invalid \\uXXXX escape"):  # cut inside an escape: nothing after it closes the string
+        return '"' not in rest
+    return (
+        rest == ""
+        or any(literal.startswith(rest) for literal in ("true", "false", "null"))
+        or bool(_NUMBER_START.fullmatch(rest))
+    )
 
 
 def _report_torn(path: Path, number: int) -> None:

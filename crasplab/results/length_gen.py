@@ -46,8 +46,9 @@ def read_settings(run_dir: Path) -> dict:
     threshold a number from 0 to 1 as --threshold accepts it (a hand-edited "high" or 5 is refused
     here instead of failing in numpy or turning every verdict into "does not generalize")."""
     run_dir = Path(run_dir)
-    RunSettings.of_run(run_dir)
     config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
+    check_task_names(config, run_dir)
+    RunSettings.of_run(run_dir)
     threshold = config["threshold"]
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
         raise RunFolderError(
@@ -130,7 +131,6 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     """The run's summary; `threshold` overrides the one stored in config.json (the run's own)."""
     run_dir = Path(run_dir)
     config = read_settings(run_dir)
-    check_task_names(config, run_dir)
     threshold = config["threshold"] if threshold is None else threshold
     records = read_records(run_dir, config)
     finals = final_evaluations(records)
