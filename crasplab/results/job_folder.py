@@ -74,19 +74,15 @@ class JobFolder:
             ) from None
 
     def read_result_values(self) -> dict:
-        """result.json as written, validated in what reports read from it (stopped_early, elapsed_s):
-        a ResultFileError names the file, what is wrong and what to do."""
-        values = read_json_object(self.result_file, RESULT_FIX, required=("stopped_early", "elapsed_s"))
-        elapsed_s = values["elapsed_s"]
-        if (
-            not isinstance(values["stopped_early"], bool)
-            or isinstance(elapsed_s, bool)
-            or not (elapsed_s is None or isinstance(elapsed_s, (int, float)))
-        ):
+        """result.json as written, validated in what reports read from it (steps, stopped_early,
+        elapsed_s): a ResultFileError names the file, what is wrong and what to do."""
+        values = read_json_object(self.result_file, RESULT_FIX, required=("steps", "stopped_early", "elapsed_s"))
+        steps, stopped_early, elapsed_s = values["steps"], values["stopped_early"], values["elapsed_s"]
+        if not (_is_number(steps, int) and isinstance(stopped_early, bool) and _is_number(elapsed_s, (int, float))):
             raise file_problem(
                 self.result_file,
-                f"stopped_early {values['stopped_early']!r} and elapsed_s {elapsed_s!r} (expected true or false, "
-                "and seconds)",
+                f"steps {steps!r}, stopped_early {stopped_early!r} and elapsed_s {elapsed_s!r} (expected a "
+                "count, true or false, and seconds)",
                 RESULT_FIX,
             )
         return values
@@ -106,6 +102,10 @@ def job_records(folder: JobFolder, task: str, seed: int) -> list[dict]:
     if folder.is_done():
         records.append(dict(folder.read_result_values(), kind="result", **tag))
     return records
+
+
+def _is_number(value, kinds) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def run_jobs(tasks, seeds) -> list[tuple[str, int]]:
