@@ -6,7 +6,7 @@ or one of the interpreter's own (CraspError, TaskError, SearchError). Every entr
 body inside `command_boundary()`:
 
     the experiment scripts      crasplab.cli.experiment.run_experiment (through run_from_flags)
-    the training worker         python -m crasplab.train.workers (train.workers._worker_main)
+    the training worker         python -m crasplab.train.workers (its `__main__` block)
     python -m crasp compile     crasplab.compiler.command.run
 
 Ctrl-C (SIGINT) and `kill` (SIGTERM) end a command with one line and exit 130 or 143, after the
