@@ -128,6 +128,14 @@ def test_a_threshold_outside_its_bounds_in_config_json_is_refused(kept_run, thre
     assert (kept_run / "report.md").read_text() == (KEPT_RUN / "report.md").read_text()
 
 
+def test_a_metrics_record_without_its_fields_is_one_error_line_naming_the_file(kept_run):
+    metrics = kept_run / "NB" / "seed5000" / "metrics.jsonl"
+    with open(metrics, "a") as f:
+        f.write('{"kind": "eval", "step": 8}\n')
+    with pytest.raises(SystemExit, match=f"^error: {metrics}: record .* is neither a train record nor an eval record"):
+        length_gen.main(["--report-only", str(kept_run)])
+
+
 # -- D: commands that write a folder ----------------------------------------------------------------
 def compile_into(out: Path, *task: str) -> None:
     crasp_main(["compile", "majority", "--pe", "ape", "--out", str(out), *task])

@@ -97,10 +97,32 @@ def job_records(folder: JobFolder, task: str, seed: int) -> list[dict]:
     step order, what decided the bits of each process that trained it ("provenance"), then its
     result once it has finished ("result")."""
     tag = dict(task=task, seed=seed)
-    records = [dict(record, **tag) for record in read_jsonl(folder.metrics_file)]
+    records = [dict(record, **tag) for record in read_metrics(folder)]
     records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder.provenance_file)]
     if folder.is_done():
         records.append(dict(folder.read_result_values(), kind="result", **tag))
+    return records
+
+
+def read_metrics(folder: JobFolder) -> list[dict]:
+    """metrics.jsonl's records (read_jsonl), each checked to be a TrainRecord or an EvalRecord as
+    the reports read them: a ResultFileError names the file, the record and what to do."""
+    records = read_jsonl(folder.metrics_file)
+    for number, record in enumerate(records, start=1):
+        kind, step, bins = record.get("kind"), record.get("step"), record.get("bins")
+        fits = _is_number(step, int) and (
+            kind == "train"
+            or kind == "eval"
+            and isinstance(bins, list)
+            and all(isinstance(b, dict) and {"lo", "hi", "accuracy", "n"} <= b.keys() for b in bins)
+        )
+        if not fits:
+            raise file_problem(
+                folder.metrics_file,
+                f"record {number} is neither a train record nor an eval record with its bins",
+                "restore it from a copy, or delete the job's folder and run the run's command again: the job "
+                "trains anew (same seed, same result)",
+            )
     return records
 
 
