@@ -41,7 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="position encoding of the compiled transformer (nope: C-RASP[] programs only)",
     )
     parser.add_argument(
-        "--out", required=True, metavar="DIR", help="folder for compiled.json, checkpoint.npz and listing.txt"
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder for compiled.json, checkpoint.npz and listing.txt: a new or empty one, or one this command "
+        "wrote (a folder of anything else is refused)",
     )
     parser.add_argument(
         "--task",
