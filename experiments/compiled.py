@@ -131,10 +131,20 @@ def settings_from(args: argparse.Namespace) -> CompiledSettings:
 def run(settings: CompiledSettings, out: Path) -> None:
     """Append one record per (witness, encoding, dtype, length) to metrics.jsonl, as each is computed."""
     from crasplab.compiler.replay import replay_records
-    from crasplab.compiler.study import rounding_records, trained_records, witness_records
+    from crasplab.compiler.study import (
+        check_trained_runs,
+        read_config,
+        rounding_records,
+        trained_records,
+        witness_records,
+    )
     from crasplab.results.files import append_jsonl, write_json
+    from crasplab.results.run_folder import lock_run_folder
 
-    out.mkdir(parents=True, exist_ok=True)
+    check_trained_runs(settings.trained)
+    if (out / "config.json").exists():
+        read_config(out)  # a folder of another experiment is refused: its files are never replaced
+    lock_run_folder(out)
     if (out / "metrics.jsonl").exists() and not settings.append:
         (out / "metrics.jsonl").unlink()  # a fresh run: every record below is recomputed
     name = f"config-append-{len(list(out.glob('config*')))}.json" if settings.append else "config.json"

@@ -42,7 +42,6 @@ sequences, the prompts and the random draws.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -86,10 +85,10 @@ from crasplab.results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores,
 from crasplab.results.run_folder import RunFolderError, open_run_folder
 from crasplab.results.settings import SettingsError
 from crasplab.train.allocator import restart_with_huge_page_blocks
-from crasplab.train.checkpoint import CheckpointError
+from crasplab.train.checkpoint import CheckpointError, count_saved_leaves
 from crasplab.train.config import ConfigError
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements
-from crasplab.train.loop import Job
+from crasplab.train.runs import read_job
 from crasplab.results.job_folder import JobFolder
 from crasplab.train.trained import TrainedModelError, job_folders, load_trained_model
 
@@ -195,15 +194,8 @@ def check_layers_in_checkpoint(folder: Path) -> None:
     files = JobFolder(folder)
     if not (files.job_file.is_file() and files.checkpoint_file.is_file()):
         return  # load_trained_model says what is missing
-    try:
-        n_layers = Job.from_dict(json.loads(files.job_file.read_text())).model.n_layers
-        with np.load(files.checkpoint_file) as checkpoint:
-            arrays = sum(name.startswith("leaf_") for name in checkpoint.files)
-    except (ValueError, KeyError, TypeError, OSError) as error:
-        raise TrainedModelError(
-            f"{folder}: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it "
-            f"({type(error).__name__}: {error}); train the job again"
-        ) from None
+    n_layers = read_job(folder).model.n_layers
+    arrays = count_saved_leaves(files.checkpoint_file)
     if n_layers > arrays:
         raise TrainedModelError(
             f"{files.job_file} says the model has {n_layers} layers, but {files.checkpoint_file.name} "
@@ -248,7 +240,7 @@ def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSett
     # What training measured on the same strings at this checkpoint: the unablated model must match it.
     result_file = JobFolder(folder).result_file
     same_strings = examples == trained.job.train.eval_examples_per_length and result_file.is_file()
-    recorded = json.loads(result_file.read_text())["bins"] if same_strings else []
+    recorded = JobFolder(folder).read_result_values()["bins"] if same_strings else []
     description = dict(
         kind="from-scratch",
         job_folder=str(folder),

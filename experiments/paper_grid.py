@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script or imported
 
 from crasplab.cli.arguments import above_zero  # noqa: E402
-from crasplab.cli.experiment import USER_ERRORS  # noqa: E402
+from crasplab.errors import command_boundary  # noqa: E402
 from crasplab.results.protocol import next_seeds, protocol_for  # noqa: E402
 from crasplab.train.device import accelerator_path, path_name  # noqa: E402
 from crasplab.train.engines import EngineSettings, add_engine_flags, connect, engine_settings, import_ray  # noqa: E402
@@ -166,10 +166,8 @@ def unit_step_seconds(given: float | str | None, unit: list) -> float:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.dry_run:
-        try:
+        with command_boundary():
             dry_run(args)
-        except USER_ERRORS as error:
-            raise SystemExit(f"error: {error}")
         return
     start, limit = time.monotonic(), args.time_limit_minutes
     for pe in args.pes:

@@ -2,6 +2,7 @@
 previous token, ablation removes exactly a head's output, random controls avoid the targeted heads,
 a resumed run equals an uninterrupted one, and bad input is refused before anything is written."""
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -176,7 +177,7 @@ def test_an_interrupted_run_resumes_to_the_same_files(tmp_path, tiny_llama, whol
         return real_answer_exact(*args)
 
     monkeypatch.setattr(mechanism, "answer_exact", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit, match="^130$"):  # Ctrl-C: one line, exit 130 (crasplab.errors)
         mechanism.main(_flags(tiny_llama, tmp_path))
     assert 0 < len(_records(tmp_path)) < len(whole)
     monkeypatch.setattr(mechanism, "answer_exact", real_answer_exact)
@@ -392,14 +393,25 @@ def _from_scratch_run(run: Path, n_layers: int, checkpoint: bytes | None = None)
     return run
 
 
+def _truncated_checkpoint() -> bytes:
+    """A checkpoint cut short, as a copy that did not finish leaves it (issue 47, probe F: BadZipFile)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"leaf_{i:05d}": np.zeros(200) for i in range(10)})
+    return buffer.getvalue()[:3000]
+
+
+TRUNCATED = _truncated_checkpoint()
+
+
 @pytest.mark.parametrize(
     "n_layers, checkpoint, message",
     [
         (10**8, None, "job.json says the model has 100000000 layers, but checkpoint.npz holds 10 arrays in all"),
         (2, None, "checkpoint.npz: not a readable checkpoint \\(KeyError: 'structure is not a file in the archive'\\)"),
-        (2, b"not a zip file", "seed0: job.json or checkpoint.npz is not as experiments/length_gen.py wrote it"),
+        (2, b"not a zip file", "checkpoint.npz: not a readable checkpoint \\(ValueError"),
+        (2, TRUNCATED, "checkpoint.npz: not a readable checkpoint \\(BadZipFile"),
     ],
-    ids=["layers-beyond-the-checkpoint", "another-models-checkpoint", "damaged-checkpoint"],
+    ids=["layers-beyond-the-checkpoint", "another-models-checkpoint", "damaged-checkpoint", "truncated-checkpoint"],
 )
 def test_a_job_folder_that_does_not_hold_its_model_is_an_error_line(tmp_path, n_layers, checkpoint, message):
     run = _from_scratch_run(tmp_path / "run", n_layers, checkpoint)

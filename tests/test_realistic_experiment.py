@@ -65,7 +65,7 @@ def test_an_interrupted_lorem_run_resumes_to_the_same_records(tiny_model, tmp_pa
         assert len(record["output_ids"]) <= record["limit"] and len(record["reference_ids"]) >= record["length"]
 
     monkeypatch.setattr(realistic, "continuation_lines", killed_at_call(4, realistic.continuation_lines))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit, match="^130$"):  # Ctrl-C: one line, exit 130 (crasplab.errors)
         realistic.main([*flags, "--out", str(tmp_path / "resumed")])
     assert len(_records(tmp_path / "resumed")) == 5  # forward (2 + 1), backward (2) at length 8
     monkeypatch.undo()

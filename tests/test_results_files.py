@@ -71,13 +71,16 @@ def test_a_folder_without_a_run_and_an_out_that_is_a_file_are_refused(tmp_path):
     records=st.lists(st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3), max_size=5),
     cut=st.integers(1, 40),
 )
-def test_a_torn_last_line_is_ignored_and_complete_records_kept(tmp_path_factory, records, cut):
+def test_a_torn_last_line_is_skipped_and_the_next_append_starts_a_line_of_its_own(tmp_path_factory, records, cut):
     path = tmp_path_factory.mktemp("jsonl") / "metrics.jsonl"
     write_jsonl(path, records)
     append_jsonl(path, {"last": "x" * 50})
     whole = path.read_bytes()
     path.write_bytes(whole[: len(whole) - cut])  # a writer killed during its last append
-    assert read_jsonl(path) == records
+    kept = records + ([{"last": "x" * 50}] if cut == 1 else [])  # with only its newline lost, the record is whole
+    assert read_jsonl(path) == kept
+    append_jsonl(path, {"next": 1})  # a rerun's first record: never glued onto the torn line
+    assert read_jsonl(path) == kept + [{"next": 1}]
 
 
 def test_a_corrupt_line_in_the_middle_names_the_file_and_line(tmp_path):
@@ -122,6 +125,8 @@ WRITE_FOREVER = (
 
 
 def test_a_temporary_left_by_a_writer_killed_mid_write_is_removed_on_the_next_start(tmp_path):
+    with holding_run_folders():
+        open_run_folder(tmp_path, SETTINGS)  # the run that the writer below belongs to
     target = tmp_path / "task" / "seed0" / "checkpoint.npz"
     writer = subprocess.Popen([sys.executable, "-c", WRITE_FOREVER, str(target)], stdout=subprocess.PIPE, text=True)
     assert writer.stdout.readline() == "writing\n"

@@ -41,7 +41,8 @@ def write_result(
     bins = [dict(lo=TRAIN_BIN[0], hi=TRAIN_BIN[1], accuracy=train)]
     if validation is not None:
         bins.append(dict(lo=VALIDATION_BIN[0], hi=VALIDATION_BIN[1], accuracy=validation))
-    write_json(sweep_folder(sweep, task, configuration, seed) / "result.json", dict(task=task, seed=seed, bins=bins))
+    result = dict(task=task, seed=seed, bins=bins, steps=100, stopped_early=False, elapsed_s=1.0)
+    write_json(sweep_folder(sweep, task, configuration, seed) / "result.json", result)
 
 
 def choose(sweep: Path, configurations: list[Configuration], seeds=(0,), task: str = "UL") -> dict:

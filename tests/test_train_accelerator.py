@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from crasp.tasks import PAD_ID, get_task
 from crasplab.train.config import ConfigError
 from crasplab.train.data import LengthBuckets, batch_rng, sample_training_batch, stack_batches
-from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, accelerator_path
+from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, AcceleratorPathError, accelerator_path
 from crasplab.train.engines import EngineSettings, run_jobs_on
 from crasplab.train.loop import Job, is_done, run_stack
 from crasplab.train.sampling import BatchStream, StackBatches, sampler_pool
@@ -60,7 +60,7 @@ def test_the_rehearsal_setting_takes_the_accelerator_path_and_refuses_other_valu
     monkeypatch.setenv(ACCELERATOR_PATH_ENV, REHEARSE)
     assert accelerator_path()
     monkeypatch.setenv(ACCELERATOR_PATH_ENV, "yes")
-    with pytest.raises(ValueError, match="accepted value is 'rehearse'"):
+    with pytest.raises(AcceleratorPathError, match="accepted value is 'rehearse'"):
         accelerator_path()
 
 

@@ -225,7 +225,7 @@ def test_checkpoint_round_trip_and_structure_check(tmp_path):
     save_checkpoint(tmp_path / "c.npz", state, {"step": 7})
     loaded, meta = load_checkpoint(tmp_path / "c.npz", state)
     assert meta == {"step": 7} and np.array_equal(loaded["a"], state["a"])
-    with pytest.raises(CheckpointError, match="different model"):
+    with pytest.raises(CheckpointError, match="another structure: it was trained with other settings"):
         load_checkpoint(tmp_path / "c.npz", {"a": state["a"]})
     with pytest.raises(CheckpointError, match="shape"):
         load_checkpoint(tmp_path / "c.npz", {"a": np.zeros((3, 2)), "b": [np.ones(2)]})

@@ -57,8 +57,8 @@ def run_dir(tmp_path, verdicts):
         eval_record("NF", 0, 1000, [1.0, 0.95, 0.95]),
         eval_record("NF", 1, 1000, [1.0, 0.1, 0.0]),
         eval_record("NB", 0, 1000, [1.0, 0.2, 0.0]),
-        dict(kind="result", task="UF", seed=0, stopped_early=True, elapsed_s=10.0),
-        dict(kind="result", task="UF", seed=1, stopped_early=False, elapsed_s=12.0),
+        dict(kind="result", task="UF", seed=0, steps=1000, stopped_early=True, elapsed_s=10.0),
+        dict(kind="result", task="UF", seed=1, steps=1000, stopped_early=False, elapsed_s=12.0),
     ]
     write_run_records(tmp_path, records)
     settings = RunSettings.from_dict(config)

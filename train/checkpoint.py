@@ -12,6 +12,7 @@ asynchronous saves of large models) do not apply to models of 0.3M-10M values.
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
 from pathlib import Path
@@ -19,20 +20,38 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from crasplab.errors import LabError
 from crasplab.results.files import atomic_write
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(LabError, RuntimeError):
     """A checkpoint does not match the state it is loaded into."""
 
 
 def save_checkpoint(path: Path, state, meta: dict) -> None:
     """Save a pytree of arrays plus a JSON-able `meta` dict."""
-    leaves = jax.tree.leaves(state)
-    arrays = {f"leaf_{i:05d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+    arrays = _arrays(state, meta)
+    atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def encode_checkpoint(state, meta: dict) -> bytes:
+    """The bytes of a checkpoint file, compressed (zip's deflate): for a state of mostly zeros, as a
+    compiled program's weights and their optimizer state at step 0 are, whose size is known before
+    it is written (write it with write_encoded; load_checkpoint reads either kind)."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **_arrays(state, meta))
+    return buffer.getvalue()
+
+
+def write_encoded(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def _arrays(state, meta: dict) -> dict[str, np.ndarray]:
+    arrays = {f"leaf_{i:05d}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(state))}
     arrays["meta_json"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
     arrays["structure"] = np.frombuffer(str(jax.tree.structure(state)).encode(), dtype=np.uint8)
-    atomic_write(path, lambda f: np.savez(f, **arrays))
+    return arrays
 
 
 UNREADABLE = (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile)
@@ -58,24 +77,39 @@ def read_checkpoint_meta(path: Path) -> dict:
 
 
 def load_checkpoint(path: Path, template):
-    """(state, meta): the saved leaves placed into `template`'s structure."""
+    """(state, meta): the saved leaves placed into `template`'s structure. A file that is not a
+    checkpoint is refused as unreadable; a checkpoint of another structure or shape (trained with
+    other settings: another n_layers, d_model, optimizer) is refused as such, never as damaged."""
     try:
         with np.load(path) as data:
             saved_structure = bytes(data["structure"]).decode()
+            meta = json.loads(bytes(data["meta_json"]).decode())
+            if saved_structure != str(jax.tree.structure(template)):
+                raise _other_settings(path, "a model or optimizer of another structure")
             template_leaves = jax.tree.leaves(template)
             leaves = [data[f"leaf_{i:05d}"] for i in range(len(template_leaves))]
-            meta = json.loads(bytes(data["meta_json"]).decode())
     except UNREADABLE as error:
         raise _unreadable(path, error) from None
-    if saved_structure != str(jax.tree.structure(template)):
-        raise CheckpointError(
-            f"{path}: the checkpoint was written for a different model or optimizer "
-            "structure; delete the run folder or use the settings it was made with"
-        )
     for i, (saved, expected) in enumerate(zip(leaves, template_leaves)):
         if saved.shape != np.shape(expected):
-            raise CheckpointError(
-                f"{path}: leaf {i} has shape {saved.shape}, the model expects "
-                f"{np.shape(expected)}; delete the run folder or use its original settings"
+            raise _other_settings(
+                path, f"leaf {i} of shape {saved.shape}, where these settings make {np.shape(expected)}"
             )
     return jax.tree.unflatten(jax.tree.structure(template), leaves), meta
+
+
+def count_saved_leaves(path: Path) -> int:
+    """How many arrays of the state a checkpoint holds (read without loading them)."""
+    try:
+        with np.load(path) as data:
+            return sum(name.startswith("leaf_") for name in data.files)
+    except UNREADABLE as error:
+        raise _unreadable(path, error) from None
+
+
+def _other_settings(path: Path, what: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path} holds {what}: it was trained with other settings (such as another n_layers or d_model) "
+        "and is not damaged, so keep it. Load it with the settings it was trained with (its job.json), or "
+        "give these settings another --out"
+    )

@@ -15,6 +15,7 @@ from flax import nnx
 from crasp.discrimination import SAMPLERS
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
 from crasplab.models.config import DTYPES, ModelConfig
+from crasplab.errors import LabError
 from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import Transformer
 from crasplab.results.job_folder import RUN_SETTINGS_KEYS
@@ -32,7 +33,7 @@ SET_ELSEWHERE = ("vocab_size", "max_positions", "n_layers", "n_heads", "d_model"
 ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in SET_ELSEWHERE)
 
 
-class ConfigError(ValueError):
+class ConfigError(LabError, ValueError):
     """A setting is out of range or inconsistent with another one."""
 
 

@@ -20,15 +20,21 @@ from __future__ import annotations
 import contextlib
 import os
 
+from crasplab.errors import LabError
+
 ACCELERATOR_PATH_ENV = "CRASPLAB_ACCELERATOR_PATH"
 REHEARSE = "rehearse"
+
+
+class AcceleratorPathError(LabError, ValueError):
+    """CRASPLAB_ACCELERATOR_PATH holds a value other than the one it accepts."""
 
 
 def accelerator_path() -> bool:
     """True on an accelerator, and on a CPU told to rehearse the accelerator's path."""
     value = os.environ.get(ACCELERATOR_PATH_ENV, "")
     if value not in ("", REHEARSE):
-        raise ValueError(
+        raise AcceleratorPathError(
             f"{ACCELERATOR_PATH_ENV}={value!r}: the accepted value is {REHEARSE!r} (take the accelerator's "
             "path on a CPU), or leave it unset (the path follows the JAX backend)"
         )

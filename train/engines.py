@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crasplab.cli.arguments import above_zero, at_least
+from crasplab.errors import LabError
 from crasplab.results.job_folder import JobFolder
 from crasplab.results.files import append_jsonl, write_json
 from crasplab.train.config import ConfigError
@@ -59,6 +60,8 @@ PLACEMENTS_FILE = "placements.jsonl"
 NODE_LOSS_RETRIES = 3
 CORE_LOCK_FOLDER = Path(tempfile.gettempdir()) / f"crasp-lab-cores-{os.getuid()}"
 POLL_SECONDS = 0.5
+# How long a joined cluster may take to offer a node that fits a job (an autoscaler adding one).
+NODE_WAIT_SECONDS = 60.0
 
 
 # The accelerator path's settings: field -> (flag, whether a value is accepted, what is accepted).
@@ -69,7 +72,7 @@ DEVICE_FLAGS = {
 }
 
 
-class EngineError(RuntimeError):
+class EngineError(LabError, RuntimeError):
     """The engine cannot run: Ray missing, or the cluster cannot be reached."""
 
 
@@ -345,7 +348,7 @@ def connect(settings: EngineSettings) -> bool:
             return True
         ray.init(address=settings.ray_address, **options)
         return False
-    except (ConnectionError, RuntimeError) as error:
+    except (ConnectionError, RuntimeError, ValueError) as error:  # ValueError: an address Ray cannot parse
         raise EngineError(
             f"cannot reach the Ray cluster at {settings.ray_address!r}: {error}. Start it with "
             "`ray start --head` (export RAY_AUTH_MODE=token on every node and here if the cluster "
@@ -380,6 +383,8 @@ def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = 
     bars = TaskBars(jobs, enabled=show_progress)
     pending = {}
     try:
+        # A private cluster has all its nodes from the start; a joined one may still be adding some.
+        check_some_node_fits(ray, settings.gpu_share, wait_s=0.0 if started_cluster else NODE_WAIT_SECONDS)
         for job in jobs:
             if is_done(job):
                 bars.finish(job)
@@ -410,6 +415,26 @@ def run_on_ray(jobs: list[Job], settings: EngineSettings, show_progress: bool = 
         bars.close()
         if started_cluster:
             ray.shutdown()
+
+
+def check_some_node_fits(ray, gpu_share: float, wait_s: float) -> None:
+    """Refuse, within `wait_s`, a task that no live node of the cluster has the resources for (1 CPU
+    and `gpu_share` of a GPU): Ray would keep it pending forever, without a word."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+        if any(node.get("CPU", 0) >= 1 and node.get("GPU", 0) >= gpu_share for node in nodes):
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_SECONDS)
+    offered = "; ".join(f"CPU {node.get('CPU', 0):g}, GPU {node.get('GPU', 0):g}" for node in nodes) or "nothing"
+    gpu = f" and {gpu_share:g} of a GPU (--gpu-share {gpu_share:g})" if gpu_share else ""
+    waited = f" (after waiting {wait_s:g} s for a node to join)" if wait_s else ""
+    raise EngineError(
+        f"no node of the Ray cluster can run a job: each asks for 1 CPU{gpu}, and its live nodes offer "
+        f"{offered}{waited}. Add such a node" + (", or leave out --gpu-share for CPU jobs" if gpu_share else "")
+    )
 
 
 def ray_units(jobs: list[Job], settings: EngineSettings) -> list[list[Job]]:

@@ -7,10 +7,12 @@ experiments/length_gen.py, experiments/sweep.py and experiments/paper_grid.py bu
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from crasplab.incontext.memory import FLOAT_BYTES, check_batch_memory, decoding_bytes, training_bytes
-from crasplab.results.job_folder import job_folder, run_jobs
+from crasplab.results.files import file_problem
+from crasplab.results.job_folder import JOB_FIX, JobFolder, job_folder, run_jobs
 from crasplab.results.run_folder import check_output_folder
 from crasplab.train.compile_cache import compile_cache_folder
 from crasplab.train.config import RunSettings
@@ -36,6 +38,23 @@ def make_jobs(settings: RunSettings, run_dir: Path, seeds_by_task: dict[str, lis
         )
         for task, seed in pairs
     ]
+
+
+def read_job(folder: Path | str) -> Job:
+    """The job a job folder's job.json defines, validated (a ResultFileError names the file, what is
+    wrong and what to do). Its folder is `folder`, whatever out_dir the file holds: a copied or
+    hand-edited job.json cannot send the job's files elsewhere."""
+    files = JobFolder(Path(folder))
+    values = files.read_job_values()
+    try:
+        job = Job.from_dict(values)
+        job.model.validate()
+        job.train.validate()
+    except (TypeError, KeyError, ValueError) as error:
+        raise file_problem(
+            files.job_file, f"a job that does not read ({type(error).__name__}: {error})", JOB_FIX
+        ) from None
+    return dataclasses.replace(job, out_dir=str(folder))
 
 
 def check_jobs(jobs: list[Job], run_dir: Path) -> dict[str, TaskSetup]:

@@ -7,7 +7,6 @@ for folder in job_folders("runs/length_gen/ape-quick", "UF"):   # one per seed
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,15 +14,17 @@ import numpy as np
 from flax import nnx
 
 from crasplab.models.transformer import Transformer
+from crasplab.errors import LabError
 from crasplab.results.job_folder import BinEval, JobFolder, job_folder
 from crasplab.train.checkpoint import load_checkpoint
 from crasplab.train.config import RunSettings
 from crasplab.train.evaluate import EvalSet, build_eval_sets, teacher_forced_exact
 from crasplab.train.loop import Job, TaskSetup
+from crasplab.train.runs import read_job
 from crasplab.train.steps import data_mesh, init_stack, make_eval_step, make_optimizer, shard_batch
 
 
-class TrainedModelError(ValueError):
+class TrainedModelError(LabError, ValueError):
     """A folder that holds no trained model."""
 
 
@@ -54,7 +55,7 @@ def load_trained_model(job_dir: Path) -> TrainedModel:
                 "wrote (<run folder>/<task>/seed<k>) and that has trained at least until its first "
                 "checkpoint"
             )
-    job = Job.from_dict(json.loads(files.job_file.read_text()))
+    job = read_job(job_dir)
     setup = TaskSetup.for_job(job)
     model = job.model.build(len(setup.task.vocab), setup.max_positions, job.seed)
     params = nnx.state(model, nnx.Param)

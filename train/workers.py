@@ -28,7 +28,6 @@ bit). A stack of one folder is the single-job run itself.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import ctypes
 import fcntl
 import json
@@ -43,17 +42,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from crasplab.errors import LabError, command_boundary
 from crasplab.results.files import write_json
-from crasplab.results.job_folder import JobFolder
 from crasplab.train.allocator import with_huge_page_blocks
 from crasplab.train.loop import Job, is_done, run_stack, stack_mismatch
+from crasplab.train.runs import read_job
 from crasplab.train.stacks import expected_cost
 
 SINGLE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-class WorkerError(RuntimeError):
+class WorkerError(LabError, RuntimeError):
     """A worker process exited with an error."""
 
 
@@ -236,7 +236,10 @@ def _read_progress(job: Job) -> dict | None:
 
 
 def _tail(path: Path, lines: int = 30) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+    """The end of a worker's log: its `error:` line alone when it ended with one (the worker's
+    command_boundary wrote it: the whole story), else its last lines (a traceback)."""
+    last = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
+    return last[-1].removeprefix("error: ") if last and last[-1].startswith("error: ") else "\n".join(last)
 
 
 def _die_with_parent() -> None:
@@ -265,12 +268,7 @@ def read_stack(folders: list[str]) -> list[Job]:
     that differ in more than the seed."""
     if repeated := sorted(folder for folder, count in Counter(map(os.path.realpath, folders)).items() if count > 1):
         raise SystemExit(f"error: job folder(s) named more than once: {', '.join(repeated)}; name each folder once")
-    # The folder named here is the job's, whatever out_dir job.json holds: a hand-edited or copied
-    # job.json cannot send the job's files outside it.
-    jobs = [
-        dataclasses.replace(Job.from_dict(json.loads(JobFolder(Path(f)).job_file.read_text())), out_dir=str(f))
-        for f in folders
-    ]
+    jobs = [read_job(folder) for folder in folders]  # validated; each job's files stay in the folder named
     if mismatch := stack_mismatch(jobs):
         raise SystemExit(
             f"error: these job folders cannot train as one stack: {mismatch}. Folders train together only "
@@ -311,4 +309,5 @@ if __name__ == "__main__":
     parser.add_argument("--core", type=int, default=None, help="pin this process to this CPU core")
     parser.add_argument("--die-with-parent", action="store_true", help="exit when the launching process dies")
     arguments = parser.parse_args()
-    _worker_main(arguments.folders, arguments.core, arguments.die_with_parent)
+    with command_boundary():  # a user error is one `error:` line, the last of worker.log (WorkerError shows it)
+        _worker_main(arguments.folders, arguments.core, arguments.die_with_parent)

@@ -10,8 +10,8 @@ experiment's frozen settings (crasplab.results.settings: validated when built), 
 Namespace is read; `run(settings, out)` does the work, calls open_run_folder (which locks the
 folder) once everything it can check is checked, and writes config.json from the settings; the
 report module rebuilds summary.json, report.md and the figures from the folder's files. Every
-error a user's flags, files or machine can cause ends as one `error:` line; the folder's lock is
-released when the run ends.
+error a user's flags, files or machine can cause ends as one `error:` line, and Ctrl-C as one line
+(crasplab.errors.command_boundary); the folder's lock is released when the run ends.
 """
 
 from __future__ import annotations
@@ -21,31 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from crasp.search.results import SearchResultsError
-from crasp.tasks import TaskError
-from crasplab.incontext.greedy import ContextError, GenerationMemoryError
-from crasplab.incontext.memory import BatchMemoryError
-from crasplab.models.loading import UnsupportedModelError
-from crasplab.results.files import ResultFileError
-from crasplab.results.run_folder import RunFolderError, check_output_folder, holding_run_folders
-from crasplab.results.settings import SettingsError
-from crasplab.train.config import ConfigError
-from crasplab.train.engines import EngineError
-
-# The errors a user's flags, folders, files or machine can cause: each message says what was wrong and what to do.
-USER_ERRORS = (
-    TaskError,
-    RunFolderError,
-    ResultFileError,
-    ContextError,
-    GenerationMemoryError,
-    BatchMemoryError,
-    SettingsError,
-    ConfigError,
-    UnsupportedModelError,
-    EngineError,  # a job that failed in its worker: the message names its worker.log
-    SearchResultsError,
-)
+from crasplab.errors import command_boundary
+from crasplab.results.run_folder import check_output_folder, holding_run_folders
 
 S = TypeVar("S")
 
@@ -70,8 +47,9 @@ class Experiment(Generic[S]):
 
 def run_experiment(experiment: Experiment, out: Path | None, report_only: Path | None) -> None:
     """Run the experiment into `out` and report on it, or with `report_only` rebuild that folder's
-    report alone; print the report. Errors a user can act on end the script with `error: ...`."""
-    try:
+    report alone; print the report. Errors a user can act on end the script with `error: ...`
+    (crasplab.errors.command_boundary)."""
+    with command_boundary():
         if report_only is not None:
             out = report_only
             summary = experiment.report.write(out)
@@ -81,7 +59,5 @@ def run_experiment(experiment: Experiment, out: Path | None, report_only: Path |
             with holding_run_folders():
                 experiment.run(settings, out)
                 summary = experiment.report.write(out)
-    except USER_ERRORS as error:
-        raise SystemExit(f"error: {error}")
     print(experiment.report.markdown(summary))
     print(f"report: {out / experiment.report.file}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -20,10 +21,12 @@ from crasp.library import load_source
 from crasp.nexttoken import check_teacher_forced, encode
 from crasp.tasks import Task
 from crasplab.compiler import DEFAULT_MAX_LENGTH, compile_program, definition_places
-from crasplab.compiler.folder import save_compiled
-from crasplab.compiler.job import save_compiled_job
+from crasplab.compiler.folder import CHECKPOINT_FILE, DESCRIPTION_FILE, compiled_checkpoint, save_compiled
+from crasplab.compiler.job import compiled_job, write_compiled_job
 from crasplab.compiler.lower import CompileError
 from crasplab.compiler.run import answers_right, output_table, require_dtype_available
+from crasplab.errors import command_boundary
+from crasplab.results.run_folder import check_output_folder
 from crasplab.train.config import PRESETS
 
 DEFAULT_LENGTHS = (10, 100, 1000)
@@ -38,7 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="position encoding of the compiled transformer (nope: C-RASP[] programs only)",
     )
     parser.add_argument(
-        "--out", required=True, metavar="DIR", help="folder for compiled.json, checkpoint.npz and listing.txt"
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder for compiled.json, checkpoint.npz and listing.txt: a new or empty one, or one this command "
+        "wrote (a folder of anything else is refused)",
     )
     parser.add_argument(
         "--task",
@@ -103,6 +110,14 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
+    """The command, inside the lab's error boundary: a user error is one `error:` line."""
+    with command_boundary():
+        return _compile(args)
+
+
+def _compile(args) -> int:
+    # A folder of anything else is refused before the compile's seconds are spent.
+    check_output_folder(args.out, marker=DESCRIPTION_FILE, writer="python -m crasp compile")
     require_dtype_available(args.dtype)
     source = load_source(args.program)
     target = lookup(args.task) if args.task else None
@@ -110,16 +125,30 @@ def run(args) -> int:
     compiled = compile_program(
         program, args.pe, args.max_length, args.dtype, places=definition_places(source.text, source.name)
     )
-    # The job folder first: it refuses a --max-length too short for the preset's test bins, and
-    # nothing is written then.
-    job = (
-        save_compiled_job(
+    # Everything is built before anything is written: the job refuses a --max-length too short for
+    # the preset's test bins, and the sizes to write are known.
+    checkpoint = compiled_checkpoint(compiled, source.name)
+    prepared = (
+        compiled_job(
             compiled, args.out, target.code, PRESETS[args.preset].train_for(target.code), args.preset, args.seed
         )
         if isinstance(target, Task)
         else None
     )
-    save_compiled(compiled, args.out, source.name)
+    out = Path(args.out)
+    sizes = {out / CHECKPOINT_FILE: len(checkpoint)} | (
+        {prepared.job.files.checkpoint_file: len(prepared.checkpoint)} if prepared else {}
+    )
+    print(
+        f"writing {out}: {megabytes(sum(sizes.values()))} ("
+        + ", ".join(f"{path.relative_to(out)} {megabytes(size)}" for path, size in sizes.items())
+        + ", and text files of a few kB)",
+        flush=True,
+    )
+    if prepared is not None:
+        write_compiled_job(prepared, out)
+    save_compiled(compiled, out, source.name, checkpoint)
+    job = prepared.job if prepared else None
     print(compiled.listing())
     print(f"written: {args.out}")
     if job is not None:
@@ -134,6 +163,10 @@ def run(args) -> int:
     elif target is not None:
         score(compiled, target, args)
     return 0
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
 
 
 def attention_table(compiled, symbols: list[str]) -> str:

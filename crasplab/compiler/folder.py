@@ -13,7 +13,6 @@ The vocabulary is the program's alphabet in its order (no <pad>).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,14 +21,15 @@ from flax import nnx
 from crasp.program import Program, print_program
 from crasp.syntax import parse
 from crasplab.compiler import CompiledProgram
+from crasplab.errors import LabError
 from crasplab.models import ModelConfig, Transformer
-from crasplab.results.files import write_json, write_text
-from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
+from crasplab.results.files import read_json_object, write_json, write_text
+from crasplab.train.checkpoint import encode_checkpoint, load_checkpoint, write_encoded
 
 DESCRIPTION_FILE, CHECKPOINT_FILE, LISTING_FILE = "compiled.json", "checkpoint.npz", "listing.txt"
 
 
-class CompiledFolderError(ValueError):
+class CompiledFolderError(LabError, ValueError):
     """A folder that holds no compiled program."""
 
 
@@ -41,11 +41,16 @@ class LoadedProgram:
     max_length: int
 
 
-def save_compiled(compiled: CompiledProgram, out: Path, source: str) -> None:
+def compiled_checkpoint(compiled: CompiledProgram, source: str) -> bytes:
+    """The bytes of the folder's checkpoint.npz, compressed (the weights are mostly zeros)."""
+    return encode_checkpoint(nnx.state(compiled.model(), nnx.Param), {"compiled_from": source})
+
+
+def save_compiled(compiled: CompiledProgram, out: Path, source: str, checkpoint: bytes | None = None) -> None:
+    """Write the folder; `checkpoint` is compiled_checkpoint's bytes when the caller has them."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model = compiled.model()
-    save_checkpoint(out / CHECKPOINT_FILE, nnx.state(model, nnx.Param), {"compiled_from": source})
+    write_encoded(out / CHECKPOINT_FILE, checkpoint or compiled_checkpoint(compiled, source))
     write_text(out / LISTING_FILE, compiled.listing() + "\n")
     write_json(
         out / DESCRIPTION_FILE,
@@ -67,7 +72,11 @@ def load_compiled(folder: Path) -> LoadedProgram:
             raise CompiledFolderError(
                 f"{folder} has no {name}; give a folder written by `python -m crasp compile PROGRAM --pe PE --out DIR`"
             )
-    description = json.loads((folder / DESCRIPTION_FILE).read_text())
+    description = read_json_object(
+        folder / DESCRIPTION_FILE,
+        "compile the program into this folder again (python -m crasp compile PROGRAM --pe PE --out DIR)",
+        required=("config", "program", "source", "pe", "max_length"),
+    )
     model = Transformer(ModelConfig(**description["config"]), rngs=nnx.Rngs(0))
     params = nnx.state(model, nnx.Param)
     params, _ = load_checkpoint(folder / CHECKPOINT_FILE, params)
@@ -76,4 +85,4 @@ def load_compiled(folder: Path) -> LoadedProgram:
     return LoadedProgram(model, program, description["pe"], description["max_length"])
 
 
-__all__ = ["CompiledFolderError", "LoadedProgram", "load_compiled", "save_compiled"]
+__all__ = ["CompiledFolderError", "LoadedProgram", "compiled_checkpoint", "load_compiled", "save_compiled"]

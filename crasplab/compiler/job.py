@@ -18,6 +18,7 @@ with its vocabulary re-indexed to the task's ids (`task_weights`): no special ca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,6 @@ from flax import nnx
 from crasp.check import to_program_ids
 from crasp.tasks import get_task
 from crasplab.compiler import CompiledProgram
-from crasplab.compiler.folder import DESCRIPTION_FILE
 from crasplab.compiler.lower import CompileError
 from crasplab.models import ModelConfig, set_params
 from crasplab.results.files import append_jsonl, write_json
@@ -34,21 +34,11 @@ from crasplab.results.job_folder import EvalRecord, JobResult, job_folder
 from crasplab.results.length_gen import DEFAULT_THRESHOLD
 from crasplab.results.protocol import PREDICTIONS_FILE, settings_predictions, write_predictions
 from crasplab.results.run_folder import CONFIG_FILE
-from crasplab.train.checkpoint import save_checkpoint
+from crasplab.train.checkpoint import encode_checkpoint, write_encoded
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import make_optimizer
 from crasplab.train.trained import evaluate_every_bin, load_trained_model
-
-
-def check_run_folder(run_dir: Path) -> None:
-    """Refuse a folder whose config.json another experiment wrote: the job's would replace it."""
-    run_dir = Path(run_dir)
-    if (run_dir / CONFIG_FILE).exists() and not (run_dir / DESCRIPTION_FILE).exists():
-        raise CompileError(
-            f"{run_dir} holds a run of another experiment (its {CONFIG_FILE}, and no {DESCRIPTION_FILE}); "
-            "give --out a new folder or one this command wrote"
-        )
 
 
 def task_weights(compiled: CompiledProgram, vocab: tuple[str, ...]) -> tuple[ModelConfig, dict[str, np.ndarray]]:
@@ -69,7 +59,17 @@ def task_weights(compiled: CompiledProgram, vocab: tuple[str, ...]) -> tuple[Mod
     return compiled.config.replace(vocab_size=len(vocab)), params
 
 
-def save_compiled_job(
+@dataclass(frozen=True)
+class CompiledJob:
+    """The job folder of a compiled model before it is written: the job, its checkpoint's bytes
+    (their size is what the command announces) and the run's settings."""
+
+    job: Job
+    checkpoint: bytes
+    settings: RunSettings
+
+
+def compiled_job(
     compiled: CompiledProgram,
     run_dir: Path,
     task_code: str,
@@ -77,12 +77,11 @@ def save_compiled_job(
     preset: str,
     seed: int = 0,
     task_overrides: dict | None = None,
-) -> Job:
-    """Write `run_dir`'s config.json and the job folder of the compiled model for the task (see the
-    module's docstring). `train` gives the lengths and test bins the job records (those of the
-    named `preset`); its position table is the compiled model's, max_length rows. Nothing is written
-    when the job is refused (a folder of another experiment, test strings beyond max_length)."""
-    check_run_folder(run_dir)
+) -> CompiledJob:
+    """The job folder of the compiled model for the task (see the module's docstring), nothing
+    written yet. `train` gives the lengths and test bins the job records (those of the named
+    `preset`); its position table is the compiled model's, max_length rows. A job whose test
+    strings exceed max_length is refused here."""
     task_overrides = dict(task_overrides or {})
     config, params = task_weights(compiled, get_task(task_code, **task_overrides).vocab)
     job = Job(
@@ -104,10 +103,8 @@ def save_compiled_job(
     set_params(model, params, require_all=True)
     weights = nnx.state(model, nnx.Param)
     # A training job's checkpoint at step 0: the weights and the optimizer's initial state, so the
-    # folder loads through the same template as every trained job's.
-    job.folder.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(job.files.checkpoint_file, (weights, make_optimizer(job.train).init(weights)), {"step": 0})
-    write_json(job.files.job_file, job.to_dict())
+    # folder loads through the same template as every trained job's (compressed: mostly zeros).
+    checkpoint = encode_checkpoint((weights, make_optimizer(job.train).init(weights)), {"step": 0})
     settings = RunSettings(
         preset=preset,
         tasks=(task_code,),
@@ -117,9 +114,25 @@ def save_compiled_job(
         train={task_code: job.train},
         task_overrides={task_code: task_overrides},
     )
-    write_json(Path(run_dir) / CONFIG_FILE, settings.to_dict())
-    record_evaluation(Path(run_dir), job, settings)
-    return job
+    return CompiledJob(job, checkpoint, settings)
+
+
+def write_compiled_job(compiled: CompiledJob, run_dir: Path) -> None:
+    """Write `run_dir`'s config.json and the job folder. The caller has checked that the folder
+    holds nothing but a compile's (crasplab.results.run_folder.check_output_folder)."""
+    job = compiled.job
+    job.folder.mkdir(parents=True, exist_ok=True)
+    write_encoded(job.files.checkpoint_file, compiled.checkpoint)
+    write_json(job.files.job_file, job.to_dict())
+    write_json(Path(run_dir) / CONFIG_FILE, compiled.settings.to_dict())
+    record_evaluation(Path(run_dir), job, compiled.settings)
+
+
+def save_compiled_job(compiled: CompiledProgram, run_dir: Path, *args, **keywords) -> Job:
+    """compiled_job (same arguments), written into `run_dir`; the job."""
+    prepared = compiled_job(compiled, run_dir, *args, **keywords)
+    write_compiled_job(prepared, run_dir)
+    return prepared.job
 
 
 def record_evaluation(run_dir: Path, job: Job, settings: RunSettings) -> None:
@@ -135,4 +148,4 @@ def record_evaluation(run_dir: Path, job: Job, settings: RunSettings) -> None:
     write_predictions(run_dir, predictions)
 
 
-__all__ = ["save_compiled_job", "task_weights"]
+__all__ = ["CompiledJob", "compiled_job", "save_compiled_job", "task_weights", "write_compiled_job"]

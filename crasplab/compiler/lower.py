@@ -63,6 +63,30 @@ class Count:
     zero_or_one: bool = False  # a local count: its comparisons with constants need no step
 
 
+# The deepest nesting (brackets, and definitions followed into their bodies) the lowering takes:
+# it follows the nesting with Python calls, up to five frames a level, under Python's limit of
+# 1,000. The interpreter's run, check and fragment follow any depth (crasp.trampoline).
+MAX_NESTING = 150
+
+
+def nesting_depth(root: E.Expr) -> int:
+    """How deep `root` nests, through the bodies of the definitions it uses (computed without recursion)."""
+    depth: dict[int, int] = {}
+    for node in E.walk(root):  # children first
+        depth[id(node)] = 1 + max((depth[id(child)] for child in node.children()), default=0)
+    return depth[id(root)]
+
+
+def check_nesting(root: E.Expr) -> None:
+    """Refuse, with the limit named, a program nested deeper than the lowering follows."""
+    if (depth := nesting_depth(root)) > MAX_NESTING:
+        raise CompileError(
+            f"the program nests {depth} levels deep (brackets, and definitions followed into their bodies); "
+            f"the compiler lowers at most {MAX_NESTING} (`run`, `check` and `fragment` take any depth): "
+            "write it with less nesting"
+        )
+
+
 def _add(*forms: tuple[float, Affine]) -> Affine:
     out: Affine = {}
     for coefficient, form in forms:
@@ -279,9 +303,11 @@ class Lowering:
     def lower_program(self) -> list[Affine]:
         """The output table's columns: O[s] for every symbol, or the accepted Boolean in every column."""
         target = self.program.target
+        roots = [target.use(s) for s in self.alphabet] if self.program.output else [target.use()]
+        check_nesting(roots[0])
         if self.program.output:
-            return [self.boolean(target.use(s), {}) for s in self.alphabet]
-        return [self.boolean(target.use(), {})] * len(self.alphabet)
+            return [self.boolean(root, {}) for root in roots]
+        return [self.boolean(roots[0], {})] * len(self.alphabet)
 
     def lower(self, node: E.Expr, env: dict[str, str]):
         key = (id(node), tuple(sorted((k, v) for k, v in env.items() if k in node.free)))

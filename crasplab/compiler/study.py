@@ -6,7 +6,6 @@ metrics.jsonl (one record per (witness, encoding, dtype, length)), never typed i
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,8 +22,11 @@ from crasplab.compiler import compile_program
 from crasplab.compiler.run import answers_right, output_table, table_and_definitions
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl
+from crasplab.results.run_folder import CONFIG_FILE, RunFolderError, read_run_config
 
 # (task, witness, encodings it is compiled for): the C-RASP[] versions also for NoPE.
+# What every config.json of experiments/compiled.py holds.
+CONFIG_KEYS = ("lengths", "tasks", "samples", "alphabet_size", "seed")
 WITNESS_RUNS: tuple[tuple[str, Callable, tuple[str, ...]], ...] = (
     ("UR", W.unique_right, ("ape", "rope")),
     ("UR", W.first_right_without_positions, ("nope",)),
@@ -206,9 +208,42 @@ def first_failure(by_length: dict) -> int | None:
     return min([n for n, (c, *_, s) in by_length.items() if c < s], default=None)
 
 
+def read_config(run_dir: Path) -> dict:
+    """config.json of an experiments/compiled.py run, validated: a folder of another experiment (a
+    length_gen run) is a RunFolderError naming the file, not a KeyError."""
+    config = read_run_config(run_dir, CONFIG_KEYS, "experiments/compiled.py")
+    if isinstance(config["alphabet_size"], bool) or not isinstance(config["alphabet_size"], int):
+        raise RunFolderError(
+            f"{Path(run_dir) / CONFIG_FILE}: alphabet_size {config['alphabet_size']!r} is not an integer; restore "
+            "the file compiled.py wrote, or run it again into another --out"
+        )
+    return config
+
+
+def check_trained_runs(run_dirs: tuple[str, ...]) -> None:
+    """Refuse, before anything is scored, a length_gen run (--trained) none of whose tasks has a
+    compiled witness for its encoding: it would score nothing."""
+    from crasplab.train.config import RunSettings
+    from crasplab.train.trained import TrainedModelError
+
+    witnessed = {(code, pe) for code, _, encodings in WITNESS_RUNS for pe in encodings}
+    for run_dir in run_dirs:
+        settings = RunSettings.of_run(Path(run_dir))
+        trained = [(task, settings.model_for(task).pe) for task in settings.tasks]
+        if not witnessed & set(trained):
+            accepted = "; ".join(
+                f"{code} ({', '.join(pe for task, pe in sorted(witnessed) if task == code)})"
+                for code in dict.fromkeys(code for code, _, _ in WITNESS_RUNS)
+            )
+            raise TrainedModelError(
+                f"--trained {run_dir}: the run trained {', '.join(f'{task} ({pe})' for task, pe in trained)}, and "
+                f"no witness is compiled for any of those; --trained takes runs of {accepted}"
+            )
+
+
 def summarize(run_dir: Path) -> dict:
+    alphabet_size = read_config(run_dir)["alphabet_size"]
     records = read_jsonl(Path(run_dir) / "metrics.jsonl")
-    alphabet_size = json.loads((Path(run_dir) / "config.json").read_text())["alphabet_size"]
     table, rounding, trained, replay, limit = {}, {}, {}, {}, None
     for r in records:
         if r["kind"] == "limit":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from crasplab.errors import LabError
 from crasplab.models.generate import generate
 
 # Prompts of a batch are padded to a multiple of this many tokens, and the number of generated
@@ -16,11 +17,11 @@ WIDTH_BUCKET = 32
 NEW_TOKENS_BUCKET = 8
 
 
-class ContextError(ValueError):
+class ContextError(LabError, ValueError):
     """Prompts and the tokens to generate after them do not fit in the model's context."""
 
 
-class GenerationMemoryError(RuntimeError):
+class GenerationMemoryError(LabError, RuntimeError):
     """A batch of prompts and answers needed more memory than the machine has."""
 
 

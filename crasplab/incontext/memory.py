@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 
+from crasplab.errors import LabError
+
 FLOAT_BYTES = 4
 # A prompt's entry (a dict of its task, length, prompt text and expected answer) takes more than
 # this in Python, and every entry of a run is built before the first batch is answered.
 PROMPT_ENTRY_BYTES = 200
 
 
-class BatchMemoryError(ValueError):
+class BatchMemoryError(LabError, ValueError):
     """A batch whose smallest possible footprint exceeds the machine's memory."""
 
 

@@ -4,8 +4,10 @@ never a torn one. A temporary is named `.<file>.<writer's host>.<writer's pid>.<
 that one left by a killed writer (a fine-tuning checkpoint's is over a gigabyte) is recognized and
 removed the next time its folder is opened (remove_stale_temporaries). Only a writer on this host
 can be known dead, so on a file system shared by several machines another host's temporaries stay.
-JSON-lines files are appended to by running jobs; reading keeps complete lines only, so a line
-torn by a killed writer is ignored.
+JSON-lines files are appended to by running jobs; a line torn by a killed writer is skipped
+when read, and said so, and the next append starts a line of its own after it. Every JSON file
+the lab reads back goes through a reader that names the file, what is wrong with it and what to
+do (read_json_object, read_jsonl; the formats' own readers check their fields with file_problem).
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ import json
 import os
 import re
 import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
+
+from crasplab.errors import LabError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-class ResultFileError(ValueError):
+class ResultFileError(LabError, ValueError):
     """A file of a run folder does not hold what the lab writes there."""
 
 
@@ -43,7 +48,7 @@ def cannot_write(path: Path, error: OSError) -> ResultFileError:
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Call `write` on a temporary file next to `path`, then move it into place. A read-only or
-    full folder is a ResultFileError naming the file."""
+    full folder (also one that fills up during the write) is a ResultFileError naming the file."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,10 +64,17 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(error, OSError) and error.errno in _FOLDER_PROBLEMS:  # the disk filled up mid-write
+            raise cannot_write(path, error) from None
         raise
+
+
+def is_temporary(path: Path) -> bool:
+    """Whether `path` is a temporary of an atomic write (a live writer's or a killed one's)."""
+    return _TEMPORARY.fullmatch(Path(path).name) is not None
 
 
 def remove_stale_temporaries(folder: Path) -> list[Path]:
@@ -103,10 +115,13 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
 
 
 def append_jsonl(path: Path, record: dict) -> None:
-    """One record at the end of a JSON-lines file (a torn last line is ignored by read_jsonl)."""
+    """One record at the end of a JSON-lines file. After a line torn by a killed writer (the file
+    does not end with a newline) the record starts a line of its own, so that the torn line stays
+    alone and read_jsonl reports it as torn instead of the two being read as one bad record."""
     try:
-        with open(path, "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+        with open(path, "a+b") as f:
+            torn = f.tell() > 0 and f.seek(-1, os.SEEK_END) >= 0 and f.read(1) != b"\n"
+            f.write((("\n" if torn else "") + json.dumps(record, sort_keys=True) + "\n").encode())
     except OSError as error:
         if error.errno in _FOLDER_PROBLEMS:
             raise cannot_write(path, error) from None
@@ -114,22 +129,98 @@ def append_jsonl(path: Path, record: dict) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The records of a JSON-lines file ([] when it does not exist); complete lines only."""
+    """The records of a JSON-lines file ([] when it does not exist). A torn line (what a writer
+    killed mid-line leaves: the start of a record, cut before its closing brace) is skipped, and
+    said so on stderr once per file and line; any other line that is not a JSON object is a
+    ResultFileError naming the file and the line."""
     path = Path(path)
     if not path.exists():
         return []
     records = []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(keepends=True), start=1):
-        if not line.endswith("\n"):
-            break
+    for number, line in enumerate(_read_text(path, "repair or delete it").splitlines(), start=1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as error:
+            if _is_torn(line, error):
+                _report_torn(path, number)
+                continue
             raise ResultFileError(
                 f"{path}:{number}: not a JSON record ({error.msg}); expected one JSON object "
                 "per line as the lab writes them. Delete or repair that line"
             ) from None
+        if not isinstance(record, dict):
+            raise ResultFileError(
+                f"{path}:{number}: a JSON {type(record).__name__}, not the object the lab writes on each line. "
+                "Delete or repair that line"
+            )
+        records.append(record)
     return records
+
+
+_reported_torn: set[tuple[Path, int]] = set()
+# What a number cut short may end in: the unread rest of the line where its parse stopped.
+_NUMBER_START = re.compile(r"-?\d*(\.\d*)?([eE][+-]?\d*)?")
+
+
+def _is_torn(line: str, error: json.JSONDecodeError) -> bool:
+    """Whether a line that does not parse is a record cut short (the lab writes each record as one
+    JSON object): its parse ran into the end of the line, where corrupt text goes wrong before it."""
+    if not line.startswith("{"):
+        return False
+    rest = line[error.pos :]
+    if error.msg.startswith("Unterminated string"):
+        return True
+    if error.msg.startswith("Invalid \\uXXXX escape"):  # cut inside an escape: nothing after it closes the string
+        return '"' not in rest
+    return (
+        rest == ""
+        or any(literal.startswith(rest) for literal in ("true", "false", "null"))
+        or bool(_NUMBER_START.fullmatch(rest))
+    )
+
+
+def _report_torn(path: Path, number: int) -> None:
+    if (path.resolve(), number) not in _reported_torn:
+        _reported_torn.add((path.resolve(), number))
+        print(f"{path}:{number}: a torn line (its writer was stopped mid-line), skipped", file=sys.stderr)
+
+
+def _read_text(path: Path, fix: str) -> str:
+    """The text of a file the lab wrote, or a ResultFileError naming it, what is wrong and `fix`."""
+    try:
+        return path.read_bytes().decode()
+    except FileNotFoundError:
+        raise ResultFileError(f"{path} is missing; {fix}") from None
+    except UnicodeDecodeError as error:
+        raise ResultFileError(
+            f"{path} is not text (byte {error.start} is not UTF-8), so not the file the lab wrote; {fix}"
+        ) from None
+    except OSError as error:
+        raise ResultFileError(f"cannot read {path}: {error.strerror}; {fix}") from None
+
+
+def read_json_object(path: Path, fix: str, required: tuple[str, ...] = ()) -> dict:
+    """The JSON object a file the lab wrote holds, with at least the keys `required`; anything else
+    (missing, not text, not JSON, not an object, a key missing) is a ResultFileError that names the
+    file, says what is wrong, and then `fix`: what the user can do (rerun what writes it, delete it)."""
+    path = Path(path)
+    try:
+        value = json.loads(_read_text(path, fix))
+    except json.JSONDecodeError as error:
+        raise ResultFileError(
+            f"{path}: not JSON ({error.msg} at line {error.lineno} column {error.colno}), so not the file "
+            f"the lab wrote (cut short, or edited); {fix}"
+        ) from None
+    if not isinstance(value, dict):
+        raise file_problem(path, f"a JSON {type(value).__name__} where the lab writes an object", fix)
+    if missing := [key for key in required if key not in value]:
+        raise file_problem(path, f"no {', '.join(missing)}", fix)
+    return value
+
+
+def file_problem(path: Path, problem: str, fix: str) -> ResultFileError:
+    """The error for a file the lab wrote that holds something else: what `problem` it has, and `fix`."""
+    return ResultFileError(f"{path}: {problem}, so not the file the lab wrote (edited, or cut short); {fix}")
 
 
 def write_summary_and_report(run_dir: Path, summary: dict, markdown: str) -> None:

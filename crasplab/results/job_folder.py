@@ -25,15 +25,23 @@ run folder without its checkpoints.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from crasplab.results.files import read_jsonl
+from crasplab.results.files import file_problem, read_json_object, read_jsonl
 
 # What a report and train.trained read from a run's config.json.
 RUN_SETTINGS_KEYS = ("preset", "tasks", "model", "train")
+# What to do about a job's file that is not as the lab wrote it.
+RESULT_FIX = (
+    "delete it and run the run's command again: the finished job is read from its checkpoint and its "
+    "result.json written anew"
+)
+JOB_FIX = (
+    "give the folder of a job (<run>/<task>/seed<k>, where the run's command writes job.json before the job "
+    "trains), run that command again, or restore the file"
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,31 @@ class JobFolder:
         return self.result_file.exists()
 
     def read_result(self) -> JobResult:
-        return JobResult.from_dict(json.loads(self.result_file.read_text()))
+        values = self.read_result_values()
+        try:
+            return JobResult.from_dict(values)
+        except (TypeError, KeyError, ValueError) as error:
+            raise file_problem(
+                self.result_file, f"a result that does not read ({type(error).__name__}: {error})", RESULT_FIX
+            ) from None
+
+    def read_result_values(self) -> dict:
+        """result.json as written, validated in what reports read from it (steps, stopped_early,
+        elapsed_s): a ResultFileError names the file, what is wrong and what to do."""
+        values = read_json_object(self.result_file, RESULT_FIX, required=("steps", "stopped_early", "elapsed_s"))
+        steps, stopped_early, elapsed_s = values["steps"], values["stopped_early"], values["elapsed_s"]
+        if not (_is_number(steps, int) and isinstance(stopped_early, bool) and _is_number(elapsed_s, (int, float))):
+            raise file_problem(
+                self.result_file,
+                f"steps {steps!r}, stopped_early {stopped_early!r} and elapsed_s {elapsed_s!r} (expected a "
+                "count, true or false, and seconds)",
+                RESULT_FIX,
+            )
+        return values
+
+    def read_job_values(self) -> dict:
+        """job.json as written (train.loop.Job's fields; train.runs.read_job makes the Job)."""
+        return read_json_object(self.job_file, JOB_FIX, required=("task_code", "seed", "model", "train"))
 
 
 def job_records(folder: JobFolder, task: str, seed: int) -> list[dict]:
@@ -65,11 +97,37 @@ def job_records(folder: JobFolder, task: str, seed: int) -> list[dict]:
     step order, what decided the bits of each process that trained it ("provenance"), then its
     result once it has finished ("result")."""
     tag = dict(task=task, seed=seed)
-    records = [dict(record, **tag) for record in read_jsonl(folder.metrics_file)]
+    records = [dict(record, **tag) for record in read_metrics(folder)]
     records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder.provenance_file)]
     if folder.is_done():
-        records.append(dict(json.loads(folder.result_file.read_text()), kind="result", **tag))
+        records.append(dict(folder.read_result_values(), kind="result", **tag))
     return records
+
+
+def read_metrics(folder: JobFolder) -> list[dict]:
+    """metrics.jsonl's records (read_jsonl), each checked to be a TrainRecord or an EvalRecord as
+    the reports read them: a ResultFileError names the file, the record and what to do."""
+    records = read_jsonl(folder.metrics_file)
+    for number, record in enumerate(records, start=1):
+        kind, step, bins = record.get("kind"), record.get("step"), record.get("bins")
+        fits = _is_number(step, int) and (
+            kind == "train"
+            or kind == "eval"
+            and isinstance(bins, list)
+            and all(isinstance(b, dict) and {"lo", "hi", "accuracy", "n"} <= b.keys() for b in bins)
+        )
+        if not fits:
+            raise file_problem(
+                folder.metrics_file,
+                f"record {number} is neither a train record nor an eval record with its bins",
+                "restore it from a copy, or delete the job's folder and run the run's command again: the job "
+                "trains anew (same seed, same result)",
+            )
+    return records
+
+
+def _is_number(value, kinds) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def run_jobs(tasks, seeds) -> list[tuple[str, int]]:

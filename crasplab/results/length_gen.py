@@ -29,8 +29,8 @@ from crasplab.results.protocol import (
     recipe_markdown,
     recipe_rows,
 )
-from crasplab.results.run_folder import RunFolderError, read_run_config
-from crasplab.train.config import ModelSettings
+from crasplab.results.run_folder import CONFIG_FILE, RunFolderError, read_run_config
+from crasplab.train.config import ModelSettings, RunSettings
 from crasplab.train.provenance import bits_key
 
 FIGURE_FILE = "accuracy_by_length.png"
@@ -39,6 +39,24 @@ FIGURE_FILE = "accuracy_by_length.png"
 INVOCATIONS_FILE = "invocations.jsonl"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
 DEFAULT_THRESHOLD = 0.9
+
+
+def read_settings(run_dir: Path) -> dict:
+    """A length_gen run's config.json, validated: every setting as RunSettings reads it, and the
+    threshold a number from 0 to 1 as --threshold accepts it (a hand-edited "high" or 5 is refused
+    here instead of failing in numpy or turning every verdict into "does not generalize")."""
+    run_dir = Path(run_dir)
+    config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
+    check_task_names(config, run_dir)
+    RunSettings.of_run(run_dir)
+    threshold = config["threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        raise RunFolderError(
+            f"{run_dir / CONFIG_FILE}: threshold {threshold!r}, where a run's threshold is a number from 0 to 1 "
+            f"(an accuracy); restore the file (the run's threshold, {DEFAULT_THRESHOLD} unless --threshold "
+            "gave another), or give --threshold with --report-only"
+        )
+    return config
 
 
 def read_records(run_dir: Path, config: dict) -> list[dict]:
@@ -112,12 +130,12 @@ def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> st
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     """The run's summary; `threshold` overrides the one stored in config.json (the run's own)."""
     run_dir = Path(run_dir)
-    config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
-    check_task_names(config, run_dir)
-    threshold = config.get("threshold", DEFAULT_THRESHOLD) if threshold is None else threshold
+    config = read_settings(run_dir)
+    threshold = config["threshold"] if threshold is None else threshold
     records = read_records(run_dir, config)
     finals = final_evaluations(records)
-    predictions = read_predictions(run_dir)  # what the interpreter predicted when the run started
+    # What the interpreter predicted when the run started.
+    predictions = read_predictions(run_dir, [task for task in config["tasks"] if task in finals])
     written = predictions["tasks"]
     rows = []
     for task in config["tasks"]:

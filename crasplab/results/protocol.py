@@ -10,7 +10,6 @@ crasp.discrimination). The report reads both files; nothing it shows is computed
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 from crasp.discrimination import DiscriminationError, Request, bins_discriminating, discriminate
 from crasp.prediction import predict
 from crasp.tasks import get_task
-from crasplab.results.files import write_json
+from crasplab.results.files import file_problem, read_json_object, write_json
 from crasplab.results.job_folder import BinEval
 from crasplab.results.run_folder import RunFolderError
 from crasplab.results.verdicts import (
@@ -47,11 +46,27 @@ def protocol_for(pe: str, threshold: float) -> Protocol:
     return Protocol(threshold=threshold, min_fitted_seeds=REQUIRED_FITTED_SEEDS.get(pe, DEFAULT_REQUIRED_FITTED_SEEDS))
 
 
+PROTOCOL_FIX = (
+    "restore it, or delete it and run the run's --protocol command again: it writes the rules anew (they "
+    "follow from the encoding and the threshold)"
+)
+PREDICTIONS_FIX = (
+    "restore it, or delete it and rebuild the report (experiments/length_gen.py --report-only RUN): it then "
+    "holds the interpreter's predictions of today, marked so"
+)
+
+
 def read_protocol(run_dir: Path) -> Protocol | None:
+    """protocol.json's rules (None for a run without the protocol), validated: a ResultFileError
+    names the file, what is wrong and what to do."""
     path = Path(run_dir) / PROTOCOL_FILE
     if not path.exists():
         return None
-    return Protocol(**json.loads(path.read_text())["rules"])
+    rules = read_json_object(path, PROTOCOL_FIX, required=("rules",))["rules"]
+    try:
+        return Protocol(**rules)
+    except (TypeError, ValueError) as error:  # not an object, an unknown rule, or a rule out of its bounds
+        raise file_problem(path, f"rules that do not read ({error})", PROTOCOL_FIX) from None
 
 
 def write_protocol(run_dir: Path, protocol: Protocol) -> None:
@@ -59,7 +74,7 @@ def write_protocol(run_dir: Path, protocol: Protocol) -> None:
     path = Path(run_dir) / PROTOCOL_FILE
     if path.exists():
         if read_protocol(run_dir) != protocol:
-            raise ValueError(
+            raise RunFolderError(
                 f"{path} holds other rules than this command's; a protocol run keeps the rules it "
                 "started with: use another --out"
             )
@@ -136,9 +151,10 @@ def _discrimination(task: str, train_lengths, bins, overrides: dict, threshold: 
     )
 
 
-def read_predictions(run_dir: Path) -> dict:
-    """predictions.json: `pe`, `tasks` (task -> prediction and discrimination) and, for a run made
-    before the file existed, `note` (when and how it was added)."""
+def read_predictions(run_dir: Path, tasks=()) -> dict:
+    """predictions.json: `pe`, `tasks` (task -> prediction and discrimination; at least `tasks`)
+    and, for a run made before the file existed, `note` (when and how it was added). Validated: a
+    ResultFileError names the file, what is wrong and what to do."""
     path = Path(run_dir) / PREDICTIONS_FILE
     if not path.exists():
         raise RunFolderError(
@@ -146,7 +162,16 @@ def read_predictions(run_dir: Path) -> dict:
             "length_gen run made before that file existed gets one (computed then, and said so in the report) "
             f"from `python experiments/length_gen.py --report-only {run_dir}`"
         )
-    return json.loads(path.read_text())
+    predictions = read_json_object(path, PREDICTIONS_FIX, required=("tasks",))
+    entries = predictions["tasks"]
+    if not isinstance(entries, dict):
+        raise file_problem(path, "'tasks' that is not an object (task -> prediction)", PREDICTIONS_FIX)
+    for task in [*tasks, *entries]:
+        entry = entries.get(task)
+        prediction = entry.get("prediction") if isinstance(entry, dict) else None
+        if not (isinstance(prediction, dict) and prediction.get("generalizes", "") in (True, False, None)):
+            raise file_problem(path, f"no prediction for {task} (an object with 'generalizes')", PREDICTIONS_FIX)
+    return predictions
 
 
 def _correct_of(bin_record: dict) -> tuple[int, int]:

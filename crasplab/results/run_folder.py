@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from crasplab.results.files import ResultFileError, cannot_write, remove_stale_temporaries, write_json
+from crasplab.errors import LabError
+from crasplab.results.files import ResultFileError, cannot_write, is_temporary, remove_stale_temporaries, write_json
 from crasplab.results.settings import ExperimentSettings
 
 CONFIG_FILE = "config.json"
@@ -34,21 +35,34 @@ LOCK_FILE = ".lock"
 _held: dict[Path, TextIO] = {}  # run folder (resolved) -> its open lock file
 
 
-class RunFolderError(ValueError):
+class RunFolderError(LabError, ValueError):
     """A folder that cannot hold this run, or that holds no run of this experiment."""
 
 
-def check_output_folder(path: Path) -> Path:
-    """`path` as a run folder to write: refused when it is a file."""
+def check_output_folder(path: Path, marker: str = CONFIG_FILE, writer: str = "an experiment of the lab") -> Path:
+    """`path` as a folder for a command to write: refused when it is a file, or when it holds files
+    but not `marker`, the file the command writes first into every folder of its own (an
+    experiment's config.json, a compile's compiled.json). The command would otherwise write beside
+    the files of something else, or over them; a folder of its own is resumed or rewritten by the
+    command (whose own check then refuses one of another run)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise RunFolderError(f"--out {path} is a file; give a folder (a new one, or the folder of a run to resume)")
+    if path.is_dir() and not (path / marker).exists():
+        others = sorted(entry.name for entry in path.iterdir() if entry.name != LOCK_FILE and not is_temporary(entry))
+        if others:
+            listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise RunFolderError(
+                f"--out {path} holds {listed} and no {marker}: not a folder {writer} wrote, and writing there "
+                "would mix its files with those or replace them; give a new or empty folder (or the folder of "
+                "a run of this command, to resume it)"
+            )
     return path
 
 
 def lock_run_folder(path: Path) -> None:
     """Take the run folder's lock (creating the folder), or refuse when another process holds it."""
-    path = check_output_folder(path)
+    path = Path(path)
     key = path.resolve()
     if key in _held:
         return

@@ -24,11 +24,11 @@ holds its final evaluation per bin.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from crasplab.results.files import ResultFileError
+from crasplab.results.job_folder import JobFolder
 from crasplab.results.length_gen import FIT_THRESHOLD
 
 # Huang et al. 2025's grid per task; "small" for a CPU.
@@ -111,16 +111,10 @@ def read_candidate(
 ) -> Candidate:
     accuracies = []
     for seed in seeds:
-        path = sweep_folder(sweep_dir, task, configuration, seed) / "result.json"
-        if not path.exists():
+        job = JobFolder(sweep_folder(sweep_dir, task, configuration, seed))
+        if not job.is_done():
             return Candidate(configuration, finished=False, train_accuracy=None, validation_accuracy=None)
-        try:
-            result = json.loads(path.read_text())
-        except ValueError:
-            raise ResultFileError(
-                f"{path}: not JSON; the worker writes result.json atomically, so the file was "
-                "changed by hand: delete it to rerun that job"
-            ) from None
+        result, path = job.read_result_values(), job.result_file
         accuracies.append((bin_accuracy(result, train_bin, path), bin_accuracy(result, validation_bin, path)))
     train, validation = (round(sum(values) / len(values), 6) for values in zip(*accuracies))
     return Candidate(configuration, finished=True, train_accuracy=train, validation_accuracy=validation)

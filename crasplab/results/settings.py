@@ -26,8 +26,10 @@ import types
 import typing
 from typing import Any, ClassVar
 
+from crasplab.errors import LabError
 
-class SettingsError(ValueError):
+
+class SettingsError(LabError, ValueError):
     """A setting of the wrong kind or out of range: names it, what was given and what is accepted."""
 
 

@@ -1,5 +1,7 @@
 """The one error a user sees when a model source cannot be loaded, always naming what is supported."""
 
+from crasplab.errors import LabError
+
 SUPPORTED_SOURCES = (
     "supported model sources: a GGUF file (architecture 'llama', e.g. SmolLM2 or Llama; tensor types "
     "F32, F16, Q8_0, Q4_0, Q4_1), a Hugging Face checkpoint folder with config.json and *.safetensors "
@@ -7,7 +9,7 @@ SUPPORTED_SOURCES = (
 )
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(LabError, ValueError):
     """A model source that is missing, malformed or outside what the loaders support."""
 
     def __init__(self, where: str, problem: str):
