@@ -263,7 +263,7 @@ def _interpreter(tasks: list[str], position: str) -> dict:
     the previous-token relation (C-RASP[local]) and whether one does without positions."""
     out = {}
     for task in tasks:
-        fragments = [w.report.fragment for w in verified_witnesses(task)]
+        fragments = [w.fragment for w in verified_witnesses(task)]
         out[task] = dict(
             prediction=predict(task, position).label,
             backward=task in LEFT_OR_BACKWARD,
