@@ -8,9 +8,11 @@ text, the settings of the check, and the source of the crasp package (the tasks 
 samplers, the evaluator, the checker, the witnesses: an edit to any of them may change a verdict,
 so after one every witness is verified again). The file is verified-witnesses.json in the folder
 $CRASP_CACHE_DIR names, by default crasp-lab in $XDG_CACHE_HOME (itself by default ~/.cache),
-written in one step. A cache that is missing, damaged or
-not writable costs the verification and nothing else: the verdicts are then computed as if it
-were empty.
+written in one step. A cache that is missing, damaged or not writable costs the verification and
+nothing else: the verdicts are then computed as if it were empty.
+
+Why a cache, and not verification in `crasp check` alone: every prediction the lab prints (the
+tasks table, each run's report) then still rests on a witness verified under the code that runs.
 """
 
 from __future__ import annotations
