@@ -2,6 +2,8 @@
 nothing, and any change to what a verdict rests on (the witness, the crasp source) or a damaged
 cache file makes it verify again, never reuse a verdict it cannot vouch for."""
 
+import json
+
 import pytest
 
 from crasp import prediction, verdict_cache
@@ -66,3 +68,13 @@ def test_a_damaged_cache_file_is_verified_again_and_rewritten(text, checks):
     a_new_run()
     assert prediction.verified_witnesses("UR")
     assert len(checks) == done > 0
+
+
+def test_the_file_keeps_the_verdicts_of_the_last_few_sources_only(checks, monkeypatch):
+    """Checkouts that share a cache each add their source's verdicts; the file does not grow without end."""
+    sources = [f"source {k}" for k in range(verdict_cache.SOURCES_KEPT + 2)]
+    for source in sources:
+        monkeypatch.setattr(verdict_cache, "source_fingerprint", lambda: source)
+        a_new_run()
+        assert prediction.verified_witnesses("UR")
+    assert list(json.loads(verdict_cache.cache_file().read_text())) == sources[-verdict_cache.SOURCES_KEPT :]
