@@ -4,6 +4,7 @@ explains it."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib.metadata import entry_points
 
@@ -42,7 +43,7 @@ def _fragment(args) -> None:
     columns = {code: max(4, len(e.name)) for code, e in ENCODINGS.items()}
     print(
         f"{'program':<{width}} | fragment                | "
-        + " | ".join(f"{ENCODINGS[code].name.upper():<{w}}" for code, w in columns.items())
+        + " | ".join(f"{ENCODINGS[code].name:<{w}}" for code, w in columns.items())
     )
     for name in args.programs or example_names():
         fragment = fragment_of(load_program(name))
@@ -339,16 +340,34 @@ def main(argv: list[str] | None = None) -> int:
 
     add_discrimination_arguments(discriminates)
     discriminates.set_defaults(handler=_discriminates)
-    # Commands that other installed packages register (the lab's `compile`): crasp imports none by name.
-    for entry in entry_points(group="crasp.commands"):
-        entry.load()(commands)
+    add_installed_commands(commands, sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     try:
         status = args.handler(args)
+        sys.stdout.flush()  # a reader that has gone (`| head`) shows here, not at exit as a traceback
     except (CraspError, TaskError, SearchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # What remains to print has no reader: send it nowhere, so that the exit flush is quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return status or 0
+
+
+def add_installed_commands(commands, argv: list[str]) -> None:
+    """Add the commands that other installed packages register (entry point group "crasp.commands":
+    the lab's `compile`), so that crasp imports none of them by name. Only the command `argv` names is
+    loaded: loading `compile` imports jax, seconds that every other command would pay; the others
+    are listed by name alone, for `--help` and for argparse's list of choices."""
+    named = next((word for word in argv if not word.startswith("-")), None)
+    for entry in entry_points(group="crasp.commands"):
+        if entry.name == named:
+            entry.load()(commands)
+        else:
+            commands.add_parser(
+                entry.name, help=f"installed by {entry.dist.name}: `python -m crasp {entry.name} --help` describes it"
+            )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ length-generalize: for APE when the witness lies in C-RASP[periodic, local], for
 lies in C-RASP[]; an encoding without a theorem (RoPE, ALiBi) takes the prediction of the one it
 borrows, marked "no theorem" (the table is crasp.position_encodings). Witnesses are the
 hand-written ones (crasp.witnesses) and the programs found by `python -m crasp search --record`
-(crasp/search_results.json), each verified here again. A task without a verified witness is
+(crasp/search_results.json), each verified here again (the verdict kept between runs until the
+crasp source changes: crasp.verdict_cache). A task without a verified witness is
 predicted not to generalize only where the literature has an impossibility argument; otherwise
 the prediction is unknown: "no program known", or "none up to size k" where a recorded search
 enumerated every program up to size k in the fragment without finding one. Inexpressibility is
@@ -17,10 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from crasp.check import CheckReport, check_witness
+from crasp.check import check_witness
+from crasp.fragment import Fragment, fragment_of
 from crasp.position_encodings import NOPE_THEOREM, encoding
+from crasp.program import Program
 from crasp.search.results import load as load_search_results
-from crasp.tasks import get_task
+from crasp.tasks import Task, get_task
+from crasp.verdict_cache import cached_verdict
 from crasp.witnesses import WITNESSES
 
 # A quick verification for predictions (the `check` command runs the full one).
@@ -43,7 +47,8 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Witness:
-    report: CheckReport
+    program: Program
+    fragment: Fragment
     found_by_search: str | None  # "found by search, size k", or None for a hand-written witness
 
 
@@ -57,17 +62,28 @@ def _makers(code: str) -> list[tuple[object, str | None]]:
     return hand_written + found
 
 
+def _verified(task: Task, make, program: Program) -> bool:
+    """The quick check of `program` (`make(task.symbols)`), kept between runs (crasp.verdict_cache)."""
+    settings = f"samples {QUICK_SAMPLES}, exhaustive to 4, lengths {QUICK_LENGTHS}"
+    return cached_verdict(
+        (task.code, str(program), settings),
+        lambda: (
+            check_witness(
+                task, make, samples_per_length=QUICK_SAMPLES, exhaustive_max_length=4, lengths=QUICK_LENGTHS
+            ).verified
+        ),
+    )
+
+
 @lru_cache(maxsize=None)
 def verified_witnesses(code: str) -> tuple[Witness, ...]:
     task = get_task(code)
-    checked = (
-        (
-            check_witness(task, make, samples_per_length=QUICK_SAMPLES, exhaustive_max_length=4, lengths=QUICK_LENGTHS),
-            source,
-        )
-        for make, source in _makers(task.code)
+    programs = ((make(task.symbols), make, source) for make, source in _makers(task.code))
+    return tuple(
+        Witness(program, fragment_of(program), source)
+        for program, make, source in programs
+        if _verified(task, make, program)
     )
-    return tuple(Witness(report, source) for report, source in checked if report.verified)
 
 
 def _exhausted_search(code: str, pe: str):
@@ -84,21 +100,21 @@ def predict(code: str, pe: str) -> Prediction:
     fragment_key = "none" if without_positions else "pos"
     fragment_name = "C-RASP[]" if without_positions else "C-RASP[pos]"
     caveat = "" if pe_encoding.theorem is not None else " (no theorem)"
-    covering = [w for w in witnesses if w.report.fragment.predicts_generalization(pe)]
+    covering = [w for w in witnesses if w.fragment.predicts_generalization(pe)]
     if covering:
         # The smallest fragment decides; among equals a hand-written witness is named first.
         best = min(
             covering,
-            key=lambda w: (w.report.fragment.local + w.report.fragment.periodic, w.found_by_search is not None),
+            key=lambda w: (w.fragment.local + w.fragment.periodic, w.found_by_search is not None),
         )
         label = "yes" + caveat
         found = f"; {best.found_by_search}" if best.found_by_search else ""
-        return Prediction(True, label, best.report.fragment.why(pe) + found)
+        return Prediction(True, label, best.fragment.why(pe) + found)
     claim = task.literature[fragment_key]
     if claim.expressible is False:
         label = "no" + caveat
         return Prediction(False, label, f"not in {fragment_name}: {claim.argument} ({claim.source})")
-    known = ", ".join(w.report.fragment.name for w in witnesses) or "none"
+    known = ", ".join(w.fragment.name for w in witnesses) or "none"
     reason = f"no program known in {fragment_name} (verified witnesses: {known})"
     search = _exhausted_search(task.code, pe)
     if search is None:

@@ -11,11 +11,21 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from crasp.verdict_cache import FOLDER_VARIABLE
+
 settings.register_profile(
     "ci", derandomize=True, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") == "true" else "dev"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def verdict_cache_of_this_session(tmp_path_factory):
+    """The witness verdicts crasp keeps between runs (crasp.verdict_cache) go to a folder of this
+    session, never the user's: each session verifies the witnesses afresh, once, and the commands
+    the tests run in subprocesses share its verdicts."""
+    os.environ[FOLDER_VARIABLE] = str(tmp_path_factory.mktemp("crasp-cache"))
 
 
 @pytest.fixture

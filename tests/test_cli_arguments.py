@@ -58,6 +58,16 @@ def test_a_shared_flag_is_defined_alike_in_every_script_that_has_it(flag):
     assert len(set(definitions.values())) == 1, definitions
 
 
+@pytest.mark.parametrize("script", list(PARSERS))
+def test_help_gives_each_default_once_and_never_none(script):
+    """A default of None means "not given", which the flag's help says in words (--out: the folder
+    named after the model): the help adds no "(default: None)" after that text."""
+    parser = PARSERS[script]()
+    text = " ".join(parser.format_help().split())
+    assert "(default: None)" not in text
+    assert f"(default: {parser._option_string_actions['--seed'].default})" in text  # a real default stays
+
+
 @pytest.mark.parametrize(
     "flag, values, message",
     [

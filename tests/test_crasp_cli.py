@@ -1,5 +1,7 @@
 """The command line, checked against golden files (program in, trace out) and on bad input."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -183,3 +185,50 @@ def test_a_plot_of_a_short_input_is_written(tmp_path, capsys):
     assert main(["run", "majority", "--input", "<bos> c a c b <sep>", "--plot", str(tmp_path / "trace.svg")]) == 0
     assert capsys.readouterr().out.endswith(f"picture: {tmp_path / 'trace.svg'}\n")
     assert (tmp_path / "trace.svg").read_text().startswith("<?xml")
+
+
+# Modules no command but the lab's own may import: crasp is numpy alone, and jax costs seconds to load.
+HEAVY = {"jax", "flax", "crasplab"}
+RUN_AND_LIST_IMPORTS = """
+import sys
+from crasp.__main__ import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(sorted({name.split(".")[0] for name in sys.modules} & %r))
+"""
+
+
+def command_in_a_fresh_process(argv: list[str]) -> tuple[str, list[str]]:
+    """What `python -m crasp ARGV` prints, and which of HEAVY it imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST_IMPORTS % (HEAVY,), *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    *printed, imported = done.stdout.splitlines()
+    return "\n".join(printed), eval(imported)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["fragment"], ["run", "majority", "--input", "a b"]])
+def test_a_command_of_crasp_imports_nothing_of_the_lab(argv):
+    printed, imported = command_in_a_fresh_process(argv)
+    assert imported == []
+    if argv == ["--help"]:  # the lab's command is listed all the same
+        assert "python -m crasp compile --help" in " ".join(printed.split())
+
+
+def test_the_lab_command_is_loaded_when_it_is_the_command():
+    printed, imported = command_in_a_fresh_process(["compile", "--help"])
+    assert "--pe {ape,rope,nope}" in printed and "crasplab" in imported
+
+
+def test_output_into_a_closed_pipe_ends_without_a_traceback():
+    """`python -m crasp ... | head`: the reader goes away before the command has printed everything."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "crasp", "fragment"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    process.stdout.close()  # before the interpreter has even started: every write meets a closed pipe
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1
+    assert error == ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+import warnings
 
 import pytest
 
@@ -44,14 +45,22 @@ def save_slowly(path, task: str, start) -> None:
 
 
 def test_concurrent_records_are_all_kept(tmp_path):
+    """Also where the test process runs JAX, as it does in the suite: JAX's threads make a fork
+    unsafe (a child may inherit a lock some thread held, and deadlock), so the workers are spawned."""
+    import jax  # here, not at the top: each spawned worker imports this module, and needs no jax
+
+    jax.devices()  # starts JAX's threads, and arms its warning on os.fork
     path = tmp_path / "search_results.json"
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")
     start = context.Barrier(RECORDS)
     workers = [context.Process(target=save_slowly, args=(path, f"T{k}", start)) for k in range(RECORDS)]
-    for worker in workers:
-        worker.start()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for worker in workers:
+            worker.start()
     for worker in workers:
         worker.join(timeout=60)
+    assert [str(w.message) for w in caught if "fork" in str(w.message)] == []
     assert [worker.exitcode for worker in workers] == [0] * RECORDS
     assert sorted(results.load(path)) == [f"T{k} none" for k in range(RECORDS)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["search_results.json", "search_results.json.lock"]

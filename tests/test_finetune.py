@@ -172,7 +172,7 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tiny, tmp_p
     assert summary["answered"] == {"before": 20, "after": 20} and summary["planned"] == 20
     assert {row["task"]: row["training"]["steps"] for row in summary["rows"]} == {"UF": 7, "NB": 7}
 
-    with pytest.raises(SystemExit, match="different settings \\(finetune\\)"):
+    with pytest.raises(SystemExit, match="different settings \\(finetune.max_steps: "):
         experiment.main(flags + ["--max-steps", "8", "--out", str(tmp_path / "resumed")])
 
 

@@ -54,4 +54,38 @@ def test_the_figure_draws_each_tasks_curve_with_the_predictions_line_style(monke
         assert curve.get_linestyle() == style
         assert ax.get_lines()[1].get_ydata()[0] == 0.9  # the threshold
         assert ax.patches[0].get_x() == 1 and ax.patches[0].get_width() == 2  # the training lengths, shaded
-    assert "solid = predicted to generalize" in saved["figure"].texts[0].get_text()
+    assert "solid = predicted to generalize" in " ".join(saved["figure"].texts[0].get_text().split())
+
+
+ENCODING_NAMES = {"ape": "APE", "nope": "NoPE"}  # as the lab spells them everywhere
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 3, 5, 7])
+@pytest.mark.parametrize("pe, preset", [("ape", "quick"), ("nope", "protocol")])
+def test_the_figures_title_is_whole_inside_it_and_above_the_panels_with_any_number_of_tasks(
+    tasks, pe, preset, monkeypatch
+):
+    """The title is longer than a row of one or two panels is wide: it must neither be cut off at
+    the figure's edges nor run into the panels' own titles."""
+    saved = {}
+    monkeypatch.setattr(report, "save_figure", lambda figure, path, dpi: saved.update(figure=figure))
+    rows = [
+        dict(
+            task=f"T{k}",
+            observed="generalizes",
+            predicted=dict(generalizes=True),
+            curve=length_curve([seed_record([1, 1, 1], [1.0, 0.9])]),
+            bins=[dict(lo=1, hi=3, mean=1.0, std=0.0), dict(lo=4, hi=5, mean=0.95, std=0.0)],
+        )
+        for k in range(tasks)
+    ]
+    report.draw_figure(dict(rows=rows, pe=pe, preset=preset, threshold=0.9), "figure.png")
+    figure = saved["figure"]
+    figure.tight_layout()  # what save_figure does before it saves
+    renderer = figure.canvas.get_renderer()
+    title = figure.texts[0]
+    box, page = title.get_window_extent(renderer), figure.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    assert all(box.y0 >= ax.title.get_window_extent(renderer).y1 for ax in figure.axes if ax.get_title())
+    assert " ".join(title.get_text().split()).startswith(f"{ {'ape': 'APE', 'nope': 'NoPE'}[pe] } ({preset}): solid")
+    assert title.get_text().endswith("dotted = threshold")

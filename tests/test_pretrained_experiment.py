@@ -157,7 +157,7 @@ def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
     assert summary["evaluated"] == summary["planned"] == 6
     assert (tmp_path / "resumed" / "accuracy_by_length.png").stat().st_size > 0
 
-    with pytest.raises(SystemExit, match="different settings \\(n\\)"):
+    with pytest.raises(SystemExit, match="different settings \\(n: 3 in the folder, 4 now\\)"):
         pretrained.main(common + ["--n", "4", "--out", str(tmp_path / "resumed")])
 
 

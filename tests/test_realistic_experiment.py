@@ -75,7 +75,7 @@ def test_an_interrupted_lorem_run_resumes_to_the_same_records(tiny_model, tmp_pa
     assert summary["evaluated"] == summary["planned"] == 12
     assert (tmp_path / "resumed" / "lorem_by_length.png").stat().st_size > 0
 
-    with pytest.raises(SystemExit, match="different settings \\(repeat_word\\)"):
+    with pytest.raises(SystemExit, match="different settings \\(repeat_word: "):
         realistic.main([*flags, "--repeat-word", "0.5", "--out", str(tmp_path / "resumed")])
     with pytest.raises(SystemExit, match="is not the settings of a run of experiments/realistic.py git"):
         realistic.main(["git", "--report-only", str(tmp_path / "resumed")])

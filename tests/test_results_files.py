@@ -41,12 +41,26 @@ def test_a_new_folder_gets_the_settings_and_the_same_command_resumes_it(tmp_path
     assert json.loads((tmp_path / "run" / "config.json").read_text())["bins"] == [[1, 10], [11, 20]]
 
 
-def test_a_changed_setting_is_refused_and_named_unless_it_may_change(tmp_path):
+def test_a_changed_setting_is_refused_and_named_with_both_values_unless_it_may_change(tmp_path):
     open_run_folder(tmp_path, SETTINGS)
-    with pytest.raises(RunFolderError, match="different settings \\(seeds, tasks\\)"):
+    with pytest.raises(RunFolderError) as refused:
         open_run_folder(tmp_path, dict(SETTINGS, tasks=["UB"], seeds=[0]))
+    assert 'different settings (seeds: [0, 1] in the folder, [0] now; tasks: ["UF"] in the folder, ["UB"] now)' in str(
+        refused.value
+    )
     open_run_folder(tmp_path, dict(SETTINGS, threshold=0.5), may_change=("threshold",))
     assert json.loads((tmp_path / "config.json").read_text())["threshold"] == 0.5
+
+
+def test_a_changed_setting_inside_a_group_is_named_by_its_dotted_path(tmp_path):
+    """A job's settings nest (train, model): the refusal names the field, not the group."""
+    nested = dict(SETTINGS, train=dict(max_steps=300, lr=0.001), model=dict(d_model=16))
+    open_run_folder(tmp_path, nested)
+    with pytest.raises(RunFolderError) as refused:
+        open_run_folder(tmp_path, dict(nested, train=dict(max_steps=400, lr=0.001, warmup=5)))
+    assert "(train.max_steps: 300 in the folder, 400 now; train.warmup: absent in the folder, 5 now)" in str(
+        refused.value
+    )
 
 
 @pytest.mark.parametrize("content", [b"[1, 2]", b"\xff\xfe binary", b"{not json"])

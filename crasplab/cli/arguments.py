@@ -21,7 +21,12 @@ S = TypeVar("S")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The script's docstring as written, and every flag's default."""
+    """The script's docstring as written, and every flag's default: the value, or, where it is None
+    (the flag's help says in words what happens without it: `--out`'s folder named after the
+    model), nothing added."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
 
 
 def at_least(minimum: int) -> Callable[[str], int]:

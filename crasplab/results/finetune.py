@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from crasp.tasks import LEFT_OR_BACKWARD
-from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.figures import pyplot, save_figure, set_title
 from crasplab.results.files import read_jsonl, rebuild_report
 from crasplab.results.in_context import GAPS
 from crasp.intervals import wilson_interval
@@ -344,7 +344,7 @@ def draw_figure(summary: dict, path: Path) -> None:
     ax.set_xlabel("gap beyond training (95% Newcombe)", fontsize=8)
     if gaps:
         ax.legend(fontsize=7)
-    figure.suptitle(f"{summary['model']}: fine-tuned on lengths {lo}-{hi}, tested beyond", fontsize=10)
+    set_title(figure, f"{summary['model']}: fine-tuned on lengths {lo}-{hi}, tested beyond", fontsize=10)
     save_figure(figure, path, dpi=110)
 
 

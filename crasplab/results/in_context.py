@@ -17,7 +17,7 @@ from pathlib import Path
 
 from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
-from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.figures import pyplot, save_figure, set_title
 from crasplab.results.files import read_jsonl, rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.results.intervals import difference_interval
@@ -260,7 +260,7 @@ def draw_figure(summary: dict, path: Path) -> None:
     axes[2].set_yticks(list(positions), [f"{g['name']} ({g['kind']})" for g in gaps], fontsize=8)
     axes[2].invert_yaxis()
     axes[2].set_xlabel("accuracy gap, pooled over lengths (95% Newcombe)")
-    figure.suptitle(f"{summary['model']}: few-shot in-context accuracy", fontsize=10)
+    set_title(figure, f"{summary['model']}: few-shot in-context accuracy", fontsize=10)
     save_figure(figure, path, dpi=110)
 
 

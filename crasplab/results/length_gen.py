@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from crasp.position_encodings import encoding
 from crasp.tasks import TASK_CODES
-from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.figures import pyplot, save_figure, set_title
 from crasplab.results.files import read_jsonl, rebuild_report
 from crasplab.results.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
 from crasplab.results.verdicts import Protocol
@@ -427,8 +428,9 @@ def draw_figure(summary: dict, path: Path) -> None:
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel("exact match")
-    figure.suptitle(
-        f"{summary['pe'].upper()} ({summary['preset']}): solid = predicted to generalize, "
+    set_title(
+        figure,
+        f"{encoding(summary['pe']).name} ({summary['preset']}): solid = predicted to generalize, "
         "dashed = predicted not to; grey = training lengths; dotted = threshold",
         fontsize=9,
     )

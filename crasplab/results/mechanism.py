@@ -25,7 +25,7 @@ import numpy as np
 from crasp.prediction import predict, verified_witnesses
 from crasp.tasks import LEFT_OR_BACKWARD
 from crasplab.models.analysis import SCORE_MEANINGS, SCORES, top_heads
-from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.figures import pyplot, save_figure, set_title
 from crasplab.results.files import ResultFileError, read_jsonl, write_summary_and_report
 from crasp.intervals import wilson_interval
 from crasplab.results.intervals import difference_interval
@@ -263,7 +263,7 @@ def _interpreter(tasks: list[str], position: str) -> dict:
     the previous-token relation (C-RASP[local]) and whether one does without positions."""
     out = {}
     for task in tasks:
-        fragments = [w.report.fragment for w in verified_witnesses(task)]
+        fragments = [w.fragment for w in verified_witnesses(task)]
         out[task] = dict(
             prediction=predict(task, position).label,
             backward=task in LEFT_OR_BACKWARD,
@@ -535,7 +535,7 @@ def draw_ablations(summary: dict, path: Path) -> None:
         ax.set_ylim(-0.05, 1.05)
     axes[0][0].set_ylabel("exact match")
     axes[0][-1].legend(fontsize=7)
-    figure.suptitle(f"{config['ablation']} ablation of each score's top k heads", fontsize=10)
+    set_title(figure, f"{config['ablation']} ablation of each score's top k heads", fontsize=10)
     save_figure(figure, path, dpi=110)
 
 

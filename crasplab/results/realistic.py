@@ -26,7 +26,7 @@ from crasp.prediction import predict
 from crasplab.incontext.alignment import ON_TRACK, START, analyze
 from crasplab.incontext.directions import DIRECTIONS, Direction
 from crasplab.incontext.git_history import COMMANDS
-from crasplab.results.figures import pyplot, save_figure
+from crasplab.results.figures import pyplot, save_figure, set_title
 from crasplab.results.files import read_jsonl, rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.results.intervals import difference_interval
@@ -323,7 +323,7 @@ def _size_axes(ax, title: str, xlabel: str, sizes: list[int], proportion: bool =
 
 
 def _save(figure, title: str, path: Path) -> None:
-    figure.suptitle(title, fontsize=10)
+    set_title(figure, title, fontsize=10)
     save_figure(figure, path, dpi=110)
 
 

@@ -108,13 +108,13 @@ def open_run_folder(path: Path, config: dict, may_change: tuple[str, ...] = ()) 
     if saved_file.exists():
         saved = _read_object(saved_file)
         config_as_saved = json.loads(json.dumps(config))  # tuples become lists, as in the file
-        changed = sorted(
-            key
-            for key in (saved or {}).keys() | config_as_saved.keys()
-            if key not in may_change and (saved or {}).get(key) != config_as_saved.get(key)
-        )
+        changed = [
+            f"{name}: {_shown(before)} in the folder, {_shown(now)} now"
+            for name, before, now in _changed_settings(saved or {}, config_as_saved)
+            if name.split(".")[0] not in may_change
+        ]
         if saved is None or changed:
-            what = f"different settings ({', '.join(changed)})" if saved is not None else "an unreadable config.json"
+            what = f"different settings ({'; '.join(changed)})" if saved is not None else "an unreadable config.json"
             raise RunFolderError(
                 f"{path} holds a run with {what}; use another --out, the original flags to resume "
                 "it, or delete the folder to start over"
@@ -123,6 +123,24 @@ def open_run_folder(path: Path, config: dict, may_change: tuple[str, ...] = ()) 
         write_json(saved_file, config)
     except ResultFileError as error:
         raise RunFolderError(str(error)) from None
+
+
+_ABSENT = object()
+
+
+def _changed_settings(saved: dict, given: dict, prefix: str = "") -> Iterator[tuple[str, object, object]]:
+    """(name, value in the folder, value now) of each setting that differs, in name order; settings
+    grouped in an object (a job's `train`) named one by one, dotted (`train.max_steps`)."""
+    for key in sorted(saved.keys() | given.keys()):
+        before, now = saved.get(key, _ABSENT), given.get(key, _ABSENT)
+        if isinstance(before, dict) and isinstance(now, dict):
+            yield from _changed_settings(before, now, f"{prefix}{key}.")
+        elif before != now:
+            yield f"{prefix}{key}", before, now
+
+
+def _shown(value: object) -> str:
+    return "absent" if value is _ABSENT else json.dumps(value)
 
 
 def read_run_config(path: Path, required: tuple[str, ...], experiment: str, upgrade=lambda config: config) -> dict:

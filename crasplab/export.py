@@ -1,0 +1,296 @@
+"""A model of the lab as a Hugging Face model folder, for the tools researchers already use.
+
+    python -m crasplab.export FOLDER --out DIR
+
+FOLDER is a job folder (a trained one, `<run>/<task>/seed<k>`, or the one `python -m crasp compile
+... --task TASK` writes) or a compiled folder (`crasp compile --out DIR`). DIR receives
+config.json and model.safetensors, which `transformers.AutoModelForCausalLM.from_pretrained(DIR)`
+loads into the architecture below, and tokenizer.json: the model's vocabulary, one token per
+whitespace-separated symbol (`AutoTokenizer.from_pretrained(DIR)("<bos> a b <sep>")`), in the
+lab's token ids. The exported model gives the lab's logits up to float32 rounding at positions
+0, 1, ... (transformers' default position ids; the lab's APE training draws random offsets, which
+a caller passes as position_ids).
+
+The lab's block and position encoding decide the transformers class (ARCHITECTURES):
+- GPT-2 blocks with a learned table (APE): GPT2LMHeadModel.
+- GPT-2 blocks without positions (NoPE): GPT2LMHeadModel whose position table is all zeros, so
+  that it adds nothing: exactly a NoPE model in GPT-2's code.
+- Llama blocks with RoPE over the whole head (trained RoPE models: base 500, untied embeddings):
+  LlamaForCausalLM.
+- Llama blocks with RoPE over part of each head (compiled programs: the first 32 dims, base 100):
+  Phi3ForCausalLM, Llama's blocks with partial_rotary_factor.
+- Llama blocks without positions (compiled C-RASP[] programs): SmolLM3ForCausalLM with RoPE off in
+  every layer (its no_rope_layers), Llama's blocks otherwise.
+Everything else is refused, naming what has no counterpart: ALiBi (transformers has it only in
+BLOOM and MPT, whose blocks differ from both of the lab's), a learned table in Llama blocks (a
+compiled APE program), and the shapes GPT-2's code cannot hold (grouped-query attention, a head
+width other than d_model / n_heads). The lab's interventions (head masks, attention biases) are
+inputs of a forward pass, not part of a model, and are not exported.
+
+Nothing here imports torch or transformers: the folder is written from numpy arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from flax import nnx
+
+from crasplab.models import ModelConfig, Transformer
+
+# Written into config.json: the version whose loading the tests check (the `reference` extra).
+TRANSFORMERS_VERSION = "5.24.0"
+
+
+class ExportError(ValueError):
+    """A model the export cannot write, or a folder it cannot read or write; the message says why."""
+
+
+@dataclass(frozen=True)
+class LabModel:
+    model: Transformer
+    vocabulary: tuple[str, ...]  # the symbol of each token id
+    source: str  # what the folder held, in words
+
+
+def _params(model: Transformer) -> dict[str, np.ndarray]:
+    """Every parameter by its dotted path (models.params' names: "layers.0.attn.q.kernel")."""
+    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    return {".".join(map(str, path)): np.asarray(variable.get_value(), np.float32) for path, variable in flat}
+
+
+def architecture_of(config: ModelConfig) -> str:
+    """The transformers class that computes what `config` does, or ExportError naming what has none."""
+    if config.position == "alibi":
+        raise ExportError(
+            "ALiBi has no counterpart: transformers has ALiBi only in BLOOM and MPT, whose blocks are "
+            "neither GPT-2's nor Llama's (an extra norm after the embeddings, other MLPs)"
+        )
+    if config.block == "gpt2":
+        if config.position not in ("ape", "nope"):
+            raise ExportError(f"GPT-2 blocks with {config.position} positions have no counterpart in transformers")
+        if config.kv_heads != config.n_heads or config.head_dim * config.n_heads != config.d_model:
+            raise ExportError(
+                f"GPT-2 blocks with {config.kv_heads} key/value heads for {config.n_heads} query heads of width "
+                f"{config.head_dim} (d_model {config.d_model}): GPT2LMHeadModel holds only n_heads heads of "
+                "width d_model / n_heads"
+            )
+        return "GPT2LMHeadModel"
+    if config.position == "ape":
+        raise ExportError(
+            "Llama blocks with a learned position table (a compiled APE program) have no counterpart: no "
+            "transformers architecture adds a position table to RMSNorm and SwiGLU blocks; compile the "
+            "program with --pe rope or --pe nope to export it"
+        )
+    if config.qkv_bias:
+        raise ExportError("Llama blocks with q/k/v biases (Qwen2's) are not exported")
+    if config.position == "nope":
+        return "SmolLM3ForCausalLM"
+    return "LlamaForCausalLM" if config.rotary_dim == config.head_dim else "Phi3ForCausalLM"
+
+
+def _gpt2(config: ModelConfig, p: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    tensors = {"transformer.wte.weight": p["embed.embedding"]}
+    # NoPE: a table of zeros adds nothing to the token embeddings.
+    tensors["transformer.wpe.weight"] = p.get(
+        "pos_embed.embedding", np.zeros((config.max_positions, config.d_model), np.float32)
+    )
+    for i in range(config.n_layers):
+        lab, hf = f"layers.{i}", f"transformer.h.{i}"
+        qkv = ("q", "k", "v")
+        # GPT-2's Conv1D keeps weights as (in, out), as the lab's kernels are.
+        tensors |= {
+            f"{hf}.ln_1.weight": p[f"{lab}.attn_norm.scale"],
+            f"{hf}.ln_1.bias": p[f"{lab}.attn_norm.bias"],
+            f"{hf}.attn.c_attn.weight": np.concatenate([p[f"{lab}.attn.{x}.kernel"] for x in qkv], axis=1),
+            f"{hf}.attn.c_attn.bias": np.concatenate([p[f"{lab}.attn.{x}.bias"] for x in qkv]),
+            f"{hf}.attn.c_proj.weight": p[f"{lab}.attn.o.kernel"],
+            f"{hf}.attn.c_proj.bias": p[f"{lab}.attn.o.bias"],
+            f"{hf}.ln_2.weight": p[f"{lab}.mlp_norm.scale"],
+            f"{hf}.ln_2.bias": p[f"{lab}.mlp_norm.bias"],
+            f"{hf}.mlp.c_fc.weight": p[f"{lab}.mlp.fc.kernel"],
+            f"{hf}.mlp.c_fc.bias": p[f"{lab}.mlp.fc.bias"],
+            f"{hf}.mlp.c_proj.weight": p[f"{lab}.mlp.proj.kernel"],
+            f"{hf}.mlp.c_proj.bias": p[f"{lab}.mlp.proj.bias"],
+        }
+    tensors |= {"transformer.ln_f.weight": p["final_norm.scale"], "transformer.ln_f.bias": p["final_norm.bias"]}
+    if not config.tie_embeddings:
+        tensors["lm_head.weight"] = p["lm_head.kernel"].T
+    settings = dict(
+        n_embd=config.d_model,
+        n_layer=config.n_layers,
+        n_head=config.n_heads,
+        n_inner=config.d_ff,
+        n_positions=config.max_positions,
+        activation_function="gelu_new",  # the lab's GELU, tanh approximation
+        layer_norm_epsilon=config.norm_eps,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        scale_attn_weights=True,
+    )
+    return settings, tensors
+
+
+def _llama_family(config: ModelConfig, p: dict[str, np.ndarray], fused: bool) -> tuple[dict, dict[str, np.ndarray]]:
+    """Llama's tensors (q/k/v and gate/up apart), or Phi-3's (`fused`: qkv_proj and gate_up_proj).
+    torch's Linear keeps weights as (out, in): the lab's kernels transposed."""
+    tensors = {"model.embed_tokens.weight": p["embed.embedding"], "model.norm.weight": p["final_norm.scale"]}
+    for i in range(config.n_layers):
+        lab, hf = f"layers.{i}", f"model.layers.{i}"
+        q, k, v = (p[f"{lab}.attn.{x}.kernel"].T for x in ("q", "k", "v"))
+        gate, up = p[f"{lab}.mlp.gate.kernel"].T, p[f"{lab}.mlp.up.kernel"].T
+        tensors |= {
+            f"{hf}.input_layernorm.weight": p[f"{lab}.attn_norm.scale"],
+            f"{hf}.post_attention_layernorm.weight": p[f"{lab}.mlp_norm.scale"],
+            f"{hf}.self_attn.o_proj.weight": p[f"{lab}.attn.o.kernel"].T,
+            f"{hf}.mlp.down_proj.weight": p[f"{lab}.mlp.down.kernel"].T,
+        }
+        if fused:  # Phi-3 splits gate_up_proj's output in two halves, the gate first
+            tensors[f"{hf}.self_attn.qkv_proj.weight"] = np.concatenate([q, k, v])
+            tensors[f"{hf}.mlp.gate_up_proj.weight"] = np.concatenate([gate, up])
+        else:
+            tensors |= {f"{hf}.self_attn.{x}_proj.weight": w for x, w in zip("qkv", (q, k, v))}
+            tensors |= {f"{hf}.mlp.gate_proj.weight": gate, f"{hf}.mlp.up_proj.weight": up}
+    tensors["lm_head.weight"] = (p["embed.embedding"] if config.tie_embeddings else p["lm_head.kernel"].T).copy()
+    rope = dict(rope_type="default", rope_theta=float(config.rope_base))
+    if config.rotary_dim != config.head_dim:
+        # transformers takes int(head_dim * factor) dims: half a dim more than rotary_dim survives the rounding.
+        rope["partial_rotary_factor"] = (config.rotary_dim + 0.5) / config.head_dim
+    settings = dict(
+        hidden_size=config.d_model,
+        intermediate_size=config.d_ff,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads,
+        head_dim=config.head_dim,
+        hidden_act="silu",
+        max_position_embeddings=config.max_positions,
+        rms_norm_eps=config.norm_eps,
+        rope_parameters=rope,
+        attention_bias=False,
+        attention_dropout=0.0,
+        mlp_bias=False,
+    )
+    return settings, tensors
+
+
+def hugging_face_model(model: Transformer, vocabulary: tuple[str, ...]) -> tuple[dict, dict[str, np.ndarray]]:
+    """config.json's content and the tensors of model.safetensors for `model`, whose token ids
+    stand for `vocabulary`: its <pad>, <bos> and <eos> are the config's special tokens (None where
+    it has none: an architecture's own defaults name ids of its pretrained vocabulary)."""
+    config, params = model.config, _params(model)
+    architecture = architecture_of(config)
+    if architecture == "GPT2LMHeadModel":
+        settings, tensors = _gpt2(config, params)
+        model_type = "gpt2"
+    else:
+        settings, tensors = _llama_family(config, params, fused=architecture == "Phi3ForCausalLM")
+        model_type = {"LlamaForCausalLM": "llama", "Phi3ForCausalLM": "phi3", "SmolLM3ForCausalLM": "smollm3"}[
+            architecture
+        ]
+        if architecture == "SmolLM3ForCausalLM":
+            settings |= dict(no_rope_layers=[0] * config.n_layers, use_sliding_window=False)
+        if architecture == "Phi3ForCausalLM":
+            settings |= dict(resid_pdrop=0.0, embd_pdrop=0.0, sliding_window=None)
+    written = dict(
+        architectures=[architecture],
+        model_type=model_type,
+        vocab_size=config.vocab_size,
+        tie_word_embeddings=config.tie_embeddings,
+        dtype="float32",
+        use_cache=True,
+        transformers_version=TRANSFORMERS_VERSION,
+        **{f"{name}_token_id": _id(vocabulary, f"<{name}>") for name in ("pad", "bos", "eos")},
+        **settings,
+    )
+    return written, {name: np.ascontiguousarray(array, np.float32) for name, array in tensors.items()}
+
+
+def _id(vocabulary: tuple[str, ...], symbol: str) -> int | None:
+    return vocabulary.index(symbol) if symbol in vocabulary else None
+
+
+def _tokenizer(vocabulary: tuple[str, ...]) -> str:
+    """tokenizer.json: one token per whitespace-separated symbol, the ids the lab's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({symbol: k for k, symbol in enumerate(vocabulary)}, unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tokenizer.to_str()
+
+
+def read_lab_model(folder: Path) -> LabModel:
+    """The model of a job folder (trained or compiled with a task) or of a compiled folder."""
+    folder = Path(folder)
+    if (folder / "job.json").is_file():
+        from crasplab.train.trained import TrainedModelError, load_trained_model
+
+        try:
+            trained = load_trained_model(folder)
+        except TrainedModelError as error:
+            raise ExportError(str(error)) from None
+        return LabModel(trained.model, tuple(trained.task.vocab), f"job {trained.job.task_code}, step {trained.step}")
+    from crasplab.compiler.folder import DESCRIPTION_FILE, load_compiled
+
+    if (folder / DESCRIPTION_FILE).is_file():
+        loaded = load_compiled(folder)
+        return LabModel(loaded.model, tuple(loaded.program.alphabet), f"compiled program {loaded.program.title}")
+    raise ExportError(
+        f"{folder} holds no model of the lab: give a job folder (<run folder>/<task>/seed<k>, with job.json "
+        "and checkpoint.npz) or a folder `python -m crasp compile ... --out DIR` wrote (with compiled.json)"
+    )
+
+
+def export(folder: Path, out: Path) -> str:
+    """Write the Hugging Face folder of the model in `folder` into `out` (absent or empty); return its class."""
+    from safetensors.numpy import save_file
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(
+            f"--out {out}: {'is not a folder' if not out.is_dir() else 'is not empty'}; give a new folder"
+        )
+    lab = read_lab_model(folder)
+    config, tensors = hugging_face_model(lab.model, lab.vocabulary)
+    config["crasplab_source"] = f"{folder}: {lab.source}"
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "tokenizer.json").write_text(_tokenizer(lab.vocabulary))
+    (out / "tokenizer_config.json").write_text(json.dumps(dict(tokenizer_class="PreTrainedTokenizerFast"), indent=2))
+    # config.json last: a folder without it (an export killed midway) is no model transformers loads.
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return config["architectures"][0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m crasplab.export",
+        description=__doc__.split("\n\n")[0]
+        + " Writes config.json, model.safetensors and tokenizer.json; transformers loads the folder with "
+        "AutoModelForCausalLM.from_pretrained (docs/export.md).",
+    )
+    parser.add_argument(
+        "folder",
+        type=Path,
+        help="a job folder (<run folder>/<task>/seed<k>, trained or written by `crasp compile --task`) "
+        "or a compiled folder (`crasp compile --out DIR`)",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="the Hugging Face folder to write: new or empty")
+    args = parser.parse_args(argv)
+    try:
+        architecture = export(args.folder, args.out)
+    except ExportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"written: {args.out} ({architecture}: config.json, model.safetensors, tokenizer.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
