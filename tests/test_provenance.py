@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from crasplab.results.length_gen import environments, environments_markdown
+from crasplab.results.length_gen import commits_markdown, environments, environments_markdown, job_commits
 from crasplab.train.provenance import (
     UncommittedLabError,
     bits_key,
@@ -87,3 +87,17 @@ def test_a_protocol_run_starts_only_from_committed_code(tmp_path):
 def test_a_protocol_run_refuses_a_folder_that_is_no_checkout(tmp_path):
     with pytest.raises(UncommittedLabError, match="not a git checkout"):
         require_committed_lab(source=tmp_path)
+
+
+def test_a_report_names_the_commits_that_trained_its_jobs():
+    records = [
+        dict(kind="provenance", task="UF", seed=1, lab_commit="abc", from_step=0),
+        dict(kind="provenance", task="UF", seed=2, lab_commit="abc", from_step=0),
+        dict(kind="provenance", task="UF", seed=2, lab_commit="def+changes", from_step=500),  # resumed
+        dict(kind="eval", task="UF", seed=1, step=500, bins=[]),
+    ]
+    commits = job_commits(records)
+    assert commits == {"abc": [["UF", 1], ["UF", 2]], "def+changes": [["UF", 2]]}
+    text = commits_markdown(commits)
+    assert "- abc: UF seeds 1, 2" in text
+    assert "- def+changes (uncommitted changes: no commit holds the code): UF seed 2" in text

@@ -288,7 +288,7 @@ def commits_markdown(commits: dict[str, list[list]]) -> str:
         note = " (uncommitted changes: no commit holds the code)" if commit.endswith("+changes") else ""
         lines.append(
             f"- {commit}{note}: "
-            + "; ".join(f"{task} seeds {', '.join(seeds)}" for task, seeds in by_task.items())
+            + "; ".join(f"{task} seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}" for task, seeds in by_task.items())
             + "\n"
         )
     return "".join(lines)

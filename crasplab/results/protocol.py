@@ -188,7 +188,7 @@ def discrimination_markdown(discrimination: dict) -> str:
         return ""
     lines = [
         "## The discrimination check\n",
-        "A bin discriminates when no approximation exact on training passes it.\n",
+        "A bin discriminates when no approximation exact on training passes it.",
     ]
     for task, entry in checked.items():
         bins = [f"{lo}-{hi}" for lo, hi in entry["bins"]]
