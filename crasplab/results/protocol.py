@@ -82,10 +82,10 @@ def predictions_for(
     threshold: float,
     with_discrimination: bool,
 ) -> dict:
-    """For each task its prediction and, with `with_discrimination` (a protocol run: it takes a
-    minute or so per task), for a task predicted not to generalize, per test bin, whether the bin
-    discriminates (no bounded approximation exact on the training lengths passes it), with each
-    approximation's score."""
+    """For each task its prediction and, with `with_discrimination` (a protocol run: a minute or
+    two per task, SEARCH_SECONDS of it the search), for a task predicted not to generalize, per
+    test bin, whether the bin discriminates (no bounded approximation exact on the training
+    lengths passes it), with each approximation's score and interval."""
     entries = {}
     for task in tasks:
         prediction = predict(task, pe)
