@@ -206,7 +206,7 @@ def discrimination_markdown(discrimination: dict) -> str:
             lines.append(f"| {approximation['name']} | {exact} | " + " | ".join(scores) + " |")
         verdicts = {True: "yes", False: "no", None: "unknown"}
         lines.append("| bin discriminates | | " + " | ".join(verdicts[d] for d in entry["discriminates"]) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 def read_predictions(run_dir: Path) -> dict:
