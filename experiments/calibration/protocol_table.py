@@ -42,6 +42,7 @@ CURRENT_RUNS = (
     "protocol-clip-nope",
     "protocol-clip-nope-last",
     "protocol-clip-nope-spread",
+    "protocol-clip-nope-copying",
 )
 EARLIER_RUNS = (
     "protocol16k-ape-unique",
