@@ -20,17 +20,28 @@ may have learned one of them instead of the task (crasp.discrimination scores th
 - copy_up_to_length(L, backward) for NF, NB and repeat copy: the answer token read at the
   distance that the input length (forward) or the step (backward) fixes, for inputs up to L;
 - parity_up_to_count(L): the parity of the number of ones, for counts up to L.
+
+Copying has bounded approximations of another kind, which a copying head can learn:
+KGramLookup answers each token with the input token that follows (forward) or precedes
+(backward) an occurrence of the answer's last k tokens, among occurrences within w positions
+back; with the first or the last such occurrence. It reads tokens at most w back, so it is in
+C-RASP[local] in principle (one comparison of k tokens per distance up to w), but its program
+would hold a term per symbol, distance and key position: it is computed in numpy instead
+(`correct`), not as a Program.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import reduce
 from operator import or_
 from typing import Callable
 
+import numpy as np
+
 from crasp.expr import Q, Var, any_, count, family
 from crasp.program import Program
-from crasp.tasks.base import BOS_SYMBOL, EOS_SYMBOL, MAX_LENGTH, SEP_SYMBOL
+from crasp.tasks.base import BOS_SYMBOL, EOS_ID, EOS_SYMBOL, MAX_LENGTH, SEP_SYMBOL
 from crasp.witnesses import _program, answering, in_input, prev, retrieval_program, steps
 
 SIDES = ("left", "right")
@@ -178,6 +189,107 @@ def parity_up_to_count(bound: int) -> Maker:
         f"parity of the number of ones, when it is at most {bound}",
     )
 
+
+OCCURRENCES = ("first", "last")
+# The input's ends in the lookup's aligned view (below): where the answer starts and where it ends.
+_START, _END = -1, -2
+
+
+@dataclass(frozen=True)
+class KGramLookup:
+    """Copy by looking up the answer's last k tokens in the input, within a window.
+
+    The lookup reads the input in copy order (reversed when `backward`), framed by its two ends:
+    the answer's start stands for the input's start (<bos>, or <sep> backward) and the input's
+    far end for <eos>. At answer step r the key is the answer's last k tokens, counting its start
+    as one (so for r <= k the key is the whole answer so far, anchored at the start). The
+    lookup finds the key's occurrences in the framed input whose next token (in copy order) lies
+    at most `window` positions before the current one in the whole string, and answers that next
+    token from the `occurrence` nearest the current position ("last") or farthest from it
+    ("first"); with none, it answers nothing (wrong).
+
+    So it is right at every step where the right occurrence is within the window and no other
+    occurrence of the key there, nearer (last) or farther (first), is followed by another token.
+    """
+
+    k: int
+    window: int
+    occurrence: str
+    backward: bool
+
+    def __post_init__(self):
+        _check_bound("k", self.k, 1, "tokens of the key, the answer's start counted as one")
+        _check_bound("window", self.window, 1, "positions looked back")
+        if self.occurrence not in OCCURRENCES:
+            raise ValueError(f"occurrence must be one of {OCCURRENCES}, got {self.occurrence!r}")
+
+    def text(self) -> str:
+        direction = "precedes" if self.backward else "follows"
+        return (
+            f"answer the input token that {direction} the {self.occurrence} occurrence of the answer's last "
+            f"{self.k} tokens within {self.window} positions back"
+        )
+
+    def correct(self, tokens: np.ndarray, prompt_lengths: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """One bool per string (<bos> input <sep> answer <eos>, right-padded): the lookup, fed the
+        right answer so far at each step, answers every answer token and the final <eos>."""
+        tokens, prompt_lengths, lengths = np.asarray(tokens), np.asarray(prompt_lengths), np.asarray(lengths)
+        right = np.zeros(len(tokens), dtype=bool)
+        shapes = np.stack([prompt_lengths, lengths - prompt_lengths], axis=1)
+        for prompt, answer in {tuple(shape) for shape in shapes.tolist()}:
+            rows = np.flatnonzero((prompt_lengths == prompt) & (lengths - prompt_lengths == answer))
+            right[rows] = self._correct_group(tokens[rows], prompt - 2, answer)
+        return right
+
+    def _correct_group(self, tokens: np.ndarray, m: int, answer: int) -> np.ndarray:
+        """Strings of one input length m and one answer length (its <eos> included)."""
+        n = len(tokens)
+        inputs = tokens[:, 1 : 1 + m]
+        ends = np.full((n, 1), _START), np.full((n, 1), _END)
+        framed = np.concatenate([ends[0], inputs[:, ::-1] if self.backward else inputs, ends[1]], axis=1)
+        targets = tokens[:, m + 2 : m + 2 + answer].astype(np.int64)
+        targets = np.where(targets == EOS_ID, _END, targets)
+        so_far = np.concatenate([ends[0], targets], axis=1)  # the answer's start, then its tokens
+        # Where the token after a key ending at framed index j (in copy order) sits in the string.
+        read = np.arange(1, m + 2)
+        position = (m + 1 - read) if self.backward else read
+        right = np.ones(n, dtype=bool)
+        for step in range(1, answer + 1):
+            size = min(self.k, step)
+            ends_at = np.arange(size - 1, m + 1)  # key end j: its next token framed[j + 1] exists
+            match = np.ones((n, len(ends_at)), dtype=bool)
+            for back in range(size):
+                match &= framed[:, ends_at - back] == so_far[:, [step - 1 - back]]
+            distance = (m + step) - position[ends_at]  # the current position is m + step
+            match &= (distance <= self.window)[None, :]
+            nearness = np.where(match, -distance[None, :] if self.occurrence == "last" else distance[None, :], -np.inf)
+            chosen = ends_at[np.argmax(nearness, axis=1)]
+            answered = framed[np.arange(n), chosen + 1]
+            right &= match.any(axis=1) & (answered == targets[:, step - 1])
+        return right
+
+
+def kgram_lookups(bound: int, backward: bool) -> tuple[tuple[str, KGramLookup], ...]:
+    """The lookups the discrimination check scores for copying trained up to length `bound` (L):
+    keys of 1 and 3 tokens (a copying head's usual reach) and of L + 1 (the whole answer so far
+    at every training length, so that no repeat in the input can mislead it there); windows of
+    the distance the training lengths need (L forward; 2L + 1 backward, where step r reads 2r - 1
+    back) and of 2L + 1, the farthest any two positions of a training string lie apart."""
+    windows = sorted({2 * bound + 1 if backward else bound, 2 * bound + 1})
+    lookups = []
+    for k in (1, 3, bound + 1):
+        for window in windows:
+            for occurrence in OCCURRENCES:
+                name = f"{k}-gram lookup, {occurrence} occurrence, window {window}"
+                lookups.append((name, KGramLookup(k, window, occurrence, backward)))
+    return tuple(lookups)
+
+
+# Each copying task -> bound -> its k-gram lookups (numpy, scored like the programs below).
+LOOKUP_APPROXIMATIONS: dict[str, Callable[[int], tuple[tuple[str, KGramLookup], ...]]] = {
+    "NF": lambda bound: kgram_lookups(bound, backward=False),
+    "NB": lambda bound: kgram_lookups(bound, backward=True),
+}
 
 # Each task predicted not to generalize -> (name, bound -> maker) of its bounded approximations.
 BOUNDED_APPROXIMATIONS: dict[str, tuple[tuple[str, Callable[[int], Maker]], ...]] = {

@@ -2,8 +2,9 @@
 
 A task predicted not to length-generalize (no C-RASP[pos] program) still has bounded C-RASP[pos]
 programs that are exact on every string of the training lengths (crasp.approximations: a window,
-a window-or-count, a lookup by length; and whatever `crasp search` finds when candidates only
-have to be exact on the training lengths). A model trained at those lengths may have learned one
+a window-or-count, a lookup by length, for copying k-gram lookups within a window; and whatever
+`crasp search` finds when candidates only have to be exact on the training lengths). A model
+trained at those lengths may have learned one
 of them: the theory predicts it fails somewhere longer, not where. So a test bin can refute the
 prediction only if no such program passes it: `discriminate` verifies each approximation on the
 training lengths, scores it on each bin (at least 1000 strings, with a 95% Wilson interval), and
@@ -21,13 +22,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crasp.approximations import BOUNDED_APPROXIMATIONS, Maker
+from crasp.approximations import BOUNDED_APPROXIMATIONS, LOOKUP_APPROXIMATIONS, KGramLookup, Maker
 from crasp.expr import CraspError
-from crasp.check import EXHAUSTIVE_MAX_LENGTH, check_lengths, check_witness, correct_answers
+from crasp.check import (
+    EXHAUSTIVE_MAX_LENGTH,
+    check_lengths,
+    check_witness,
+    correct_answers,
+    exhaustive_strings,
+    small_version,
+)
 from crasp.fragment import fragment_of
 from crasp.intervals import wilson_interval
 from crasp.program import print_program
-from crasp.tasks import Task, get_task
+from crasp.tasks import Examples, Task, get_task
 from crasp.tasks.retrieval import NonUniqueRetrieval
 
 DEFAULT_THRESHOLD = 0.9  # the lab's verdict threshold (a bin "passes" at >= 0.9)
@@ -136,10 +144,11 @@ class Request:
             )
         if not 0 <= self.search_seconds <= 3600:
             raise DiscriminationError(f"search seconds {self.search_seconds}: accepted: 0 (no search) to 3600")
-        if self.task.code not in BOUNDED_APPROXIMATIONS and self.search_seconds == 0:
+        built = {**BOUNDED_APPROXIMATIONS, **LOOKUP_APPROXIMATIONS}
+        if self.task.code not in built and self.search_seconds == 0:
             raise DiscriminationError(
                 f"no bounded approximation is built for {self.task.code} (they are for "
-                f"{', '.join(BOUNDED_APPROXIMATIONS)}); give search seconds > 0 to search for "
+                f"{', '.join(built)}); give search seconds > 0 to search for "
                 "one exact on the training lengths"
             )
         if self.seed < 0:
@@ -178,11 +187,16 @@ def task_with_sampler(code: str, sampler: str) -> Task:
 
 
 def discriminate(request: Request, progress: Callable[[str], None] = lambda line: None) -> list[Row]:
-    """One row per bounded approximation of the task (hand-built ones, then the search's)."""
+    """One row per bounded approximation of the task (hand-built programs, then k-gram lookups,
+    then the search's)."""
     rows = []
     for name, factory in BOUNDED_APPROXIMATIONS.get(request.task.code, ()):
         progress(f"{name}: verifying on the training lengths")
         rows.append(_row(request, f"{name} (L={request.bound})", factory(request.bound)))
+    lookups = LOOKUP_APPROXIMATIONS.get(request.task.code, lambda bound: ())(request.bound)
+    if lookups:
+        progress(f"{len(lookups)} k-gram lookups: verifying on the training lengths")
+    rows += [_lookup_row(request, name, lookup) for name, lookup in lookups]
     if request.search_seconds > 0:
         progress(f"search: at most {request.search_seconds:g} s")
         rows.append(_searched(request))
@@ -213,7 +227,9 @@ def _row(request: Request, name: str, make: Maker) -> Row:
     verification = f"{report.agreement:.2%} of {report.strings}: {report.method}"
     if report.failure is not None:
         verification += f"; counterexample: {' '.join(report.failure.string)}"
-    scores = tuple(score_bin(request, program, bin_) for bin_ in request.bins)
+    scores = tuple(
+        score_bin(request, lambda examples: correct_answers(task, program, examples), bin_) for bin_ in request.bins
+    )
     return Row(
         name,
         print_program(program),
@@ -223,6 +239,40 @@ def _row(request: Request, name: str, make: Maker) -> Row:
         scores,
         request.threshold,
     )
+
+
+def _lookup_row(request: Request, name: str, lookup: KGramLookup) -> Row:
+    """A k-gram lookup, checked as check_witness checks a program: every input up to
+    EXHAUSTIVE_MAX_LENGTH (over the small alphabet), then random strings at each training length."""
+    task, small = request.task, small_version(request.task)
+    exhaustive = min(EXHAUSTIVE_MAX_LENGTH, request.bound)
+    strings = exhaustive_strings(small, exhaustive)
+    right = [_lookup_on_strings(lookup, small, strings)] if strings else []
+    rng = np.random.default_rng(request.seed)
+    for length in request.training:
+        examples = task.sample(rng, request.training_samples, length)
+        right.append(lookup.correct(examples.tokens, examples.prompt_lengths, examples.lengths))
+    right = np.concatenate(right)
+    verification = (
+        f"{right.mean():.2%} of {len(right)}: every input up to length {exhaustive} over "
+        f"{' '.join(small.symbols)}, then {request.training_samples} random inputs at each of "
+        f"{request.train_lengths[0]}-{request.train_lengths[1]}"
+    )
+
+    def judge(examples: Examples) -> np.ndarray:
+        return lookup.correct(examples.tokens, examples.prompt_lengths, examples.lengths)
+
+    scores = tuple(score_bin(request, judge, bin_) for bin_ in request.bins)
+    return Row(name, lookup.text(), "C-RASP[local] (numpy)", bool(right.all()), verification, scores, request.threshold)
+
+
+def _lookup_on_strings(lookup: KGramLookup, task: Task, strings: list[list[str]]) -> np.ndarray:
+    ids = {symbol: k for k, symbol in enumerate(task.vocab)}
+    tokens = np.zeros((len(strings), max(map(len, strings))), dtype=np.int64)
+    for row, string in enumerate(strings):
+        tokens[row, : len(string)] = [ids[symbol] for symbol in string]
+    prompt_lengths = np.array([string.index("<sep>") + 1 for string in strings])
+    return lookup.correct(tokens, prompt_lengths, np.array([len(string) for string in strings]))
 
 
 def _searched(request: Request) -> Row:
@@ -262,9 +312,10 @@ def _searched(request: Request) -> Row:
     )
 
 
-def score_bin(request: Request, program, bin_: tuple[int, int]) -> BinScore:
-    """The program on `request.strings` strings of the bin, spread evenly over its lengths (only
-    strings in the far cell with far_only), each length drawn from its own seeded generator."""
+def score_bin(request: Request, correct_of: Callable[[Examples], np.ndarray], bin_: tuple[int, int]) -> BinScore:
+    """An approximation (`correct_of`: a batch -> one bool per string, answered right) on
+    `request.strings` strings of the bin, spread evenly over its lengths (only strings in the far
+    cell with far_only), each length drawn from its own seeded generator."""
     lo, hi = bin_
     lengths = [length for length in range(lo, hi + 1) if request.task.length_problem(length) is None]
     per_length = -(-request.strings // len(lengths))
@@ -282,7 +333,7 @@ def score_bin(request: Request, program, bin_: tuple[int, int]) -> BinScore:
                 )
             examples = request.task.sample(rng, max(wanted, 64), length)
             drawn += len(examples)
-            right = correct_answers(request.task, program, examples)
+            right = correct_of(examples)
             if request.far_only:
                 distances, counts = request.task.occurrence_cells(examples)
                 right = right[(distances >= request.bound) & (counts > request.bound)]

@@ -73,6 +73,7 @@ from crasplab.train.config import (
 )
 from crasplab.train.engines import EngineError, EngineSettings, add_engine_flags, engine_settings, run_jobs_on
 from crasplab.train.loop import Job
+from crasplab.train.provenance import require_committed_lab
 from crasplab.train.runs import check_jobs, make_jobs
 
 MODEL_FLAGS = command_line_settings(ModelSettings)
@@ -230,6 +231,8 @@ def check_protocol_sizes(jobs: list[Job], setups: dict, protocol: Protocol) -> N
 def run(settings: Invocation, run_dir: Path) -> None:
     """Train what the run folder lacks (resuming unfinished jobs), after checking everything that
     could fail before the first file is written; each invocation's wall time goes to invocations.jsonl."""
+    if settings.protocol is not None:  # its jobs are counted: each must name the commit that trained it
+        require_committed_lab(run_dir)
     jobs = make_jobs(settings.run, run_dir)
     setups = check_jobs(jobs, run_dir)
     if settings.protocol is not None:

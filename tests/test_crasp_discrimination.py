@@ -119,7 +119,10 @@ def test_scores_are_reproducible_and_spread_over_the_bin():
     program = BOUNDED_APPROXIMATIONS["NLLast"][0][1](5)(task.symbols)
     from crasp.discrimination import score_bin
 
-    first, again = score_bin(request, program, (11, 13)), score_bin(request, program, (11, 13))
+    def judge(examples):
+        return correct_answers(task, program, examples)
+
+    first, again = score_bin(request, judge, (11, 13)), score_bin(request, judge, (11, 13))
     assert first == again and first.strings == 300
     manual = [
         correct_answers(task, program, task.sample(np.random.default_rng((0, 11, 13, m)), 100, m)).sum()

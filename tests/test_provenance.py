@@ -1,8 +1,19 @@
 """A run records what decides its bits, and its report says when its jobs ran under different
 machines or versions (whose numbers for the same seed need not be equal)."""
 
-from crasplab.results.length_gen import environments, environments_markdown
-from crasplab.train.provenance import bits_key, cpu_description, provenance
+import subprocess
+
+import pytest
+
+from crasplab.results.length_gen import commits_markdown, environments, environments_markdown, job_commits
+from crasplab.train.provenance import (
+    UncommittedLabError,
+    bits_key,
+    cpu_description,
+    provenance,
+    require_committed_lab,
+    uncommitted_lab_files,
+)
 
 CPUINFO = """processor\t: 0
 model name\t: Example CPU @ 2.00GHz
@@ -35,3 +46,58 @@ def test_jobs_are_grouped_by_what_decides_their_bits():
     assert [group["jobs"] for group in groups] == [[("UL", 0), ("UR", 0)], [("UR", 0)]]
     assert "2 environments" in environments_markdown(groups)
     assert "unknown" in environments_markdown([])
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def _lab_checkout(tmp_path):
+    """A committed checkout with one module of the lab's code and one document."""
+    repo = tmp_path / "lab"
+    (repo / "crasp").mkdir(parents=True)
+    (repo / "crasp" / "tasks.py").write_text("X = 1\n")
+    (repo / "README.md").write_text("the lab\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "lab")
+    return repo
+
+
+def test_a_protocol_run_starts_only_from_committed_code(tmp_path):
+    repo = _lab_checkout(tmp_path)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert require_committed_lab(source=repo) == head.strip()
+    # documents and the run's own folder do not decide its numbers
+    (repo / "README.md").write_text("edited\n")
+    (repo / "experiments" / "run").mkdir(parents=True)
+    (repo / "experiments" / "run" / "config.json").write_text("{}")
+    assert require_committed_lab(repo / "experiments" / "run", source=repo) == head.strip()
+    # an edited module, and a new one, do
+    (repo / "crasp" / "tasks.py").write_text("X = 2\n")
+    (repo / "crasp" / "new.py").write_text("Y = 1\n")
+    assert {"crasp/new.py", "crasp/tasks.py"} <= set(uncommitted_lab_files(repo))
+    with pytest.raises(UncommittedLabError, match="crasp/tasks.py"):
+        require_committed_lab(source=repo)
+    # a run folder inside the lab's code counts unless it is the run's own
+    assert "experiments/run/config.json" in uncommitted_lab_files(repo)
+    assert "experiments/run/config.json" not in uncommitted_lab_files(repo, repo / "experiments" / "run")
+
+
+def test_a_protocol_run_refuses_a_folder_that_is_no_checkout(tmp_path):
+    with pytest.raises(UncommittedLabError, match="not a git checkout"):
+        require_committed_lab(source=tmp_path)
+
+
+def test_a_report_names_the_commits_that_trained_its_jobs():
+    records = [
+        dict(kind="provenance", task="UF", seed=1, lab_commit="abc", from_step=0),
+        dict(kind="provenance", task="UF", seed=2, lab_commit="abc", from_step=0),
+        dict(kind="provenance", task="UF", seed=2, lab_commit="def+changes", from_step=500),  # resumed
+        dict(kind="eval", task="UF", seed=1, step=500, bins=[]),
+    ]
+    commits = job_commits(records)
+    assert commits == {"abc": [["UF", 1], ["UF", 2]], "def+changes": [["UF", 2]]}
+    text = commits_markdown(commits)
+    assert "- abc: UF seeds 1, 2" in text
+    assert "- def+changes (uncommitted changes: no commit holds the code): UF seed 2" in text

@@ -409,7 +409,9 @@ def test_readme_protocol_tables_are_the_committed_protocol_runs():
         for run, (summary, config) in protocol_table.committed_runs(runs).items():
             assert protocol_table.table(summary, config) in text, (document, run)
     readme = (root / "README.md").read_text()
-    assert protocol_table.headline(protocol_table.committed_runs(protocol_table.CURRENT_RUNS)) in readme
+    current = protocol_table.committed_runs(protocol_table.CURRENT_RUNS)
+    assert protocol_table.headline(current) in readme
+    assert protocol_table.paper_table(current) in readme
 
 
 def test_the_headline_refuses_runs_of_two_recipes():
@@ -419,6 +421,31 @@ def test_the_headline_refuses_runs_of_two_recipes():
     runs = protocol_table.committed_runs(("protocol-clip-ape-unique", "protocol16k-ape-unique"))
     with pytest.raises(ValueError, match="one recipe"):
         protocol_table.headline(runs)
+
+
+def test_the_headline_compares_the_model_too_and_controls_each_task_at_its_depth():
+    """Runs of another model width are another recipe; NB, trained at 4 layers, counts only where UB
+    at 4 layers generalizes (no run holds it: not counted), NF where UF at its depth does, from
+    whichever run of the encoding holds it."""
+    import copy
+
+    from experiments.calibration import protocol_table
+
+    runs = protocol_table.committed_runs(("protocol-clip-ape-copying", "protocol-clip-ape-nb"))
+    headline = protocol_table.headline(runs)
+    nb = next(line for line in headline.splitlines() if line.startswith("| NB |"))
+    assert nb.startswith("| NB | 4 |") and nb.count("its control UB at 4 layers not run") == 2
+    assert "NB 21-30, NB 31-40: its control UB at 4 layers not run" in headline
+    wider = copy.deepcopy(runs)
+    wider["protocol-clip-ape-nb"][1]["model"]["d_model"] = 128
+    with pytest.raises(ValueError, match="one recipe"):
+        protocol_table.headline(wider)
+    # UB at 4 layers, generalizing at both bins, makes NB's bins count (as UB's 2-layer row, moved)
+    deeper = copy.deepcopy(runs)
+    summary, config = deeper["protocol-clip-ape-copying"]
+    config["model_overrides"] = {"UB": {"n_layers": 4}}
+    cells = protocol_table.headline_cells(deeper)["ape"]
+    assert all(b["control"]["verdict"] == "generalizes" for b in cells[("NB", 4, "paper's")]["bins"])
 
 
 def test_a_row_with_too_few_fitted_seeds_reads_alike_whether_none_or_some_fit():

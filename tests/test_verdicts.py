@@ -7,6 +7,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from crasplab.results.protocol import (
+    CONTROLS,
+    NOT_RUN,
+    apply_controls,
+    counted_agreement,
     next_seeds,
     protocol_markdown,
     protocol_rows,
@@ -155,6 +159,7 @@ def test_protocol_rows_judge_seeds_and_leave_out_a_bin_that_cannot_discriminate(
         ["UB", "NLLast"],
         predictions,
         {"UB": 16000, "NLLast": 16000},
+        {"UB": 2, "NLLast": 2},
     )
     ub, nllast = rows
     assert ub["fitted"] == [1000, 1001, 1002, 1003, 1004] and ub["still_improving"] == [1005]
@@ -210,26 +215,60 @@ def test_two_recipes_read_alike_only_when_they_are_the_same(first, second):
     assert recipe_text(legacy) == recipe_text(dict(first, max_grad_norm=0.0))
 
 
-def test_a_last_task_counts_only_where_its_first_control_generalizes():
-    def rows_with(control_test_correct):
+@pytest.mark.parametrize("task, control", sorted(CONTROLS.items()))
+def test_a_task_counts_only_where_its_control_at_the_same_depth_generalizes(task, control):
+    """One rule for every pair (the Last tasks and their First twins, copying with repeats and
+    unique copying): a bin counts where the control, trained at the same depth, generalizes; a
+    control that did not run at that depth counts as one that does not."""
+
+    def rows_with(control_test_correct, control_layers=2):
         finals = {
-            "NLFirst": {2000 + s: final(2000 + s, 2000, control_test_correct) for s in range(5)},
-            "NLLast": {2000 + s: final(2000 + s, 2000, 100) for s in range(5)},
+            control: {2000 + s: final(2000 + s, 2000, control_test_correct) for s in range(5)},
+            task: {2000 + s: final(2000 + s, 2000, 100) for s in range(5)},
         }
         predictions = {
-            "NLFirst": dict(prediction=dict(label="yes", generalizes=True), discrimination=None),
-            "NLLast": dict(
+            control: dict(prediction=dict(label="yes", generalizes=True), discrimination=None),
+            task: dict(
                 prediction=dict(label="no", generalizes=False), discrimination=dict(checked=True, discriminates=[True])
             ),
         }
         return protocol_rows(
-            PROTOCOL, [], finals, ["NLFirst", "NLLast"], predictions, {"NLFirst": 8000, "NLLast": 8000}
+            PROTOCOL,
+            [],
+            finals,
+            [control, task],
+            predictions,
+            {control: 8000, task: 8000},
+            {control: control_layers, task: 2},
         )
 
     first, last = rows_with(control_test_correct=1000)
-    assert last["bins"][0]["control"] == dict(task="NLFirst", verdict=GENERALIZES)
+    assert last["bins"][0]["control"] == dict(task=control, layers=2, verdict=GENERALIZES)
     assert last["bins"][0]["verdict"] == FAILS and last["bins"][0]["agrees"] is True
     first, last = rows_with(control_test_correct=700)  # the control fails the bin too
     assert first["bins"][0]["verdict"] == FAILS and first["bins"][0]["agrees"] is False
     assert last["bins"][0]["control"]["verdict"] == FAILS and last["bins"][0]["agrees"] is None
-    assert "its control NLFirst fails: not counted" in protocol_markdown(PROTOCOL, [first, last])
+    assert f"its control {control} at 2 layers fails: not counted" in protocol_markdown(PROTOCOL, [first, last])
+    first, last = rows_with(control_test_correct=1000, control_layers=4)  # the control generalizes, deeper
+    assert (
+        last["bins"][0]["control"] == dict(task=control, layers=2, verdict=NOT_RUN)
+        and last["bins"][0]["agrees"] is None
+    )
+
+
+@given(
+    verdict=st.sampled_from([GENERALIZES, FAILS, MIXED, INCONCLUSIVE, TOO_FEW, None]),
+    generalizes=st.sampled_from([True, False, None]),
+    discriminates=st.sampled_from([True, False, None]),
+)
+def test_a_verdict_counts_only_with_its_control_generalizing(verdict, generalizes, discriminates):
+    """Whatever the control's verdict other than "generalizes" (None: it did not run), the bin of
+    the task it controls is not counted; with it generalizing, the bin counts as it would alone."""
+    row = dict(task="NF", layers=2, generalizes=generalizes, bins=[dict(lo=21, hi=30, verdict=FAILS)])
+    row["bins"][0]["discriminates"] = discriminates
+    row["bins"][0]["agrees"] = alone = counted_agreement(generalizes, FAILS, discriminates)
+    rows = {("NF", 2): row}
+    if verdict is not None:
+        rows[("UF", 2)] = dict(task="UF", layers=2, bins=[dict(lo=21, hi=30, verdict=verdict)])
+    apply_controls(rows)
+    assert row["bins"][0]["agrees"] == (alone if verdict == GENERALIZES else None)

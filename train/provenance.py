@@ -6,6 +6,12 @@ training (the lab has seen losses agree to every printed digit for 200-300 steps
 the 1e-6 level, then diverge). So every process that trains a job appends one line to the job's
 `provenance.jsonl`: the lab's commit, the versions of the numeric stack, the device, the CPU
 model and its instruction-set flags, and XLA's flags, with the step it started from.
+
+A protocol run (whose jobs a report counts) starts only from a committed checkout
+(`require_committed_lab`), so that each job's commit names the code that trained it. The lab
+refuses rather than keeping the diff beside the run: a commit can be checked out and read by
+anyone, a kept diff has to be found and applied to the right commit first, and "+changes" in the
+provenance of 81 of 190 headline jobs had left open which code trained them.
 """
 
 from __future__ import annotations
@@ -19,9 +25,19 @@ from pathlib import Path
 
 import jax
 
+from crasplab.train.config import ConfigError
+
 PROVENANCE_FILE = "provenance.jsonl"
 NUMERIC_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy")
 SOURCE = Path(__file__).resolve().parents[1]
+# What decides a run's numbers and predictions: the packages, the experiment scripts and the
+# install's settings (documentation and kept run folders do not).
+LAB_CODE = ("crasp/", "crasplab/", "train/", "models/", "experiments/", "pyproject.toml")
+
+
+class UncommittedLabError(ConfigError):
+    """A protocol run was asked to start from code that no commit holds (a ConfigError, so that
+    the scripts print it as the refusal of a setting, without a traceback)."""
 
 
 def _package_version(name: str) -> str | None:
@@ -31,20 +47,57 @@ def _package_version(name: str) -> str | None:
         return None
 
 
+def _git(source: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10)
+
+
 def lab_commit() -> str | None:
     """The lab's git commit, with '+changes' when its tracked files differ from it; None outside a checkout."""
-
-    def git(*args):
-        return subprocess.run(["git", "-C", str(SOURCE), *args], capture_output=True, text=True, timeout=10)
-
     try:
-        head = git("rev-parse", "HEAD")
+        head = _git(SOURCE, "rev-parse", "HEAD")
         if head.returncode != 0:
             return None
-        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        dirty = _git(SOURCE, "status", "--porcelain", "--untracked-files=no").stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
     return head.stdout.strip() + ("+changes" if dirty else "")
+
+
+def uncommitted_lab_files(source: Path = SOURCE, besides: Path | None = None) -> list[str]:
+    """The lab's code files (LAB_CODE) that differ from its commit, modified or untracked (a new
+    module changes what runs as much as an edited one), leaving out those under `besides` (the
+    run folder itself, whose files the run writes). Raises UncommittedLabError outside a checkout."""
+    try:
+        status = _git(source, "status", "--porcelain", "--untracked-files=all", "--", *LAB_CODE)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise UncommittedLabError(f"cannot ask git about {source}: {error}") from error
+    if status.returncode != 0:
+        raise UncommittedLabError(
+            f"{source} is not a git checkout ({status.stderr.strip()}): a protocol run records the commit "
+            "that trains its jobs, so it runs from a checkout of the lab"
+        )
+    top = Path(_git(source, "rev-parse", "--show-toplevel").stdout.strip())
+    outside = Path(besides).resolve() if besides is not None else None
+    changed = []
+    for line in status.stdout.splitlines():
+        path = line[3:].split(" -> ")[-1].strip('"')
+        if outside is None or not (top / path).resolve().is_relative_to(outside):
+            changed.append(path)
+    return changed
+
+
+def require_committed_lab(run_dir: Path | None = None, source: Path = SOURCE) -> str:
+    """The lab's commit, when no code file differs from it; otherwise UncommittedLabError naming
+    the files (changes under `run_dir`, the run's own folder, do not count)."""
+    changed = uncommitted_lab_files(source, run_dir)
+    if changed:
+        shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+        raise UncommittedLabError(
+            f"a protocol run starts only from committed code, so that its jobs' provenance names the code "
+            f"that trained them; {source} has uncommitted changes to {shown}. Commit them (or stash them) "
+            "and run again"
+        )
+    return _git(source, "rev-parse", "HEAD").stdout.strip()
 
 
 def cpu_description(cpuinfo: str) -> dict:

@@ -23,6 +23,7 @@ from crasplab.results.files import read_jsonl, rebuild_report
 from crasplab.results.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
 from crasplab.results.verdicts import Protocol
 from crasplab.results.protocol import (
+    discrimination_markdown,
     protocol_markdown,
     protocol_rows,
     read_predictions,
@@ -122,6 +123,11 @@ def model_description(config: dict) -> str:
     return text
 
 
+def task_layers(config: dict, task: str) -> int:
+    """The depth a task of the run trained at (the run's model, with the task's changes)."""
+    return config.get("model_overrides", {}).get(task, {}).get("n_layers", config["model"]["n_layers"])
+
+
 def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> str:
     if train_bin_mean < FIT_THRESHOLD:
         return "did not fit"
@@ -209,14 +215,19 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                 [task for task in config["tasks"] if task in finals],
                 written,
                 {task: train["max_steps"] for task, train in config["train"].items()},
+                {task: task_layers(config, task) for task in config["tasks"]},
             ),
             recipe=recipe_rows(protocol, records, [task for task in config["tasks"] if task in finals]),
+            discrimination={
+                task: entry["discrimination"] for task, entry in written.items() if entry["discrimination"]
+            },
         )
     )
     invocations = read_jsonl(run_dir / INVOCATIONS_FILE) if (run_dir / INVOCATIONS_FILE).exists() else []
     return dict(
         protocol=under_protocol,
         environments=environments(records),
+        commits=job_commits(records),
         invocations=invocations,
         predictions_note=predictions.get("note"),
         pe=config["model"]["pe"],
@@ -274,6 +285,34 @@ def environments(records: list[dict]) -> list[dict]:
     ]
 
 
+def job_commits(records: list[dict]) -> dict[str, list[list]]:
+    """The lab's commit -> the jobs ([task, seed]) that trained under it (a job resumed under
+    another commit is under both); "+changes" marks a commit with uncommitted changes, whose code
+    no commit holds."""
+    found = defaultdict(set)
+    for record in records:
+        if record["kind"] == "provenance":
+            found[str(record["lab_commit"])].add((record["task"], record["seed"]))
+    return {commit: [list(job) for job in sorted(jobs)] for commit, jobs in sorted(found.items())}
+
+
+def commits_markdown(commits: dict[str, list[list]]) -> str:
+    if not commits:
+        return ""
+    lines = ["\nThe commits that trained the jobs (a resumed job may name two):\n"]
+    for commit, jobs in commits.items():
+        by_task = defaultdict(list)
+        for task, seed in jobs:
+            by_task[task].append(str(seed))
+        note = " (uncommitted changes: no commit holds the code)" if commit.endswith("+changes") else ""
+        lines.append(
+            f"- {commit}{note}: "
+            + "; ".join(f"{task} seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}" for task, seeds in by_task.items())
+            + "\n"
+        )
+    return "".join(lines)
+
+
 def markdown_table(summary: dict) -> str:
     rows = summary["rows"]
     if not rows:
@@ -318,6 +357,7 @@ def report_markdown(summary: dict) -> str:
         parts += [
             protocol_markdown(Protocol(**summary["protocol"]["rules"]), summary["protocol"]["rows"]),
             "\n" + recipe_markdown(summary["protocol"]["recipe"]) + "\n",
+            discrimination_markdown(summary["protocol"].get("discrimination", {})),
         ]
     else:
         parts += [mean_table_markdown(summary)]
@@ -337,6 +377,7 @@ def report_markdown(summary: dict) -> str:
     if summary["missing_tasks"]:
         parts.append(f"\nNo evaluation yet: {', '.join(summary['missing_tasks'])}.\n")
     parts.append(environments_markdown(summary.get("environments", [])))
+    parts.append(commits_markdown(summary.get("commits", {})))
     parts.append(f"\n![accuracy by length]({FIGURE_FILE})\n")
     return "".join(parts)
 

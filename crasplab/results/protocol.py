@@ -33,13 +33,19 @@ from crasplab.results.verdicts import (
 from crasplab.train.config import RunSettings
 
 PROTOCOL_FILE, PREDICTIONS_FILE = "protocol.json", "predictions.json"
-# A task predicted not to generalize, and its mirror image that theory says must generalize on
-# the same strings' shape: where both run, the first is counted at a bin only if its control
-# generalizes there (otherwise the bin fails models for a reason that is not the prediction's).
-CONTROLS = {"NLLast": "NLFirst", "NRLast": "NRFirst"}
+# A task predicted not to generalize -> its control, the task theory says generalizes on strings of
+# the same shape (the First tasks for the Last ones, unique copying for copying with repeats). The
+# first's verdict at a bin is counted only where its control, trained at the same depth (and, in
+# a table of several runs, on the same sampler and recipe), generalizes there: otherwise the bin,
+# the depth or the recipe fails models for a reason that is not the prediction's. A control that
+# did not run at that depth counts as one that does not generalize: nothing shows it would.
+CONTROLS = {"NLLast": "NLFirst", "NRLast": "NRFirst", "NF": "UF", "NB": "UB"}
+NOT_RUN = "not run"
 # Fitted seeds a verdict needs: five for APE, whose theorem the lab tests first; three elsewhere.
 REQUIRED_FITTED_SEEDS = {"ape": 5}
 DEFAULT_REQUIRED_FITTED_SEEDS = 3
+# Seconds of `crasp search` for a program exact on the training lengths, per task the check covers.
+SEARCH_SECONDS = 60.0
 
 
 def protocol_for(pe: str, threshold: float) -> Protocol:
@@ -91,10 +97,10 @@ def predictions_for(
     threshold: float,
     with_discrimination: bool,
 ) -> dict:
-    """For each task its prediction and, with `with_discrimination` (a protocol run: it takes a
-    minute or so per task), for a task predicted not to generalize, per test bin, whether the bin
-    discriminates (no bounded approximation exact on the training lengths passes it), with each
-    approximation's score."""
+    """For each task its prediction and, with `with_discrimination` (a protocol run: a minute or
+    two per task, SEARCH_SECONDS of it the search), for a task predicted not to generalize, per
+    test bin, whether the bin discriminates (no bounded approximation exact on the training
+    lengths passes it), with each approximation's score and interval."""
     entries = {}
     for task in tasks:
         prediction = predict(task, pe)
@@ -127,10 +133,16 @@ def write_predictions(run_dir: Path, predictions: dict) -> None:
         write_json(path, predictions)
 
 
-def _discrimination(task: str, train_lengths, bins, overrides: dict, threshold: float) -> dict:
+def _discrimination(
+    task: str, train_lengths, bins, overrides: dict, threshold: float, search_seconds: float = SEARCH_SECONDS
+) -> dict:
     try:
         request = Request(
-            get_task(task, **overrides), tuple(train_lengths), tuple(map(tuple, bins)), threshold=threshold
+            get_task(task, **overrides),
+            tuple(train_lengths),
+            tuple(map(tuple, bins)),
+            threshold=threshold,
+            search_seconds=search_seconds,
         )
     except DiscriminationError as error:
         return dict(checked=False, why=str(error))
@@ -144,11 +156,72 @@ def _discrimination(task: str, train_lengths, bins, overrides: dict, threshold: 
                 name=row.approximation,
                 program=row.program,
                 exact_on_training=row.exact_on_training,
+                verification=row.verification,
                 accuracy=[round(score.accuracy, 4) for score in row.scores],
+                interval=[[round(end, 4) for end in score.interval] for score in row.scores],
             )
             for row in rows
         ],
     )
+
+
+def recheck_discrimination(run_dir: Path, tasks, today: str, search_seconds: float = SEARCH_SECONDS) -> list[str]:
+    """The discrimination check of `tasks` (those predicted not to generalize) made again with the
+    approximations the lab has now, in the run's predictions.json: the entry the run started with
+    stays under `discrimination_at_start`, and the new one's `rechecked` says when. The predictions themselves
+    are not touched. Returns the tasks rechecked; rebuild the report after."""
+    settings = RunSettings.of_run(Path(run_dir))
+    predictions = read_predictions(run_dir)
+    rechecked = []
+    for task in tasks:
+        entry = predictions["tasks"].get(task)
+        if entry is None or entry["prediction"]["generalizes"] is not False:
+            continue
+        train = settings.train[task]
+        entry.setdefault("discrimination_at_start", entry["discrimination"])
+        entry["discrimination"] = dict(
+            _discrimination(
+                task,
+                train.train_lengths,
+                train.test_bins[1:],
+                settings.task_overrides[task],
+                settings.threshold,
+                search_seconds,
+            ),
+            rechecked=f"rechecked on {today}, after the run, with the approximations of that day",
+        )
+        rechecked.append(task)
+    write_json(Path(run_dir) / PREDICTIONS_FILE, predictions)
+    return rechecked
+
+
+def discrimination_markdown(discrimination: dict) -> str:
+    """Per task predicted not to generalize: each bounded approximation, whether it is exact on
+    the training lengths, and its accuracy [95% interval] at each test bin."""
+    checked = {task: entry for task, entry in discrimination.items() if entry.get("checked")}
+    if not checked:
+        return ""
+    lines = [
+        "## The discrimination check\n",
+        "A bin discriminates when no approximation exact on training passes it.",
+    ]
+    for task, entry in checked.items():
+        bins = [f"{lo}-{hi}" for lo, hi in entry["bins"]]
+        when = f" ({entry['rechecked']})" if entry.get("rechecked") else ""
+        lines += [f"\n{task}{when}:\n", "| approximation | exact on training | " + " | ".join(bins) + " |"]
+        lines.append("|---|---|" + "---|" * len(bins))
+        for approximation in entry["approximations"]:
+            intervals = approximation.get("interval") or [None] * len(approximation["accuracy"])
+            scores = [
+                f"{accuracy:.3f}" + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+                for accuracy, interval in zip(approximation["accuracy"], intervals)
+            ] or ["-"] * len(bins)
+            found = approximation["program"] is not None
+            exact = ("yes" if approximation["exact_on_training"] else "no") if found else "none found"
+            lines.append(f"| {approximation['name']} | {exact} | " + " | ".join(scores) + " |")
+        verdicts = {True: "yes", False: "no", None: "unknown"}
+        lines.append("| bin discriminates | | " + " | ".join(verdicts[d] for d in entry["discriminates"]) + " |")
+    return "\n".join(lines) + "\n\n"
 
 
 def read_predictions(run_dir: Path, tasks=()) -> dict:
@@ -231,8 +304,10 @@ def protocol_rows(
     tasks,
     predictions: dict,
     max_steps: dict,
+    layers: dict[str, int],
 ) -> list[dict]:
-    """One row per task: fit counts, and per test bin each fitted seed's outcome and the verdict."""
+    """One row per task: its depth (`layers`: task -> layers), fit counts, and per test bin each
+    fitted seed's outcome and the verdict, counted where its control generalizes (apply_controls)."""
     evals = _by_job(records, "eval")
     rows = []
     for task in tasks:
@@ -248,21 +323,20 @@ def protocol_rows(
             discriminates = (
                 None if not (discrimination and discrimination["checked"]) else discrimination["discriminates"][k - 1]
             )
-            # A bin that a bounded program passes cannot show a failure the theory predicts.
-            counted = prediction["generalizes"] is not False or discriminates is True
             bins.append(
                 dict(
                     lo=first["lo"],
                     hi=first["hi"],
                     verdict=verdict,
                     discriminates=discriminates,
-                    agrees=agrees(prediction["generalizes"], verdict) if counted else None,
+                    agrees=counted_agreement(prediction["generalizes"], verdict, discriminates),
                     seeds=[dataclasses.asdict(s) for s in seeds],
                 )
             )
         rows.append(
             dict(
                 task=task,
+                layers=layers[task],
                 predicted=prediction["label"],
                 generalizes=prediction["generalizes"],
                 seeds_run=sorted(by_seed),
@@ -273,23 +347,37 @@ def protocol_rows(
                 bins=bins,
             )
         )
-    _apply_controls(rows)
+    apply_controls({(row["task"], row["layers"]): row for row in rows})
     return rows
 
 
-def _apply_controls(rows: list[dict]) -> None:
-    """Each bin of a task with a control in the run records the control's verdict there, and is
-    left out of the agreement count unless the control generalizes."""
-    by_task = {row["task"]: row for row in rows}
-    for row in rows:
-        control = by_task.get(CONTROLS.get(row["task"]))
-        if control is None:
+def counted_agreement(generalizes: bool | None, verdict: str, discriminates: bool | None) -> bool | None:
+    """Whether a bin's verdict agrees with the prediction, None where it is not counted: a bin
+    that a bounded program passes cannot show a failure the theory predicts."""
+    counted = generalizes is not False or discriminates is True
+    return agrees(generalizes, verdict) if counted else None
+
+
+def apply_controls(rows: dict[tuple, dict]) -> None:
+    """`rows` keyed (task, *setting), the setting being what a control must share (its depth
+    first; a table of several runs adds the sampler). Each bin of a task with a control records
+    the control's task, depth and verdict there (NOT_RUN where no row of the control has that
+    setting), and is left out of the agreement count unless the control generalizes."""
+    for (task, *setting), row in rows.items():
+        if task not in CONTROLS:
             continue
-        verdicts = {(b["lo"], b["hi"]): b["verdict"] for b in control["bins"]}
+        control = rows.get((CONTROLS[task], *setting))
+        verdicts = {(b["lo"], b["hi"]): b["verdict"] for b in control["bins"]} if control else {}
         for b in row["bins"]:
-            b["control"] = dict(task=control["task"], verdict=verdicts.get((b["lo"], b["hi"]), TOO_FEW))
-            if b["control"]["verdict"] != GENERALIZES:
+            verdict = verdicts.get((b["lo"], b["hi"]), TOO_FEW if control else NOT_RUN)
+            b["control"] = dict(task=CONTROLS[task], layers=row["layers"], verdict=verdict)
+            if verdict != GENERALIZES:
                 b["agrees"] = None
+
+
+def control_text(control: dict) -> str:
+    """A bin's control in words: "its control UB at 4 layers not run"."""
+    return f"its control {control['task']} at {control['layers']} layers {control['verdict']}"
 
 
 def recipe_rows(protocol: Protocol, records: list[dict], tasks) -> list[dict]:
@@ -393,7 +481,7 @@ def protocol_markdown(protocol: Protocol, rows: list[dict]) -> str:
             cells = ", ".join(f"{s['correct'] / s['total']:.3f} [{s['low']:.3f}, {s['high']:.3f}]" for s in b["seeds"])
             discriminates = {None: "-", True: "yes", False: "no (a bounded program passes)"}[b["discriminates"]]
             if b.get("control") and b["control"]["verdict"] != GENERALIZES:
-                discriminates += f"; its control {b['control']['task']} {b['control']['verdict']}: not counted"
+                discriminates += f"; {control_text(b['control'])}: not counted"
             agreement = {None: "-", True: "yes", False: "NO"}[b["agrees"]]
             lines.append(
                 f"| {row['task']} | {row['predicted']} | {len(row['seeds_run'])} | {fit} | {b['lo']}-{b['hi']} "
@@ -404,6 +492,6 @@ def protocol_markdown(protocol: Protocol, rows: list[dict]) -> str:
         f"\nAt the last bin: {agreeing} of {counted} counted verdicts agree "
         f"with the prediction ({decided} tasks with a "
         "generalizes/fails verdict; a task predicted not to generalize is counted only where its bin "
-        "discriminates and, where its control ran, the control generalizes).\n"
+        "discriminates and its control, at the same depth, generalizes there).\n"
     )
     return "\n".join(lines) + "\n"

@@ -6,18 +6,24 @@ hand.
 
 Each test-bin cell: the task's verdict, how many fitted seeds passed, the range of their
 accuracies, and a mark for agreement with the prediction; a bin that cannot discriminate (a
-bounded program exact on the training lengths passes it), or where the task's control (its
-"first" twin) does not generalize, is shown as "not counted". The headline table sets the current
-recipe's runs side by side, one row per task and sampler, one column per position encoding.
+bounded program exact on the training lengths passes it), or where the task's control
+(crasplab.results.protocol.CONTROLS, at the same depth) does not generalize or did not run, is
+shown as "not counted". The headline table sets the current recipe's runs side by side, one row
+per task, sampler and depth, one column per position encoding, with the controls applied across
+runs; below it, what the count holds, the scale, and the paper's numbers beside the lab's.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+from collections import defaultdict
 from pathlib import Path
 
-from crasplab.results.protocol import recipe_text
-from crasplab.results.verdicts import TOO_FEW
+from crasplab.results.length_gen import task_layers
+from crasplab.results.protocol import apply_controls, control_text, counted_agreement, recipe_text
+from crasplab.results.verdicts import GENERALIZES, TOO_FEW
+from crasplab.train.config import PRESETS
 
 HERE = Path(__file__).resolve().parent
 # The current recipe's runs (the README's tables and its headline table), and the runs of the
@@ -36,6 +42,7 @@ CURRENT_RUNS = (
     "protocol-clip-nope",
     "protocol-clip-nope-last",
     "protocol-clip-nope-spread",
+    "protocol-clip-nope-copying",
 )
 EARLIER_RUNS = (
     "protocol16k-ape-unique",
@@ -54,6 +61,32 @@ RUNS = CURRENT_RUNS + EARLIER_RUNS
 # The headline's rows: the paper's sampler first, each in the task library's order.
 TASK_ORDER = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
 ENCODINGS = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}
+PROTOCOL_PRESET = PRESETS["protocol"]
+
+# The retrieval/copying paper's from-scratch numbers as the lab's spec records them (read from the
+# figure-data files of lacoco-lab/always_a_transformer), set beside the lab's by paper_table. None
+# is measured here, and none is added that the spec does not give (it has no NoPE numbers for these tasks).
+# Trained on inputs of 1-50 with 4 layers x 4 heads x d_model 256, lr 1e-4, up to 30k steps, seeds 0-2.
+PAPER_SCALE = (
+    "inputs of 1-50, 4 layers x 4 heads x d_model 256, test bins 51-100 and 101-150 (to 3x), 2000 strings a bin"
+)
+PAPER_BINS = ("51-100", "101-150")
+# task -> encoding -> accuracy at 51-100 and 101-150, from the figure data (mean of the seeds the
+# figure shows; for NLLast and NRLast under APE one seed of three, see THREE_SEED_MEANS).
+PAPER_FIGURE = {
+    "UF": {"ape": (0.99, 0.97), "rope": (0.99, 0.99)},
+    "UB": {"ape": (0.99, 0.97), "rope": (0.99, 0.99)},
+    "NF": {"ape": (0.47, 0.13), "rope": (0.13, 0.0)},
+    "NB": {"ape": (0.27, 0.05), "rope": (0.05, 0.0)},
+    "UR": {"ape": (0.99, 0.99), "rope": (1.0, 1.0)},
+    "UL": {"ape": (0.99, 0.99), "rope": (1.0, 1.0)},
+    "NRFirst": {"ape": (1.0, 1.0), "rope": (1.0, 1.0)},
+    "NLFirst": {"ape": (1.0, 0.99), "rope": (1.0, 0.99)},
+    "NRLast": {"ape": (0.86, 0.47), "rope": (0.45, 0.34)},
+    "NLLast": {"ape": (0.77, 0.47), "rope": (0.32, 0.34)},
+}
+# Where the figure shows one seed: the three seeds' means (APE).
+PAPER_THREE_SEED_MEANS = {"NLLast": {"ape": (0.71, 0.41)}, "NRLast": {"ape": (0.85, 0.48)}}
 
 
 MARKS = {True: " ✓", False: " ✗", None: ""}
@@ -62,11 +95,10 @@ MARKS = {True: " ✓", False: " ✗", None: ""}
 def not_counted_reason(b: dict) -> str | None:
     """Why a bin's verdict does not count for or against the prediction, or None where it does."""
     control = b.get("control")
-    if b["discriminates"] is False:
-        return "a bounded program passes"
-    if control and control["verdict"] != "generalizes":
-        return f"its control {control['task']} {control['verdict']}"
-    return None
+    reasons = ["a bounded program passes"] if b["discriminates"] is False else []
+    if control and control["verdict"] != GENERALIZES:
+        reasons.append(control_text(control))
+    return "; ".join(reasons) or None
 
 
 def bin_cell(b: dict, row: dict) -> str:
@@ -82,16 +114,30 @@ def bin_cell(b: dict, row: dict) -> str:
     return f"{b['verdict']}{MARKS[b['agrees']]} ({passing} of {len(seeds)} pass, {spread}{counted})"
 
 
+def model_width(config: dict) -> str:
+    """The model settings a recipe fixes for every task (all but the depth, which a task may change
+    and each row states): a table is comparable only with tables of the same width."""
+    model = config["model"]
+    changed = {name for changes in config.get("model_overrides", {}).values() for name in changes} - {"n_layers"}
+    if changed:
+        raise ValueError(f"tasks of a protocol run change {sorted(changed)} of the model: not one recipe")
+    return (
+        f"{model['n_heads']} heads x d_model {model['d_model']} (d_ff {model['d_ff'] or 4 * model['d_model']}, "
+        f"{model.get('dtype', 'float32')})"
+    )
+
+
 def recipe_line(config: dict) -> str:
     """The recipe the run trained under, from its config.json: the part that differs between the
-    protocol's recipes (a table is only comparable with tables of the same recipe)."""
+    protocol's recipes (a table is only comparable with tables of the same recipe), training
+    settings and the model's width."""
     # max_positions follows each task's longest test string; every other setting is the recipe's
     trains = [{k: v for k, v in t.items() if k != "max_positions"} for t in config["train"].values()]
     if any(t != trains[0] for t in trains):
         raise ValueError("the tasks of a protocol run trained under different settings: not one recipe")
     seeds = config["seeds"]
     train = trains[0]
-    return f"Recipe: {recipe_text(train)}; seeds {seeds[0]}-{seeds[-1]}."
+    return f"Recipe: {recipe_text(train)}; models of {model_width(config)}; seeds {seeds[0]}-{seeds[-1]}."
 
 
 def test_bins(summary: dict) -> list[str]:
@@ -118,15 +164,14 @@ def table(summary: dict, config: dict) -> str:
     lines = [
         recipe_line(config),
         "",
-        "| task | predicted | fitted of seeds run | " + " | ".join(bins) + " |",
-        "|---|---|---|" + "---|" * len(bins),
+        "| task | layers | predicted | fitted of seeds run | " + " | ".join(bins) + " |",
+        "|---|---|---|---|" + "---|" * len(bins),
     ]
     for row in rows:
         cells = [bin_cell(b, row) for b in row["bins"]] or [too_few(row)] * len(bins)
         lines.append(
-            f"| {row['task']} | {row['predicted']} | {len(row['fitted'])} of {len(row['seeds_run'])} | "
-            + " | ".join(cells)
-            + " |"
+            f"| {row['task']} | {task_layers(config, row['task'])} | {row['predicted']} | "
+            f"{len(row['fitted'])} of {len(row['seeds_run'])} | " + " | ".join(cells) + " |"
         )
     return "\n".join(lines)
 
@@ -144,58 +189,176 @@ def sampler_of(config: dict, task: str) -> str:
 
 
 def verdict_word(b: dict) -> str:
-    """A bin's verdict in a few words: its agreement mark, or that it is not counted."""
-    return f"{b['verdict']} (not counted)" if not_counted_reason(b) else b["verdict"] + MARKS[b["agrees"]]
+    """A bin's verdict in a few words: its agreement mark (and the control it counted on), or why
+    it is not counted."""
+    reason = not_counted_reason(b)
+    if reason:
+        return f"{b['verdict']} (not counted: {reason})"
+    control = b.get("control")
+    counted_on = f" (control {control['task']} generalizes)" if control else ""
+    return b["verdict"] + MARKS[b["agrees"]] + counted_on
+
+
+def headline_cells(runs: dict[str, tuple[dict, dict]]) -> dict[str, dict[tuple, dict]]:
+    """encoding -> (task, layers, sampler) -> its row, with each bin's agreement counted afresh:
+    the discrimination check as the run's summary holds it, and the control (CONTROLS) of the
+    same encoding, depth and sampler, from whichever run holds it."""
+    cells = defaultdict(dict)
+    for summary, config in runs.values():
+        for row in summary["protocol"]["rows"]:
+            key = (row["task"], task_layers(config, row["task"]), sampler_of(config, row["task"]))
+            if key in cells[summary["pe"]]:
+                raise ValueError(
+                    f"{key[0]} at {key[1]} layers on the {key[2]} sampler under {summary['pe']} is in two runs"
+                )
+            row = copy.deepcopy(row)
+            for b in row["bins"]:
+                b.pop("control", None)
+                b["agrees"] = counted_agreement(row["generalizes"], b["verdict"], b["discriminates"])
+            row["layers"] = key[1]
+            cells[summary["pe"]][key] = row
+    for by_key in cells.values():
+        apply_controls(by_key)
+    return cells
+
+
+def _cell(row: dict) -> str:
+    # a row without a verdict reads alike whether none or too few of its seeds fit
+    has_verdict = row["bins"] and row["bins"][0]["verdict"] != TOO_FEW
+    verdicts = [verdict_word(b) for b in row["bins"]] if has_verdict else [too_few(row)]
+    return f"{len(row['fitted'])} of {len(row['seeds_run'])} fit; " + " / ".join(verdicts)
 
 
 def headline(runs: dict[str, tuple[dict, dict]]) -> str:
-    """One table of the given runs, which must share one recipe: per task and sampler, each
-    encoding's fitted seeds and verdict at each test bin, and per encoding the counted verdicts
-    that agree with the prediction."""
+    """One table of the given runs, which must share one recipe (training settings and model
+    width): per task, sampler and depth, each encoding's fitted seeds and verdict at each test
+    bin, then what is counted per encoding (count_lines) and the scale (scale_line)."""
     recipes = {recipe_line(config) for _, config in runs.values()}
     if len(recipes) != 1:
         raise ValueError(f"the headline sets side by side runs of one recipe; these have {len(recipes)}")
-    cells, predicted, bins, counts = {}, {}, {}, {pe: [0, 0] for pe in ENCODINGS}
+    cells = headline_cells(runs)
+    bins = {}
     for summary, config in runs.values():
-        pe = summary["pe"]
         for row in summary["protocol"]["rows"]:
-            key = (row["task"], sampler_of(config, row["task"]))
-            if (key, pe) in cells:
-                raise ValueError(f"{key[0]} on the {key[1]} sampler under {pe} is in two runs")
-            predicted[key, pe] = row["predicted"]
-            # a row without a verdict reads alike whether none or too few of its seeds fit
-            has_verdict = row["bins"] and row["bins"][0]["verdict"] != TOO_FEW
-            verdicts = [verdict_word(b) for b in row["bins"]] if has_verdict else [too_few(row)]
-            cells[key, pe] = f"{len(row['fitted'])} of {len(row['seeds_run'])} fit; " + " / ".join(verdicts)
+            key = (row["task"], task_layers(config, row["task"]), sampler_of(config, row["task"]))
             bins.setdefault(key, " / ".join(test_bins(summary)))
-            for b in row["bins"]:
-                if b["agrees"] is not None and not_counted_reason(b) is None:
-                    counts[pe][0] += b["agrees"]
-                    counts[pe][1] += 1
-    keys = sorted(bins, key=lambda key: (key[1] != "paper's", TASK_ORDER.index(key[0])))
+    keys = sorted(bins, key=lambda key: (key[2] != "paper's", TASK_ORDER.index(key[0]), key[1]))
     lines = [
         next(iter(recipes)),
         "",
-        "| task | sampler | test bins | APE predicted | APE | RoPE | NoPE predicted | NoPE |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | layers | sampler | test bins | APE predicted | APE | RoPE | NoPE predicted | NoPE |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for key in keys:
-        ape_predicted = predicted.get((key, "ape")) or predicted.get((key, "rope"), "").replace(" (no theorem)", "")
+        predicted = {pe: cells[pe][key]["predicted"] for pe in ENCODINGS if key in cells[pe]}
+        ape_predicted = predicted.get("ape") or predicted.get("rope", "").replace(" (no theorem)", "")
+        shown = [_cell(cells[pe][key]) if key in cells[pe] else "not run" for pe in ENCODINGS]
         lines.append(
-            f"| {key[0]} | {key[1]} | {bins[key]} | {ape_predicted} | "
-            + " | ".join(
-                [cells.get((key, "ape"), "not run"), cells.get((key, "rope"), "not run")]
-                + [predicted.get((key, "nope"), "·"), cells.get((key, "nope"), "not run")]
-            )
-            + " |"
+            f"| {key[0]} | {key[1]} | {key[2]} | {bins[key]} | {ape_predicted} | {shown[0]} | {shown[1]} | "
+            f"{predicted.get('nope', '·')} | {shown[2]} |"
         )
-    agreeing = "; ".join(f"{ENCODINGS[pe]} {agree} of {judged}" for pe, (agree, judged) in counts.items())
-    lines += ["", f"Counted verdicts that agree with the prediction: {agreeing}."]
+    return "\n".join(lines + [""] + count_lines(cells) + ["", scale_line(runs)])
+
+
+def count_lines(cells: dict[str, dict[tuple, dict]]) -> list[str]:
+    """The count per encoding, then what it holds: the counted verdicts by kind of prediction, and
+    for the predictions "does not generalize", each bin left out and why."""
+    counts, kinds, left_out = [], [], []
+    for pe, name in ENCODINGS.items():
+        counted = defaultdict(list)  # prediction's label -> tasks with a counted bin
+        reasons = defaultdict(list)  # why a "no" bin is not counted -> "task (sampler, layers) bin"
+        agree = judged = 0
+        for (task, layers, sampler), row in sorted(cells.get(pe, {}).items()):
+            for b in row["bins"]:
+                where = f"{task} {b['lo']}-{b['hi']}" + (f" ({sampler})" if sampler != "paper's" else "")
+                if b["agrees"] is not None:
+                    agree, judged = agree + b["agrees"], judged + 1
+                    counted[row["generalizes"]].append(where)
+                elif row["generalizes"] is False and b["verdict"] != TOO_FEW and not_counted_reason(b):
+                    reasons[not_counted_reason(b)].append(where)
+        counts.append(f"{name} {agree} of {judged}")
+        yes, no = counted[True], counted[False]
+        kinds.append(
+            f'{name}: {len(yes)} of a prediction "generalizes"; '
+            + (
+                f'{len(no)} of a prediction "does not generalize" ({", ".join(no)})'
+                if no
+                else 'no prediction "does not generalize" is counted'
+            )
+        )
+        if reasons:
+            left_out.append(f"{name}: " + "; ".join(f"{', '.join(where)}: {why}" for why, where in reasons.items()))
+    return [
+        f"Counted verdicts that agree with the prediction: {'; '.join(counts)}.",
+        "",
+        "What the count holds, per encoding, by the prediction's kind: " + ". ".join(kinds) + ".",
+        "",
+        'Verdicts on a prediction "does not generalize" that are not counted, and why: '
+        + (". ".join(left_out) or "none")
+        + ".",
+    ]
+
+
+def scale_line(runs: dict[str, tuple[dict, dict]]) -> str:
+    """The lab's scale, from the runs' configs, beside the paper's (PAPER_SCALE)."""
+    lengths, depths, bins = set(), set(), set()
+    for summary, config in runs.values():
+        for task in config["tasks"]:
+            lo, hi = config["train"][task]["train_lengths"]
+            lengths.add(f"{lo}-{hi}")
+            depths.add(task_layers(config, task))
+            bins.add(" and ".join(test_bins(summary)))
+    width = {model_width(config) for _, config in runs.values()}
+    deeper = sorted({task for _, config in runs.values() for task in config.get("model_overrides", {})})
+    return (
+        f"Scale: trained on input lengths {', '.join(sorted(lengths))}; models of "
+        f"{' or '.join(map(str, sorted(depths)))} layers x {' / '.join(sorted(width))}"
+        + (f" ({', '.join(deeper)} at {max(depths)} layers)" if deeper else "")
+        + f"; test bins {'; '.join(sorted(bins))}. The paper: {PAPER_SCALE}."
+    )
+
+
+def _accuracies(row: dict) -> str:
+    """A row's fitted seeds at each test bin: mean (min-max), the mean only to set beside the
+    paper's means (no verdict is made from it)."""
+    parts = []
+    for b in row["bins"]:
+        values = [s["correct"] / s["total"] for s in b["seeds"]]
+        parts.append(f"{sum(values) / len(values):.2f} ({min(values):.2f}-{max(values):.2f})")
+    return " / ".join(parts) or "no fitted seed"
+
+
+def paper_table(runs: dict[str, tuple[dict, dict]]) -> str:
+    """The paper's figure numbers beside the lab's on the paper's sampler (each task at the depth
+    the preset trains it), per encoding, with each scale stated in the header."""
+    cells = headline_cells(runs)
+    header_bins = " / ".join(PAPER_BINS)
+    lines = [
+        f"| task | paper APE {header_bins} | lab APE | paper RoPE {header_bins} | lab RoPE | lab NoPE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for task in PAPER_FIGURE:
+        key = (task, preset_depth(task), "paper's")
+        rows = {pe: by_key[key] for pe, by_key in cells.items() if key in by_key}
+        lab = {pe: _accuracies(rows[pe]) if pe in rows else "not run" for pe in ENCODINGS}
+        paper = {}
+        for pe in ("ape", "rope"):
+            figure = " / ".join(f"{a:.2f}" for a in PAPER_FIGURE[task][pe])
+            means = PAPER_THREE_SEED_MEANS.get(task, {}).get(pe)
+            paper[pe] = figure + (f" (one seed; three seeds: {' / '.join(f'{a:.2f}' for a in means)})" if means else "")
+        lines.append(f"| {task} | {paper['ape']} | {lab['ape']} | {paper['rope']} | {lab['rope']} | {lab['nope']} |")
     return "\n".join(lines)
 
 
+def preset_depth(task: str) -> int:
+    """The depth the protocol preset trains a task at (NB deeper than the rest)."""
+    return PROTOCOL_PRESET.model_changes_for(task).get("n_layers", PROTOCOL_PRESET.model.n_layers)
+
+
 def main() -> None:
-    print(f"headline:\n\n{headline(committed_runs(CURRENT_RUNS))}\n")
+    current = committed_runs(CURRENT_RUNS)
+    print(f"headline:\n\n{headline(current)}\n")
+    print(f"the paper beside the lab:\n\n{paper_table(current)}\n")
     for run, (summary, config) in committed_runs().items():
         print(f"{run}:\n\n{table(summary, config)}\n")
 
