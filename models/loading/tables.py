@@ -159,6 +159,75 @@ GGUF_LLAMA = Architecture(
 )
 
 
+# --- GGUF, architecture "gemma3" (Gemma 3 text models) -------------------------------------------
+
+# llama.cpp's hyperparameters of every Gemma 3, which its GGUF files do not carry (llama-model.cpp):
+# every 6th block attends globally, the others through the window, rotating with base 10000.
+GEMMA3_GLOBAL_EVERY = 6
+GEMMA3_LOCAL_ROPE_BASE = 10000.0
+
+
+def minus_one(array: np.ndarray, config: ModelConfig) -> np.ndarray:
+    # llama.cpp's converter stores Gemma's norm weights plus one (its RMSNorm multiplies by the
+    # weight); the gemma3 block multiplies by (1 + scale), as Hugging Face's does.
+    return array - 1
+
+
+def _gguf_gemma3_config(metadata: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
+    def size(name: str, default: Any = _REQUIRED) -> int:
+        return _size(metadata, f"gemma3.{name}", where, default)
+
+    def real(name: str, default: Any = _REQUIRED) -> float:
+        return _real(metadata, f"gemma3.{name}", where, default)
+
+    if real("rope.scaling.factor", 1.0) != 1.0:
+        raise UnsupportedModelError(
+            where, "RoPE scaling (gemma3.rope.scaling.*, Gemma 3 4B and larger) is not supported"
+        )
+    n_heads = size("attention.head_count")
+    head_dim = size("attention.key_length")
+    if size("attention.value_length", head_dim) != head_dim:
+        raise UnsupportedModelError(where, "gemma3.attention.value_length differs from key_length; expected equal")
+    return ModelConfig(
+        vocab_size=len(metadata.get("tokenizer.ggml.tokens", ())) or size("vocab_size"),
+        d_model=size("embedding_length"),
+        n_layers=size("block_count"),
+        n_heads=n_heads,
+        n_kv_heads=size("attention.head_count_kv", n_heads),
+        d_ff=size("feed_forward_length"),
+        d_head=head_dim,
+        block="gemma3",
+        position="rope",
+        max_positions=size("context_length", 32768),
+        rope_base=real("rope.freq_base", 1000000.0),
+        sliding_window=size("attention.sliding_window"),
+        global_every=GEMMA3_GLOBAL_EVERY,
+        rope_local_base=GEMMA3_LOCAL_ROPE_BASE,
+        norm_eps=real("attention.layer_norm_rms_epsilon"),
+        tie_embeddings="output.weight" not in tensor_names,
+    )
+
+
+GGUF_GEMMA3 = Architecture(
+    name="gemma3",
+    config=_gguf_gemma3_config,
+    # Gemma rotates in the rotate_half layout and llama.cpp keeps it (NEOX rope): no row permutation.
+    rules=(
+        Rule(r"token_embd\.weight", ("embed.embedding",)),
+        Rule(r"output_norm\.weight", ("final_norm.scale",), (minus_one,)),
+        Rule(r"output\.weight", ("lm_head.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"attn_norm\.weight", ("layers.{layer}.attn_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"post_attention_norm\.weight", ("layers.{layer}.post_attn_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"ffn_norm\.weight", ("layers.{layer}.mlp_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"post_ffw_norm\.weight", ("layers.{layer}.post_mlp_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"attn_(?P<p>[qk])_norm\.weight", ("layers.{layer}.attn.{p}_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"attn_(?P<p>[qkv])\.weight", ("layers.{layer}.attn.{p}.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"attn_output\.weight", ("layers.{layer}.attn.o.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"ffn_(?P<p>gate|up|down)\.weight", ("layers.{layer}.mlp.{p}.kernel",), (transpose,)),
+    ),
+)
+
+
 # --- Hugging Face config.json + safetensors: llama, qwen2, gpt2 ----------------------------------
 
 
@@ -289,5 +358,5 @@ HF_GPT2 = Architecture(
     ),
 )
 
-GGUF_ARCHITECTURES = {"llama": GGUF_LLAMA}
+GGUF_ARCHITECTURES = {"llama": GGUF_LLAMA, "gemma3": GGUF_GEMMA3}
 HF_ARCHITECTURES = {"llama": HF_LLAMA, "qwen2": HF_QWEN2, "gpt2": HF_GPT2}
