@@ -329,9 +329,12 @@ class Transformer(nnx.Module):
         interventions: Interventions | None = None,
         return_attention: bool = False,
         return_head_outputs: bool = False,
+        last_logits_only: bool = False,
     ) -> ModelOutput:
-        """Logits for every position. positions default to the slot numbers (0..T-1, or
-        cache.index.. when decoding); mask_BxT (True: real token) defaults to all True."""
+        """Logits for every position (only the last: logits_BxTxV with T = 1, when
+        last_logits_only, which spares a large vocabulary's output matrix all but one row per
+        sequence). positions default to the slot numbers (0..T-1, or cache.index.. when
+        decoding); mask_BxT (True: real token) defaults to all True."""
         if positions_BxT is None:
             start = 0 if cache is None else cache.index
             positions_BxT = jnp.broadcast_to(start + jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
@@ -343,6 +346,7 @@ class Transformer(nnx.Module):
             interventions=interventions,
             return_attention=return_attention,
             return_head_outputs=return_head_outputs,
+            last_logits_only=last_logits_only,
         )
 
     def forward_embeddings(
@@ -355,6 +359,7 @@ class Transformer(nnx.Module):
         interventions: Interventions | None = None,
         return_attention: bool = False,
         return_head_outputs: bool = False,
+        last_logits_only: bool = False,
     ) -> ModelOutput:
         """The model after the embedding lookup (used for gradients with respect to embeddings)."""
         B, T, _ = x_BxTxD.shape
@@ -398,7 +403,7 @@ class Transformer(nnx.Module):
             all_keys.append(keys)
             all_values.append(values)
 
-        x_BxTxD = self.final_norm(x_BxTxD)
+        x_BxTxD = self.final_norm(x_BxTxD[:, -1:] if last_logits_only else x_BxTxD)
         logits_BxTxV = self.embed.attend(x_BxTxD) if self.config.tie_embeddings else self.lm_head(x_BxTxD)
         new_cache = (
             None
