@@ -146,8 +146,9 @@ def settings_from(args: argparse.Namespace) -> PretrainedSettings:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.compare:
-        print(families_markdown([summarize(folder) for folder in args.compare]))
+    compare = vars(args).pop("compare")  # where to read, not a setting of a run
+    if compare:
+        print(families_markdown([summarize(folder) for folder in compare]))
         return
     arguments.run_from_flags(args, settings_from, default_out, run, Report(write_report, report_markdown))
 
