@@ -36,7 +36,7 @@ from crasplab.incontext.memory import check_batch_memory, check_prompt_count, de
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
-from crasplab.results.in_context import report_markdown, write_report
+from crasplab.results.in_context import families_markdown, report_markdown, summarize, write_report
 from crasplab.results.run_folder import RESULTS_FILE
 from crasplab.train.allocator import restart_with_huge_page_blocks
 
@@ -130,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     arguments.add_dtype_flag(parser, DEFAULTS.dtype, DTYPES)
     arguments.add_flags_of(parser, DEFAULTS, DEMONSTRATION_FLAGS)
     arguments.add_run_folder_flags(parser, "runs/pretrained/<model name>")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="print the pooled gaps of these run folders side by side with the paper's pattern, and stop",
+    )
     return parser
 
 
@@ -139,6 +146,10 @@ def settings_from(args: argparse.Namespace) -> PretrainedSettings:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    compare = vars(args).pop("compare")  # where to read, not a setting of a run
+    if compare:
+        print(families_markdown([summarize(folder) for folder in compare]))
+        return
     arguments.run_from_flags(args, settings_from, default_out, run, Report(write_report, report_markdown))
 
 

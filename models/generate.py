@@ -120,7 +120,12 @@ def _greedy(
 
     if use_cache:
         first = model(
-            tokens_BxT, positions_BxT, mask_BxT, cache=model.init_cache(B, length), interventions=interventions
+            tokens_BxT,
+            positions_BxT,
+            mask_BxT,
+            cache=model.init_cache(B, length),
+            interventions=interventions,
+            last_logits_only=True,
         )
         logits_BxV, context = first.logits_BxTxV[:, -1], first.cache
 

@@ -40,10 +40,10 @@ def apply_rope(x_BxTxHxK: jax.Array, positions_BxT: jax.Array, base: float, rota
     return jnp.concatenate([rotated.astype(x_BxTxHxK.dtype), x_BxTxHxK[..., rotary_dim:]], axis=-1)
 
 
-def _rotate_queries_and_keys(q_BxTxHxK, k_BxTxNxK, positions_BxT, config: ModelConfig):
+def _rotate_queries_and_keys(q_BxTxHxK, k_BxTxNxK, positions_BxT, config: ModelConfig, base: float):
     return (
-        apply_rope(q_BxTxHxK, positions_BxT, config.rope_base, config.rotary_dim),
-        apply_rope(k_BxTxNxK, positions_BxT, config.rope_base, config.rotary_dim),
+        apply_rope(q_BxTxHxK, positions_BxT, base, config.rotary_dim),
+        apply_rope(k_BxTxNxK, positions_BxT, base, config.rotary_dim),
     )
 
 
@@ -70,7 +70,8 @@ def _alibi_bias(query_positions_BxT, key_positions_BxS, config: ModelConfig):
 class PositionScheme:
     code: str  # ModelConfig.position; the same codes as crasp.position_encodings
     learned_table: bool = False
-    # (q_BxTxHxK, k_BxTxNxK, positions_BxT, config) -> (q, k), applied in every layer
+    # (q_BxTxHxK, k_BxTxNxK, positions_BxT, config, base) -> (q, k), applied in every layer with
+    # that layer's base (config.layer_rope_base)
     rotate: Callable | None = None
     # (query_positions_BxT, key_positions_BxS, config) -> float32 bias_BxHxTxS, computed once per call
     score_bias: Callable | None = None

@@ -1,4 +1,4 @@
-"""A decoder-only transformer in Flax NNX: GPT-2 or Llama blocks; the position encodings of
+"""A decoder-only transformer in Flax NNX: GPT-2, Llama or Gemma 3 blocks; the position encodings of
 models.positions (APE, RoPE, NoPE, ALiBi), applied as their table entry says.
 
 One code path serves training, evaluation and KV-cache decoding: positions and the padding mask
@@ -77,7 +77,24 @@ class LayerNorm(nnx.LayerNorm):
         return (normalized_BxTxD * self.scale[...] + self.bias[...]).astype(self.dtype or x32_BxTxD.dtype)
 
 
+class OffsetRMSNorm(nnx.Module):
+    """Gemma's RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + scale), statistics in float32 at least
+    (as Hugging Face's Gemma3RMSNorm); the scale starts at zero, so the norm starts as a plain one."""
+
+    def __init__(self, width: int, config: ModelConfig):
+        self.scale = nnx.Param(jnp.zeros((width,), jnp.float32))
+        self.epsilon, self.dtype = config.norm_eps, config.compute_dtype
+
+    def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
+        x32_BxTxD = x_BxTxD.astype(jnp.promote_types(x_BxTxD.dtype, jnp.float32))
+        mean_square_BxTx1 = (x32_BxTxD * x32_BxTxD).mean(-1, keepdims=True)
+        normalized_BxTxD = x32_BxTxD * jax.lax.rsqrt(mean_square_BxTx1 + self.epsilon)
+        return (normalized_BxTxD * (1 + self.scale[...])).astype(self.dtype)
+
+
 def _norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+    if config.block == "gemma3":
+        return OffsetRMSNorm(config.d_model, config)
     if config.block == "gpt2":
         return LayerNorm(
             config.d_model,
@@ -97,8 +114,10 @@ def _residual_std(config: ModelConfig) -> float:
 
 
 class Attention(nnx.Module):
-    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs, layer: int):
         self.config = config
+        self.rope_base = config.layer_rope_base(layer)
+        self.windowed = config.windowed_layer(layer)
         q_width, kv_width = config.n_heads * config.head_dim, config.kv_heads * config.head_dim
         qkv_bias = config.block == "gpt2" or config.qkv_bias
         std = config.init_std
@@ -106,6 +125,10 @@ class Attention(nnx.Module):
         self.k = _dense(config, rngs, config.d_model, kv_width, qkv_bias, std)
         self.v = _dense(config, rngs, config.d_model, kv_width, qkv_bias, std)
         self.o = _dense(config, rngs, q_width, config.d_model, config.block == "gpt2", _residual_std(config))
+        self.normed_queries_and_keys = config.block == "gemma3"
+        if self.normed_queries_and_keys:
+            self.q_norm = OffsetRMSNorm(config.head_dim, config)
+            self.k_norm = OffsetRMSNorm(config.head_dim, config)
 
     def _project_qkv(self, x_BxTxD):
         """Queries, keys and values from one matrix product with the three kernels side by side:
@@ -133,8 +156,10 @@ class Attention(nnx.Module):
         B, T, _ = x_BxTxD.shape
         H, N, K = c.n_heads, c.kv_heads, c.head_dim
         q_BxTxHxK, k_BxTxNxK, v_BxTxNxK = self._project_qkv(x_BxTxD)
+        if self.normed_queries_and_keys:
+            q_BxTxHxK, k_BxTxNxK = self.q_norm(q_BxTxHxK), self.k_norm(k_BxTxNxK)
         if c.position_scheme.rotate is not None:
-            q_BxTxHxK, k_BxTxNxK = c.position_scheme.rotate(q_BxTxHxK, k_BxTxNxK, positions_BxT, c)
+            q_BxTxHxK, k_BxTxNxK = c.position_scheme.rotate(q_BxTxHxK, k_BxTxNxK, positions_BxT, c, self.rope_base)
         if cache_kv is None:
             keys_BxSxNxK, values_BxSxNxK = k_BxTxNxK, v_BxTxNxK
         else:
@@ -183,31 +208,46 @@ class GeluMLP(nnx.Module):
         return self.proj(jax.nn.gelu(self.fc(x_BxTxD), approximate=True))  # GPT-2's "gelu_new"
 
 
-class SwiGLU(nnx.Module):
+class GatedMLP(nnx.Module):
+    """down(activation(gate(x)) * up(x)): SwiGLU (Llama) or, with tanh GELU, GeGLU (Gemma 3)."""
+
     def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
         self.gate = _dense(config, rngs, config.d_model, config.d_ff, False, config.init_std)
         self.up = _dense(config, rngs, config.d_model, config.d_ff, False, config.init_std)
         self.down = _dense(config, rngs, config.d_ff, config.d_model, False, _residual_std(config))
+        self.geglu = config.block == "gemma3"
 
     def __call__(self, x_BxTxD):
-        return self.down(jax.nn.silu(self.gate(x_BxTxD)) * self.up(x_BxTxD))
+        gate_BxTxF = self.gate(x_BxTxD)
+        activated_BxTxF = jax.nn.gelu(gate_BxTxF, approximate=True) if self.geglu else jax.nn.silu(gate_BxTxF)
+        return self.down(activated_BxTxF * self.up(x_BxTxD))
 
 
 class Block(nnx.Module):
-    """Pre-norm residual block: x + attn(attn_norm(x)), then + mlp(mlp_norm(.))."""
+    """Pre-norm residual block: x + attn(attn_norm(x)), then + mlp(mlp_norm(.)). Gemma 3 also
+    normalizes each branch's output before adding it (post_attn_norm, post_mlp_norm)."""
 
-    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs, layer: int):
         self.attn_norm = _norm(config, rngs)
-        self.attn = Attention(config, rngs)
+        self.attn = Attention(config, rngs, layer)
         self.mlp_norm = _norm(config, rngs)
-        self.mlp = GeluMLP(config, rngs) if config.block == "gpt2" else SwiGLU(config, rngs)
+        self.mlp = GeluMLP(config, rngs) if config.block == "gpt2" else GatedMLP(config, rngs)
+        self.normed_outputs = config.block == "gemma3"
+        if self.normed_outputs:
+            self.post_attn_norm = _norm(config, rngs)
+            self.post_mlp_norm = _norm(config, rngs)
 
     def __call__(self, x_BxTxD, positions_BxT, score_bias_BxHxTxS, interventions, cache_kv, cache_index):
         attended, weights, heads, kv = self.attn(
             self.attn_norm(x_BxTxD), positions_BxT, score_bias_BxHxTxS, interventions, cache_kv, cache_index
         )
+        if self.normed_outputs:
+            attended = self.post_attn_norm(attended)
         x_BxTxD = x_BxTxD + attended
-        return x_BxTxD + self.mlp(self.mlp_norm(x_BxTxD)), weights, heads, kv
+        transformed = self.mlp(self.mlp_norm(x_BxTxD))
+        if self.normed_outputs:
+            transformed = self.post_mlp_norm(transformed)
+        return x_BxTxD + transformed, weights, heads, kv
 
 
 def _check_indices(ids, limit: int, what: str, hint: str) -> None:
@@ -245,7 +285,7 @@ class Transformer(nnx.Module):
             self.pos_embed = nnx.Embed(
                 config.max_positions, config.d_model, param_dtype=jnp.float32, embedding_init=embed_init, rngs=rngs
             )
-        self.layers = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
+        self.layers = nnx.List([Block(config, rngs, layer) for layer in range(config.n_layers)])
         self.final_norm = _norm(config, rngs)
         if not config.tie_embeddings:
             self.lm_head = _dense(config, rngs, config.d_model, config.vocab_size, False, config.init_std)
@@ -266,6 +306,8 @@ class Transformer(nnx.Module):
         c = self.config
         _check_indices(tokens_BxT, c.vocab_size, "token id", "it must be a valid id of the vocabulary")
         x_BxTxD = _lookup(self.embed.embedding[...], tokens_BxT)
+        if c.block == "gemma3":
+            x_BxTxD = x_BxTxD * jnp.float32(math.sqrt(c.d_model))
         if c.position_scheme.learned_table:
             _check_indices(
                 positions_BxT,
@@ -287,9 +329,12 @@ class Transformer(nnx.Module):
         interventions: Interventions | None = None,
         return_attention: bool = False,
         return_head_outputs: bool = False,
+        last_logits_only: bool = False,
     ) -> ModelOutput:
-        """Logits for every position. positions default to the slot numbers (0..T-1, or
-        cache.index.. when decoding); mask_BxT (True: real token) defaults to all True."""
+        """Logits for every position (only the last: logits_BxTxV with T = 1, when
+        last_logits_only, which spares a large vocabulary's output matrix all but one row per
+        sequence). positions default to the slot numbers (0..T-1, or cache.index.. when
+        decoding); mask_BxT (True: real token) defaults to all True."""
         if positions_BxT is None:
             start = 0 if cache is None else cache.index
             positions_BxT = jnp.broadcast_to(start + jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
@@ -301,6 +346,7 @@ class Transformer(nnx.Module):
             interventions=interventions,
             return_attention=return_attention,
             return_head_outputs=return_head_outputs,
+            last_logits_only=last_logits_only,
         )
 
     def forward_embeddings(
@@ -313,6 +359,7 @@ class Transformer(nnx.Module):
         interventions: Interventions | None = None,
         return_attention: bool = False,
         return_head_outputs: bool = False,
+        last_logits_only: bool = False,
     ) -> ModelOutput:
         """The model after the embedding lookup (used for gradients with respect to embeddings)."""
         B, T, _ = x_BxTxD.shape
@@ -338,19 +385,25 @@ class Transformer(nnx.Module):
             score_bias_BxHxTxS = score_bias_BxHxTxS + self.config.position_scheme.score_bias(
                 positions_BxT, key_positions_BxS, self.config
             )
+        windowed_bias_BxHxTxS = self._windowed_bias(score_bias_BxHxTxS, positions_BxT, key_positions_BxS)
 
         all_weights, all_heads, all_keys, all_values = [], [], [], []
         for layer_index, layer in enumerate(self.layers):
             cache_kv = None if cache is None else (cache.keys_BxSxNxK[layer_index], cache.values_BxSxNxK[layer_index])
             x_BxTxD, weights, heads, (keys, values) = layer(
-                x_BxTxD, positions_BxT, score_bias_BxHxTxS, interventions.for_layer(layer_index), cache_kv, first_slot
+                x_BxTxD,
+                positions_BxT,
+                windowed_bias_BxHxTxS if layer.attn.windowed else score_bias_BxHxTxS,
+                interventions.for_layer(layer_index),
+                cache_kv,
+                first_slot,
             )
             all_weights.append(weights)
             all_heads.append(heads)
             all_keys.append(keys)
             all_values.append(values)
 
-        x_BxTxD = self.final_norm(x_BxTxD)
+        x_BxTxD = self.final_norm(x_BxTxD[:, -1:] if last_logits_only else x_BxTxD)
         logits_BxTxV = self.embed.attend(x_BxTxD) if self.config.tie_embeddings else self.lm_head(x_BxTxD)
         new_cache = (
             None
@@ -363,3 +416,13 @@ class Transformer(nnx.Module):
             head_outputs_LxBxTxHxK=jnp.stack(all_heads) if return_head_outputs else None,
             cache=new_cache,
         )
+
+    def _windowed_bias(self, score_bias_BxHxTxS, query_positions_BxT, key_positions_BxS):
+        """The score bias of a windowed layer: also masks keys sliding_window or more positions
+        back. Positions, not cache slots, so left padding does not narrow the window (llama.cpp
+        counts positions too)."""
+        window = self.config.sliding_window
+        if window is None:
+            return None
+        distance_BxTxS = query_positions_BxT[:, :, None] - key_positions_BxS[:, None, :]
+        return jnp.where((distance_BxTxS < window)[:, None], score_bias_BxHxTxS, MASKED_LOGIT)

@@ -31,8 +31,9 @@ def write_gguf(
     hyper: dict | None = None,
     tokens: list[str] | None = None,
 ) -> Path:
-    """A GGUF file: `tensors` as numpy [out, in] arrays, each stored with its type from `types`
-    (default F32), llama hyperparameters from `hyper`, and a byte-level BPE tokenizer of `tokens`."""
+    """A GGUF file: `tensors` as numpy [out, in] arrays (or uint8 arrays of quantized blocks), each
+    stored with its type from `types` (default F32), `architecture` hyperparameters from `hyper`,
+    and a byte-level BPE tokenizer of `tokens`."""
     writer = GGUFWriter(str(path), architecture)
     for key, value in (hyper or {}).items():
         if isinstance(value, float):
@@ -50,6 +51,8 @@ def write_gguf(
         kind = (types or {}).get(name, GGMLQuantizationType.F32)
         if kind == GGMLQuantizationType.F32:
             writer.add_tensor(name, array.astype(np.float32))
+        elif array.dtype == np.uint8:  # blocks already quantized (gguf.quants cannot write K-quants)
+            writer.add_tensor(name, array, raw_dtype=kind)
         else:
             writer.add_tensor(name, quantize(array.astype(np.float32), kind), raw_dtype=kind)
     writer.write_header_to_file()
@@ -57,6 +60,16 @@ def write_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def with_config(model, **changes):
+    """The same weights in a models.Transformer whose config differs by `changes`."""
+    from flax import nnx
+
+    from crasplab.models.transformer import Transformer
+
+    config = model.config.replace(**changes)
+    return nnx.merge(nnx.graphdef(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))), nnx.state(model))
 
 
 def tiny_llama_tensors(rng, d=32, layers=1, vocab=len(BYTE_LEVEL_ALPHABET), ff=64):

@@ -90,16 +90,19 @@ def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path):
 
 def test_unsupported_gguf_architecture_names_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "m.gguf", {"w": np.zeros((2, 2))}, architecture="mamba")
-    with pytest.raises(UnsupportedModelError, match="unsupported architecture 'mamba'.*supported: \\['llama'\\]"):
+    with pytest.raises(
+        UnsupportedModelError, match="unsupported architecture 'mamba'.*supported: \\['gemma3', 'llama'\\]"
+    ):
         load_pretrained(path)
 
 
 def test_unsupported_tensor_type_names_the_supported_types(tmp_path):
-    tensors = tiny_llama_tensors(np.random.default_rng(0))
+    # IQ4_NL (an importance-matrix type, 18 bytes per 32 values), which gguf.quants cannot write: raw blocks.
+    tensors = tiny_llama_tensors(np.random.default_rng(0)) | {"blk.0.ffn_up.weight": np.zeros((64, 18), np.uint8)}
     path = write_gguf(
-        tmp_path / "m.gguf", tensors, types={"blk.0.ffn_up.weight": GGMLQuantizationType.Q5_0}, hyper=TINY_LLAMA_HYPER
+        tmp_path / "m.gguf", tensors, types={"blk.0.ffn_up.weight": GGMLQuantizationType.IQ4_NL}, hyper=TINY_LLAMA_HYPER
     )
-    with pytest.raises(UnsupportedModelError, match="'blk.0.ffn_up.weight' has type Q5_0.*F32, F16, Q8_0, Q4_0, Q4_1"):
+    with pytest.raises(UnsupportedModelError, match="'blk.0.ffn_up.weight' has type IQ4_NL.*F32, F16, BF16, Q8_0"):
         load_pretrained(path)
 
 

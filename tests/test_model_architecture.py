@@ -41,7 +41,7 @@ def test_output_at_t_has_zero_gradient_wrt_later_inputs(style):
         assert np.all(np.abs(np.asarray(gradient_BxTxD[:, : t + 1])).sum(-1) > 0)
 
 
-@pytest.mark.parametrize("style", ["llama_rope_gqa", "llama_partial_rope", "gpt2_alibi"])
+@pytest.mark.parametrize("style", ["llama_rope_gqa", "llama_partial_rope", "gpt2_alibi", "gemma3_window"])
 def test_relative_encodings_unchanged_when_all_positions_shift(style):
     model = tiny_model(**STYLES[style])
     tokens_BxT = random_tokens((2, 6))
@@ -198,6 +198,7 @@ def test_published_parameter_counts_of_pretrained_shapes():
     assert parameter_count(PRESETS["smollm2_135m"]) == 134_515_008
     assert parameter_count(PRESETS["qwen2.5_0.5b"]) == 494_032_768
     assert parameter_count(PRESETS["gpt2_124m"]) == 124_439_808
+    assert parameter_count(PRESETS["gemma3_270m"]) == 268_098_176  # the tensors of its GGUF file
 
 
 def test_the_models_and_the_predictions_know_the_same_position_encodings():
@@ -255,3 +256,12 @@ def test_layer_norm_equals_flax_layer_norm_in_values_and_gradients(dtype):
         np.testing.assert_allclose(
             getattr(ours_param_grads, name)[...], getattr(theirs_param_grads, name)[...], **tolerance
         )
+
+
+def test_windowed_layers_attend_only_within_the_window_and_global_layers_beyond():
+    model = tiny_model(**STYLES["gemma3_window"])  # layer 0 windowed (3 positions), layer 1 global
+    weights_LxBxHxTxS = np.asarray(model(random_tokens((2, 8)), return_attention=True).attention_LxBxHxTxS)
+    distance_TxS = np.arange(8)[:, None] - np.arange(8)[None, :]
+    assert np.all(weights_LxBxHxTxS[0][..., distance_TxS >= 3] == 0)
+    assert np.all(weights_LxBxHxTxS[0][..., (distance_TxS >= 0) & (distance_TxS < 3)] > 0)
+    assert np.all(weights_LxBxHxTxS[1][..., distance_TxS >= 0] > 0)

@@ -16,7 +16,7 @@ def right_padded_prompts(pad_id=0):
     return np.where(np.arange(6) < PROMPT_LENGTHS[:, None], prompts_BxT, pad_id)
 
 
-@pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa", "gpt2_alibi"])
+@pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa", "gpt2_alibi", "gemma3_window"])
 def test_cached_logits_equal_full_forward_at_every_step_for_a_padded_batch(style):
     model = tiny_model(**STYLES[style])
     tokens_BxT, positions_BxT, mask_BxT = left_align(right_padded_prompts(), PROMPT_LENGTHS, pad_id=0)
@@ -51,7 +51,7 @@ def greedy_alone(model, prompt, max_new_tokens, eos_id):
     return sequence[len(prompt) :]
 
 
-@pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa", "gpt2_alibi"])
+@pytest.mark.parametrize("style", ["gpt2_ape", "llama_rope_gqa", "gpt2_alibi", "gemma3_window"])
 def test_generate_matches_each_prompt_decoded_alone_without_cache(style):
     model = tiny_model(**STYLES[style])
     prompts_BxT = right_padded_prompts(pad_id=0)

@@ -275,3 +275,16 @@ def test_report_only_on_a_folder_without_a_run_is_a_clear_error(tmp_path, config
     expected = "holds no run: it has no config.json" if config is None else "is not the settings of a run"
     with pytest.raises(SystemExit, match=f"^error: {re.escape(str(tmp_path))}.*{expected}"):
         pretrained.main(["--report-only", str(tmp_path)])
+
+
+def test_families_table_sets_runs_side_by_side_with_the_papers_pattern(tmp_path, capsys):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    _write_run(first, {"UR": 0.9, "UL": 0.3, "UF": 0.5, "UB": 0.5, "NF": 0.5})
+    _write_run(second, {"UR": 0.1, "UL": 0.8, "UF": 0.9, "UB": 0.1})
+    pretrained.main(["--compare", str(first), str(second)])
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in capsys.readouterr().out.splitlines() if " - " in line}
+    assert rows["UR - UL"][2].startswith("above 0") and "(above 0)" in rows["UR - UL"][3]
+    assert "(below 0)" in rows["UR - UL"][4]  # the second run opposes the paper's pattern
+    assert "(includes 0)" in rows["UF - UB"][3] and "(above 0)" in rows["UF - UB"][4]
+    assert rows["UF - NF"][2].startswith("near 0") and rows["UF - NF"][4].strip(" |") == "-"  # no NF run

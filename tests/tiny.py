@@ -23,6 +23,10 @@ STYLES = {
     "llama_partial_rope": dict(block="llama", position="rope", rope_dim=4),
     "gpt2_nope": dict(block="gpt2", position="nope"),
     "gpt2_alibi": dict(block="gpt2", position="alibi"),
+    # Gemma 3's block; layer 0 attends through a 3-position window, layer 1 (every 2nd) globally.
+    "gemma3_window": dict(
+        block="gemma3", position="rope", n_kv_heads=2, sliding_window=3, global_every=2, rope_local_base=50.0
+    ),
 }
 
 

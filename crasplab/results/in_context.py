@@ -161,6 +161,44 @@ def bias_statement(summary: dict) -> str:
     return f"{summary['model']} {verdict}."
 
 
+# What the paper reports for Llama-3 and Qwen2.5 about each gap (its section 4.1, in words: it gives
+# the pattern, not these gaps as numbers): right/forward above left/backward, unique above
+# non-unique, except that NF stays high although inexpressible.
+PAPER_PATTERN = {
+    "direction": "above 0 (right/forward beats left/backward)",
+    "uniqueness": "above 0 (unique beats non-unique)",
+}
+PAPER_EXCEPTIONS = {"UF - NF": "near 0 (NF stays high)"}
+
+
+def families_markdown(summaries: list[dict]) -> str:
+    """The pooled gaps of several runs (one column per model) beside the paper's pattern, and
+    whether each model's interval agrees with it (above 0), opposes it (below 0) or cannot tell."""
+    models = [summary["model"] for summary in summaries]
+    gaps = [{gap["name"]: gap for gap in summary["gaps"]} for summary in summaries]
+    lines = [
+        "| kind | gap | paper (Llama-3, Qwen2.5) | " + " | ".join(models) + " |",
+        "|---|---|---|" + "---|" * len(models),
+    ]
+    for kind, first, second in GAPS:
+        name = f"{first} - {second}"
+        paper = PAPER_EXCEPTIONS.get(name, PAPER_PATTERN[kind])
+        cells = [
+            f"{_interval(by_name[name]['gap'], by_name[name]['low'], by_name[name]['high'], signed=True)} "
+            f"({_side(by_name[name])})"
+            if name in by_name
+            else "-"
+            for by_name in gaps
+        ]
+        lines.append(f"| {kind} | {name} | {paper} | " + " | ".join(cells) + " |")
+    incomplete = [
+        f"{s['model']} ({s['evaluated']} of {s['planned']})" for s in summaries if s["evaluated"] < s["planned"]
+    ]
+    if incomplete:
+        lines.append(f"\nIncomplete runs, prompts evaluated: {', '.join(incomplete)}.")
+    return "\n".join(lines) + "\n"
+
+
 def report_markdown(summary: dict) -> str:
     lengths = summary["lengths"]
     by_cell = {(c["task"], c["length"]): c for c in summary["cells"]}

