@@ -64,6 +64,7 @@ from crasplab.results.verdicts import Protocol
 from crasplab.train.config import (
     PRESETS,
     PROTOCOL_PRESETS,
+    PROTOCOL_REHEARSAL,
     ConfigError,
     ModelSettings,
     RunSettings,
@@ -231,8 +232,8 @@ def check_protocol_sizes(jobs: list[Job], setups: dict, protocol: Protocol) -> N
 def run(settings: Invocation, run_dir: Path) -> None:
     """Train what the run folder lacks (resuming unfinished jobs), after checking everything that
     could fail before the first file is written; each invocation's wall time goes to invocations.jsonl."""
-    if settings.protocol is not None:  # its jobs are counted: each must name the commit that trained it
-        require_committed_lab(run_dir)
+    if settings.protocol is not None and settings.run.preset != PROTOCOL_REHEARSAL.name:
+        require_committed_lab(run_dir)  # its jobs are counted: each must name the commit that trained it
     jobs = make_jobs(settings.run, run_dir)
     setups = check_jobs(jobs, run_dir)
     if settings.protocol is not None:

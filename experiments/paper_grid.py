@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as
 from crasplab.cli.arguments import above_zero  # noqa: E402
 from crasplab.errors import command_boundary  # noqa: E402
 from crasplab.results.protocol import next_seeds, protocol_for  # noqa: E402
+from crasplab.train.config import PROTOCOL_PAPER, PROTOCOL_PRESETS  # noqa: E402
 from crasplab.train.device import accelerator_path, path_name  # noqa: E402
 from crasplab.train.engines import EngineSettings, add_engine_flags, connect, engine_settings, import_ray  # noqa: E402
 from crasplab.train.plan import (  # noqa: E402
@@ -48,7 +49,6 @@ from experiments import length_gen  # noqa: E402
 
 ENCODINGS = ("ape", "rope", "nope")
 SAMPLERS = ("paper", "spread")
-PRESET = "protocol-paper"
 
 
 def step_seconds_flag(text: str) -> float | str:
@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="paper: the ten tasks on the paper's samplers; spread: the four non-unique retrieval tasks on the "
         "spread sampler, whose 151-200 bin no bounded program exact on lengths 1-50 passes",
     )
+    parser.add_argument(
+        "--preset",
+        choices=PROTOCOL_PRESETS,
+        default=PROTOCOL_PAPER.name,
+        help="the protocol's preset (protocol-rehearsal: the rules on tiny settings, for rehearsing this command)",
+    )
+    parser.add_argument("--tasks", nargs="+", default=None, help="only these tasks (default: each sampler's)")
     parser.add_argument(
         "--dtype",
         choices=("float32", "bfloat16"),
@@ -92,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def length_gen_arguments(args: argparse.Namespace, pe: str, sampler: str) -> list[str]:
     """The length_gen.py command line of one encoding on one sampler."""
-    arguments = ["--pe", pe, "--protocol", "--preset", PRESET, "--out", str(run_folder(args, pe, sampler))]
+    arguments = ["--pe", pe, "--protocol", "--preset", args.preset, "--out", str(run_folder(args, pe, sampler))]
+    arguments += ["--tasks", *args.tasks] if args.tasks else []
     arguments += ["--sampler", sampler] if sampler != "paper" else []
     arguments += ["--engine", args.engine, "--gpu-share", str(args.gpu_share)]
     arguments += ["--dtype", args.dtype] if args.dtype else []

@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> PretrainedSettings:
-    return arguments.settings_from_flags(PretrainedSettings, args)
+    flags = {name: value for name, value in vars(args).items() if name != "compare"}  # where to read, not a setting
+    return arguments.settings_from_flags(PretrainedSettings, argparse.Namespace(**flags))
 
 
 def main(argv: list[str] | None = None) -> None:

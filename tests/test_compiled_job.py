@@ -69,7 +69,7 @@ def test_training_settings_are_written_without_an_architecture():
     "architecture, says",
     [
         ({"vocab_size": 5}, ["architecture sets ['vocab_size']", "may set only n_kv_heads, d_head, block,"]),
-        ({"block": "mamba"}, ["makes no model", "block='mamba'", "accepted: ('gpt2', 'llama')"]),
+        ({"block": "mamba"}, ["makes no model", "block='mamba'", "accepted: ('gpt2', 'llama', 'gemma3')"]),
         ({"d_head": 6, "n_kv_heads": 3}, ["makes no model", "n_heads=4 must be a multiple of n_kv_heads=3"]),
         ([["block", "llama"]], ["architecture must be a mapping of ModelConfig fields"]),
     ],

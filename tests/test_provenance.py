@@ -1,18 +1,22 @@
 """A run records what decides its bits, and its report says when its jobs ran under different
 machines or versions (whose numbers for the same seed need not be equal)."""
 
+import shutil
 import subprocess
 
 import pytest
 
 from crasplab.results.length_gen import commits_markdown, environments, environments_markdown, job_commits
 from crasplab.train.provenance import (
+    SOURCE_MANIFEST_FILE,
     UncommittedLabError,
     bits_key,
     cpu_description,
+    lab_commit,
     provenance,
     require_committed_lab,
     uncommitted_lab_files,
+    write_source_manifest,
 )
 
 CPUINFO = """processor\t: 0
@@ -82,6 +86,30 @@ def test_a_protocol_run_starts_only_from_committed_code(tmp_path):
     # a run folder inside the lab's code counts unless it is the run's own
     assert "experiments/run/config.json" in uncommitted_lab_files(repo)
     assert "experiments/run/config.json" not in uncommitted_lab_files(repo, repo / "experiments" / "run")
+
+
+def test_a_copy_without_git_knows_its_commit_from_the_manifest_and_refuses_a_changed_file(tmp_path):
+    """As on a lent GPU: the files travel, .git does not; lab-source.json, written in the committed
+    checkout, names the commit, and any code file that differs from it is refused."""
+    repo = _lab_checkout(tmp_path)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    (repo / "crasp" / "scratch.py").write_text("Z = 1\n")
+    with pytest.raises(UncommittedLabError, match="crasp/scratch.py"):
+        write_source_manifest(repo)  # only from committed code
+    (repo / "crasp" / "scratch.py").unlink()
+    assert write_source_manifest(repo)["files"].keys() == {"crasp/tasks.py"}
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    assert require_committed_lab(source=copy) == head.strip() == lab_commit(copy)
+    (copy / "crasp" / "tasks.py").write_text("X = 3\n")
+    (copy / "crasp" / "added.py").write_text("Y = 1\n")
+    assert uncommitted_lab_files(copy) == ["crasp/tasks.py", "crasp/added.py"]
+    assert lab_commit(copy) == head.strip() + "+changes"
+    with pytest.raises(UncommittedLabError, match="crasp/tasks.py, crasp/added.py"):
+        require_committed_lab(source=copy)
+    (copy / SOURCE_MANIFEST_FILE).write_text("[]")
+    with pytest.raises(UncommittedLabError, match="not the manifest"):
+        lab_commit(copy)
 
 
 def test_a_protocol_run_refuses_a_folder_that_is_no_checkout(tmp_path):

@@ -503,9 +503,31 @@ REHEARSAL = Preset(
     seeds=(0,),
 )
 
-PRESETS = {preset.name: preset for preset in (QUICK, PAPER, PROTOCOL_QUICK, PROTOCOL_PAPER, REHEARSAL)}
+# The verdict protocol's rules (1000-string bins, its stopping rule, its seeds) on the rehearsal's
+# model and lengths: for rehearsing `length_gen.py --protocol` and paper_grid.py on a CPU. A run of
+# it is never counted, so it may start from uncommitted code (a protocol run of any other preset
+# may not: crasplab.train.provenance.require_committed_lab).
+PROTOCOL_REHEARSAL = Preset(
+    name="protocol-rehearsal",
+    description="the verdict protocol's rules on the rehearsal's model and lengths 1-6 (bins of 1000 strings, "
+    "test bin 7-11); for rehearsing protocol commands, never counted, its numbers mean nothing.",
+    train=REHEARSAL.train.replace(
+        test_bins=((1, 6), (7, 11)),
+        eval_examples_per_length=200,
+        eval_batch_size=256,
+        stop_after_perfect_evals=2,
+        test_bins_at_stop_only=True,
+    ).validate(),
+    model=REHEARSAL.model,
+    task_overrides=QUICK.task_overrides,
+    seeds=tuple(range(100, 110)),
+)
+
+PRESETS = {
+    preset.name: preset for preset in (QUICK, PAPER, PROTOCOL_QUICK, PROTOCOL_PAPER, REHEARSAL, PROTOCOL_REHEARSAL)
+}
 # The presets a --protocol run may use, the first its default.
-PROTOCOL_PRESETS = (PROTOCOL_QUICK.name, PROTOCOL_PAPER.name)
+PROTOCOL_PRESETS = (PROTOCOL_QUICK.name, PROTOCOL_PAPER.name, PROTOCOL_REHEARSAL.name)
 
 
 @dataclass(frozen=True)

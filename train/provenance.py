@@ -8,7 +8,10 @@ the 1e-6 level, then diverge). So every process that trains a job appends one li
 model and its instruction-set flags, and XLA's flags, with the step it started from.
 
 A protocol run (whose jobs a report counts) starts only from a committed checkout
-(`require_committed_lab`), so that each job's commit names the code that trained it. The lab
+(`require_committed_lab`), so that each job's commit names the code that trained it. A machine
+that gets the lab's files without its .git folder (a lent GPU: benchmarks/gpu_run.py) learns its
+commit from lab-source.json, written in the committed checkout before the files travel: the commit
+and a digest of every code file, each checked against the file there. The lab
 refuses rather than keeping the diff beside the run: a commit can be checked out and read by
 anyone, a kept diff has to be found and applied to the right commit first, and "+changes" in the
 provenance of 81 of 190 headline jobs had left open which code trained them.
@@ -17,6 +20,7 @@ provenance of 81 of 190 headline jobs had left open which code trained them.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import subprocess
@@ -35,6 +39,9 @@ SOURCE = Path(__file__).resolve().parents[1]
 LAB_CODE = ("crasp/", "crasplab/", "train/", "models/", "experiments/", "pyproject.toml")
 
 
+SOURCE_MANIFEST_FILE = "lab-source.json"
+
+
 class UncommittedLabError(ConfigError):
     """A protocol run was asked to start from code that no commit holds (a ConfigError, so that
     the scripts print it as the refusal of a setting, without a traceback)."""
@@ -51,22 +58,81 @@ def _git(source: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10)
 
 
-def lab_commit() -> str | None:
-    """The lab's git commit, with '+changes' when its tracked files differ from it; None outside a checkout."""
+def _in_checkout(source: Path) -> bool:
+    """Whether `source` is the top of a git checkout (not a copy of one inside another)."""
     try:
-        head = _git(SOURCE, "rev-parse", "HEAD")
-        if head.returncode != 0:
-            return None
-        dirty = _git(SOURCE, "status", "--porcelain", "--untracked-files=no").stdout.strip()
+        top = _git(source, "rev-parse", "--show-toplevel")
     except (OSError, subprocess.TimeoutExpired):
+        return False
+    return top.returncode == 0 and Path(top.stdout.strip()).resolve() == Path(source).resolve()
+
+
+def lab_commit(source: Path = SOURCE) -> str | None:
+    """The lab's git commit, with '+changes' when its tracked files differ from it; outside a
+    checkout, lab-source.json's commit checked against the files; None without either."""
+    if not _in_checkout(source):
+        manifest = _read_manifest(source)
+        if manifest is None:
+            return None
+        return manifest["commit"] + ("+changes" if _differing_from_manifest(source, manifest) else "")
+    dirty = _git(source, "status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return _git(source, "rev-parse", "HEAD").stdout.strip() + ("+changes" if dirty else "")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_source_manifest(source: Path = SOURCE) -> dict:
+    """lab-source.json in `source`, a committed checkout: its commit and the digest of every code
+    file git tracks, for a copy of the files without .git to know its commit (`lab_commit`)."""
+    commit = require_committed_lab(source=source)
+    tracked = _git(source, "ls-files", "--", *LAB_CODE).stdout.split("\n")
+    manifest = dict(commit=commit, files={name: _digest(source / name) for name in tracked if name})
+    (source / SOURCE_MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def _read_manifest(source: Path) -> dict | None:
+    path = source / SOURCE_MANIFEST_FILE
+    if not path.exists():
         return None
-    return head.stdout.strip() + ("+changes" if dirty else "")
+    try:
+        manifest = json.loads(path.read_text())
+        if isinstance(manifest.get("commit"), str) and isinstance(manifest.get("files"), dict):
+            return manifest
+    except (ValueError, AttributeError):
+        pass
+    raise UncommittedLabError(
+        f"{path}: not the manifest benchmarks/gpu_run.py --prepare writes (a commit and its files' digests); "
+        "write it again there"
+    )
+
+
+def _differing_from_manifest(source: Path, manifest: dict, besides: Path | None = None) -> list[str]:
+    """The code files that differ from the manifest's: changed, missing, or Python files it lacks."""
+    files = manifest["files"]
+    present = {
+        str(path.relative_to(source))
+        for folder in LAB_CODE
+        if folder.endswith("/") and (source / folder).is_dir()
+        for path in (source / folder).rglob("*.py")
+    }
+    changed = [
+        name for name, digest in files.items() if not (source / name).is_file() or _digest(source / name) != digest
+    ]
+    changed += sorted(present - set(files))
+    outside = Path(besides).resolve() if besides is not None else None
+    return [name for name in changed if outside is None or not (source / name).resolve().is_relative_to(outside)]
 
 
 def uncommitted_lab_files(source: Path = SOURCE, besides: Path | None = None) -> list[str]:
     """The lab's code files (LAB_CODE) that differ from its commit, modified or untracked (a new
     module changes what runs as much as an edited one), leaving out those under `besides` (the
-    run folder itself, whose files the run writes). Raises UncommittedLabError outside a checkout."""
+    run folder itself, whose files the run writes). Outside a checkout, the files that differ from
+    lab-source.json's; without it either, UncommittedLabError."""
+    if not _in_checkout(source) and (manifest := _read_manifest(source)) is not None:
+        return _differing_from_manifest(source, manifest, besides)
     try:
         status = _git(source, "status", "--porcelain", "--untracked-files=all", "--", *LAB_CODE)
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -74,7 +140,8 @@ def uncommitted_lab_files(source: Path = SOURCE, besides: Path | None = None) ->
     if status.returncode != 0:
         raise UncommittedLabError(
             f"{source} is not a git checkout ({status.stderr.strip()}): a protocol run records the commit "
-            "that trains its jobs, so it runs from a checkout of the lab"
+            f"that trains its jobs, so it runs from a checkout of the lab, or from a copy of one with the "
+            f"{SOURCE_MANIFEST_FILE} that `python benchmarks/gpu_run.py --prepare` writes there"
         )
     top = Path(_git(source, "rev-parse", "--show-toplevel").stdout.strip())
     outside = Path(besides).resolve() if besides is not None else None
@@ -97,7 +164,9 @@ def require_committed_lab(run_dir: Path | None = None, source: Path = SOURCE) ->
             f"that trained them; {source} has uncommitted changes to {shown}. Commit them (or stash them) "
             "and run again"
         )
-    return _git(source, "rev-parse", "HEAD").stdout.strip()
+    if _in_checkout(source):
+        return _git(source, "rev-parse", "HEAD").stdout.strip()
+    return _read_manifest(source)["commit"]
 
 
 def cpu_description(cpuinfo: str) -> dict:

@@ -74,10 +74,11 @@ class JobFolder:
             ) from None
 
     def read_result_values(self) -> dict:
-        """result.json as written, validated in what reports read from it (steps, stopped_early,
-        elapsed_s): a ResultFileError names the file, what is wrong and what to do."""
-        values = read_json_object(self.result_file, RESULT_FIX, required=("steps", "stopped_early", "elapsed_s"))
-        steps, stopped_early, elapsed_s = values["steps"], values["stopped_early"], values["elapsed_s"]
+        """result.json as written, validated in what reports read from it (steps, elapsed_s, and
+        stopped_early where training may stop early: a fine-tuning job's result has none): a
+        ResultFileError names the file, what is wrong and what to do."""
+        values = read_json_object(self.result_file, RESULT_FIX, required=("steps", "elapsed_s"))
+        steps, stopped_early, elapsed_s = values["steps"], values.get("stopped_early", False), values["elapsed_s"]
         if not (_is_number(steps, int) and isinstance(stopped_early, bool) and _is_number(elapsed_s, (int, float))):
             raise file_problem(
                 self.result_file,

@@ -1,0 +1,300 @@
+"""One prepared command for a GPU lent for a few minutes: the machine and its versions, the tests
+marked `device`, the throughput benchmark, then as much of the paper-scale APE protocol as fits,
+packed into a few files that come back. Rehearsed on the CPU by the test suite (--rehearse).
+
+A lent GPU machine has no package registry and no git; its image has
+every package that training from scratch imports (jax, flax, optax, numpy, matplotlib, tqdm,
+pytest, hypothesis; torch and transformers for the Hugging Face side of the benchmark). It lacks
+gguf, rapidfuzz and Ray, which training never imports, so no wheel has to travel. Should a
+package be missing there, bring its wheel (python3 -m pip download --no-deps --only-binary=:all:
+--python-version 3.12 --platform manylinux2014_x86_64 -d .whl NAME==VERSION) and install it before
+this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
+
+1. Here, in a committed checkout (a protocol run starts only from committed code):
+
+       python benchmarks/gpu_run.py --prepare
+
+   writes lab-source.json (ignored by git): the commit and a digest of every code file, by which
+   the machine, which gets the files but not .git, knows which commit it runs and that nothing
+   differs from it.
+2. On the GPU machine, from the checkout's root, with lab-source.json carried along:
+
+       python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . && \
+       python3 benchmarks/gpu_run.py --out "$OUT"
+
+   One command of at most --minutes (default 9). Planned parts, with the time each may take:
+     setup (the install above)                          ~0.3 min
+     machine: versions, devices, nvidia-smi             ~0.1 min
+     tests marked `device` (tests/test_train_accelerator.py)  at most 2 min
+     benchmarks/device_throughput.py (paper preset)     at most 3 min
+     the APE protocol at the paper's scale (paper_grid.py --pes ape --samplers paper), every task's
+       seeds as one stack, several stacks at once: what is left, less 0.5 min for packing
+   Each part runs in its own process under its own time limit; one that fails or runs out is
+   reported and the next part runs.
+3. What comes back, in the output folder (7 files):
+     summary.md          every part: its command, exit status, wall time; the tests' and the
+                         benchmark's tables; which jobs finished
+     machine.json        versions, device, CPU, the lab's commit (lab-source.json's, checked)
+     tests.log, throughput.log, throughput.json, training.log   each part's whole output
+     runs.tar.gz         the run folders (runs/paper/ape-paper): the run's own files and every
+                         finished job folder without its checkpoints (a finished job needs none);
+                         unfinished jobs are left out and train from the start next time
+4. Here again:
+
+       python benchmarks/gpu_run.py --unpack FOLDER_THAT_CAME_BACK --into runs/paper
+
+   puts the finished jobs into the local run folders (a job finished here is kept) and rebuilds
+   their reports; the same paper_grid.py command, on this or another GPU, trains the rest.
+
+--rehearse runs all of it on this CPU in about two minutes, on the accelerator's code path
+(CRASPLAB_ACCELERATOR_PATH=rehearse) with gguf, rapidfuzz and Ray hidden as on the GPU machine,
+the protocol-rehearsal preset and the benchmark's smallest settings: what CI runs so that the
+command cannot first fail on the machine it was prepared for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from crasplab.cli.arguments import above_zero
+from crasplab.errors import LabError, command_boundary
+from crasplab.results.files import write_json
+from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
+from crasplab.train.provenance import SOURCE_MANIFEST_FILE, provenance, write_source_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+ABSENT_ON_DEVICE = ("gguf", "rapidfuzz", "ray")
+PACK_RESERVE_S = 30.0
+DEVICE_RUNS = Path("runs") / "paper"
+CHECKPOINT_SUFFIXES = (".npz",)
+
+
+class GpuRunError(LabError, ValueError):
+    """--unpack was given something other than a folder this script packed."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the command: a process, its log and its time limit (seconds)."""
+
+    name: str
+    argv: list[str]
+    log: str
+    limit_s: float
+
+
+def parts(rehearse: bool, runs: Path, training_minutes: float) -> list[Part]:
+    """The tests, the benchmark and the training, as commands; the training's minutes are what is
+    left when it starts (Part.limit_s there is a ceiling, the run itself stops at its limit)."""
+    python = sys.executable
+    tests = [python, "-m", "pytest", "-q", "-m", "device", "-p", "no:cacheprovider", "tests/test_train_accelerator.py"]
+    throughput = [python, "benchmarks/device_throughput.py", "--json", "THROUGHPUT_JSON"]
+    training = [python, "experiments/paper_grid.py", "--pes", "ape", "--samplers", "paper", "--out", str(runs)]
+    training += ["--no-progress", "--time-limit-minutes", f"{training_minutes:.3f}"]
+    if rehearse:
+        throughput += ["--preset", "rehearsal", "--stack-sizes", "1", "2", "--concurrent", "1", "2"]
+        throughput += ["--concurrent-size", "2", "--steps", "2", "--rounds", "1"]
+        training += ["--preset", "protocol-rehearsal", "--tasks", "NLFirst", "UB"]
+    return [
+        Part("tests", tests, "tests.log", 120.0),
+        Part("throughput", throughput, "throughput.log", 180.0),
+        Part("training", training, "training.log", training_minutes * 60 + 60),
+    ]
+
+
+def rehearsal_environment(folder: Path) -> dict[str, str]:
+    """The environment of the parts when rehearsing: the accelerator's path on this CPU, and a
+    sitecustomize that hides the packages the GPU machine lacks from every process started."""
+    (folder / "sitecustomize.py").write_text(
+        textwrap.dedent(f"""\
+            # Written by benchmarks/gpu_run.py --rehearse: the GPU machine has none of these packages.
+            import sys
+
+            class AbsentOnTheGpuMachine:
+                def find_spec(self, name, path=None, target=None):
+                    if name.partition(".")[0] in {ABSENT_ON_DEVICE!r}:
+                        raise ModuleNotFoundError(f"No module named {{name!r}} (absent on the GPU machine)", name=name)
+                    return None
+
+            sys.meta_path.insert(0, AbsentOnTheGpuMachine())
+            """)
+    )
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, ACCELERATOR_PATH_ENV: REHEARSE, "PYTHONPATH": path}
+
+
+def run_part(part: Part, out: Path, env: dict[str, str]) -> dict:
+    """Run one part to its end or its limit; its output goes to out/part.log."""
+    argv = [str(out / "throughput.json") if arg == "THROUGHPUT_JSON" else arg for arg in part.argv]
+    start = time.monotonic()
+    with open(out / part.log, "w") as log:
+        log.write(f"$ {' '.join(argv)}\n")
+        log.flush()
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            status = process.wait(timeout=part.limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)  # the training resumes from what SIGTERM lets it keep
+            try:
+                status = process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                status = process.wait()
+            status = f"stopped at its limit of {part.limit_s:.0f} s (exit {status})"
+    print(f"{part.name}: {status} in {time.monotonic() - start:.0f} s", flush=True)
+    return dict(part=part.name, command=" ".join(argv), status=status, wall_s=round(time.monotonic() - start, 1))
+
+
+def finished_job_folders(run_dir: Path) -> list[Path]:
+    return sorted(result.parent for result in run_dir.rglob("result.json"))
+
+
+def pack_runs(runs: Path, archive: Path) -> dict[str, list[str]]:
+    """runs.tar.gz: each run folder's own files and its finished job folders, no checkpoints.
+    Returns, per run folder, its finished jobs."""
+    finished = {}
+    with tarfile.open(archive, "w:gz") as tar:
+        for run_dir in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
+            jobs = finished_job_folders(run_dir)
+            finished[run_dir.name] = [str(job.relative_to(run_dir)) for job in jobs]
+            for path in sorted(run_dir.rglob("*")):
+                in_job = next((job for job in jobs if path.is_relative_to(job)), None)
+                own_file = path.parent == run_dir and path.is_file() and not path.name.startswith(".")  # no .lock
+                if (own_file or in_job) and path.is_file() and path.suffix not in CHECKPOINT_SUFFIXES:
+                    tar.add(path, arcname=str(path.relative_to(runs)))
+    return finished
+
+
+def summary_text(machine: dict, results: list[dict], finished: dict, out: Path, wall_s: float) -> str:
+    lines = [
+        "# gpu_run",
+        "",
+        f"{machine.get('device_kind')} ({machine.get('backend')}), jax {machine['packages'].get('jax')}, "
+        f"flax {machine['packages'].get('flax')}, lab commit {machine.get('lab_commit')}; {wall_s / 60:.1f} min "
+        "in all",
+        "",
+        "| part | status | wall |",
+        "|---|---|---|",
+        *(f"| {r['part']} | {r['status']} | {r['wall_s']:.0f} s |" for r in results),
+        "",
+    ]
+    for name, log in (("tests", "tests.log"), ("throughput", "throughput.log")):
+        text = (out / log).read_text() if (out / log).exists() else ""
+        lines += [f"## {name} (the end of {log})", "", "```", *text.splitlines()[-40:], "```", ""]
+    lines += ["## training: finished jobs", ""]
+    lines += [f"- {run}: {len(jobs)} finished ({', '.join(jobs) or 'none'})" for run, jobs in finished.items()]
+    return "\n".join(lines) + "\n"
+
+
+def device_description() -> dict:
+    """What provenance records, and the GPU as nvidia-smi names it where there is one."""
+    machine = provenance()
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        machine["nvidia_smi"] = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip()
+    machine["cpu_count"] = os.cpu_count()
+    return machine
+
+
+def run_on_device(args: argparse.Namespace) -> None:
+    start = time.monotonic()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-run-"))
+    # A rehearsal's runs mean nothing: they go to the scratch folder, not beside the real ones.
+    runs = (ROOT / args.runs).resolve() if args.runs else scratch / "runs" if args.rehearse else ROOT / DEVICE_RUNS
+    env = rehearsal_environment(scratch) if args.rehearse else dict(os.environ)
+    machine = device_description()
+    write_json(out / "machine.json", machine)
+    print(f"machine: {machine.get('device_kind')}, lab commit {machine.get('lab_commit')}", flush=True)
+    results = []
+    for part in parts(args.rehearse, runs, 0.0):
+        if part.name == "training":
+            left_minutes = (args.minutes * 60 - (time.monotonic() - start) - PACK_RESERVE_S) / 60
+            if left_minutes <= 0.1:
+                results.append(dict(part=part.name, command="", status="no time left", wall_s=0.0))
+                continue
+            part = next(p for p in parts(args.rehearse, runs, left_minutes) if p.name == "training")
+        results.append(run_part(part, out, env))
+    finished = pack_runs(runs, out / "runs.tar.gz")
+    wall_s = time.monotonic() - start
+    (out / "summary.md").write_text(summary_text(machine, results, finished, out, wall_s))
+    shutil.rmtree(scratch, ignore_errors=True)
+    print(f"packed into {out} in {wall_s / 60:.1f} min", flush=True)
+
+
+def unpack(folder: Path, into: Path) -> None:
+    """Put the finished jobs that came back into the local run folders and rebuild their reports."""
+    from crasplab.results.files import read_json_object
+    from experiments import length_gen
+
+    archive = folder / "runs.tar.gz"
+    if not archive.is_file():
+        raise GpuRunError(f"{folder} holds no runs.tar.gz: give --unpack the folder gpu_run.py packed on the GPU")
+    with tempfile.TemporaryDirectory() as scratch, tarfile.open(archive) as tar:
+        tar.extractall(scratch, filter="data")
+        for came_back in sorted(p for p in Path(scratch).iterdir() if p.is_dir()):
+            here = into / came_back.name
+            if not here.exists():
+                shutil.copytree(came_back, here)
+            else:
+                settings = "config.json"
+                if read_json_object(here / settings, "") != read_json_object(came_back / settings, ""):
+                    raise GpuRunError(f"{here} holds a run of other settings than {came_back.name} that came back")
+                for job in finished_job_folders(came_back):
+                    local = here / job.relative_to(came_back)
+                    if not (local / "result.json").exists():
+                        shutil.rmtree(local, ignore_errors=True)
+                        shutil.copytree(job, local)
+            length_gen.main(["--report-only", str(here)])
+            print(f"{here}: {len(finished_job_folders(here))} finished jobs", flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--prepare", action="store_true", help="here, before the call: write lab-source.json")
+    action.add_argument("--unpack", type=Path, metavar="FOLDER", help="here, after the call: the folder that came back")
+    parser.add_argument("--out", type=Path, help="the folder the packed files go to (on the GPU machine: $OUT)")
+    parser.add_argument("--into", type=Path, default=DEVICE_RUNS, help="with --unpack: the run folders")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        default=None,
+        help=f"where training writes (default {DEVICE_RUNS}; rehearsing: scratch)",
+    )
+    parser.add_argument("--minutes", type=above_zero, default=9.0, help="the whole command's time (default 9)")
+    parser.add_argument("--rehearse", action="store_true", help="all of it on this CPU, on tiny settings")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    with command_boundary():
+        if args.prepare:
+            manifest = write_source_manifest()
+            print(f"{ROOT / SOURCE_MANIFEST_FILE}: commit {manifest['commit']}, {len(manifest['files'])} files")
+        elif args.unpack is not None:
+            unpack(args.unpack, args.into)
+        elif args.out is None:
+            raise GpuRunError('give --out FOLDER (on the GPU machine: --out "$OUT"), --prepare or --unpack FOLDER')
+        else:
+            run_on_device(args)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # `experiments` as a package for --unpack
+    main()
