@@ -3,6 +3,7 @@ vmapped stacks with length buckets, stacks side by side in threads, batches samp
 processes, a time limit that stops stacks to resume later. Each test runs the training step
 itself; the GPU runs the same code (benchmarks/gpu_run.py runs the tests marked `device` there)."""
 
+import os
 import threading
 
 import numpy as np
@@ -16,7 +17,7 @@ from crasplab.train.data import LengthBuckets, batch_rng, sample_training_batch,
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, AcceleratorPathError, accelerator_path
 from crasplab.train.engines import EngineSettings, run_jobs_on
 from crasplab.train.loop import Job, is_done, run_stack
-from crasplab.train.sampling import BatchStream, StackBatches, sampler_pool
+from crasplab.train.sampling import JAX_PLATFORMS_ENV, BatchStream, StackBatches, sampler_pool
 from tests.tiny import TINY_MODEL, comparable, tiny_config
 
 
@@ -118,6 +119,18 @@ def test_batches_sampled_by_helper_processes_are_the_batches_sampled_here():
     for pooled in from_pool:
         inline = here.next()
         assert all(np.array_equal(pooled[name], inline[name]) for name in inline)
+
+
+def jax_platforms(_) -> str | None:
+    return os.environ.get(JAX_PLATFORMS_ENV)
+
+
+def test_sampling_helpers_run_jax_on_the_cpu_and_leave_this_process_as_it_was(monkeypatch):
+    """On a GPU machine a helper that touched JAX would take its own 75% of the device's memory."""
+    monkeypatch.delenv(JAX_PLATFORMS_ENV, raising=False)
+    with sampler_pool(2) as pool:
+        assert list(pool.map(jax_platforms, range(4))) == ["cpu"] * 4
+    assert JAX_PLATFORMS_ENV not in os.environ
 
 
 @given(seeds=st.lists(st.integers(0, 10_000), min_size=1, max_size=4, unique=True), step=st.integers(0, 1000))

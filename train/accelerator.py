@@ -20,6 +20,7 @@ threads change when a stack trains, never what it computes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -59,17 +60,16 @@ def run_on_device(jobs: list[Job], settings: DeviceSettings, show_progress: bool
             bars.finish(job)
     stop = threading.Event()
     timer = threading.Timer(settings.deadline_s, stop.set) if settings.deadline_s is not None else None
-    pool = sampler_pool(settings.sampler_processes) if settings.sampler_processes else None
+    helpers = sampler_pool(settings.sampler_processes) if settings.sampler_processes else contextlib.nullcontext()
     try:
-        if timer is not None:
-            timer.start()
-        _train_stacks(stacks, settings.concurrent_stacks, bars, pool, stop)
+        with helpers as pool:
+            if timer is not None:
+                timer.start()
+            _train_stacks(stacks, settings.concurrent_stacks, bars, pool, stop)
     finally:
         stop.set()
         if timer is not None:
             timer.cancel()
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
         bars.close()
     return all(is_done(job) for job in jobs)
 

@@ -16,9 +16,12 @@ never what it holds.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import multiprocessing
+import os
+from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -30,6 +33,7 @@ from crasplab.train.data import TRAIN_STREAM, LengthBuckets, batch_rng, sample_t
 # Steps sampled ahead of the one being trained: enough to cover a slow sample or a busy pool,
 # few enough that a stack that stops early wastes little.
 PREFETCH_STEPS = 8
+JAX_PLATFORMS_ENV = "JAX_PLATFORMS"
 
 
 @functools.lru_cache(maxsize=64)
@@ -97,7 +101,22 @@ class BatchStream:
         self.ahead.clear()
 
 
-def sampler_pool(processes: int) -> ProcessPoolExecutor:
-    """Helper processes for BatchStream. Started with 'spawn': the training process has JAX's
-    threads running, and forking a process with threads can deadlock the child."""
-    return ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+@contextlib.contextmanager
+def sampler_pool(processes: int) -> Iterator[ProcessPoolExecutor]:
+    """Helper processes for BatchStream, for the life of the `with` block. Started with 'spawn':
+    the training process has JAX's threads running, and forking a process with threads can
+    deadlock the child. Started with JAX_PLATFORMS=cpu: a helper samples with numpy, and one that
+    touched JAX on a GPU machine would take its own share of the device's memory (JAX takes 75% of
+    a GPU in each process). Helpers start on demand, each copying this process's environment as it
+    starts, so the setting holds until the block ends; this process's JAX read its own at import."""
+    before = os.environ.get(JAX_PLATFORMS_ENV)
+    os.environ[JAX_PLATFORMS_ENV] = "cpu"
+    pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
+        if before is None:
+            del os.environ[JAX_PLATFORMS_ENV]
+        else:
+            os.environ[JAX_PLATFORMS_ENV] = before
