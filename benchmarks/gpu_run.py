@@ -47,7 +47,8 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
    their reports; the same paper_grid.py command, on this or another GPU, trains the rest.
 
 --rehearse runs all of it on this CPU in about two minutes, on the accelerator's code path
-(CRASPLAB_ACCELERATOR_PATH=rehearse) with gguf, rapidfuzz and Ray hidden as on the GPU machine,
+(CRASPLAB_ACCELERATOR_PATH=rehearse) with gguf, rapidfuzz and Ray hidden as on the GPU machine
+(tokenizers and safetensors too, which training from scratch must not need),
 the protocol-rehearsal preset and the benchmark's smallest settings: what CI runs so that the
 command cannot first fail on the machine it was prepared for.
 """
@@ -74,7 +75,9 @@ from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
 from crasplab.train.provenance import SOURCE_MANIFEST_FILE, provenance, write_source_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
-ABSENT_ON_DEVICE = ("gguf", "rapidfuzz", "ray")
+# What the rehearsal hides: the GPU machine lacks the first three; it has tokenizers and
+# safetensors, but training from scratch must not need them either (only pretrained models do).
+HIDDEN_IN_REHEARSAL = ("gguf", "rapidfuzz", "ray", "tokenizers", "safetensors")
 PACK_RESERVE_S = 30.0
 DEVICE_RUNS = Path("runs") / "paper"
 CHECKPOINT_SUFFIXES = (".npz",)
@@ -115,19 +118,19 @@ def parts(rehearse: bool, runs: Path, training_minutes: float) -> list[Part]:
 
 def rehearsal_environment(folder: Path) -> dict[str, str]:
     """The environment of the parts when rehearsing: the accelerator's path on this CPU, and a
-    sitecustomize that hides the packages the GPU machine lacks from every process started."""
+    sitecustomize that hides HIDDEN_IN_REHEARSAL from every process started."""
     (folder / "sitecustomize.py").write_text(
         textwrap.dedent(f"""\
-            # Written by benchmarks/gpu_run.py --rehearse: the GPU machine has none of these packages.
+            # Written by benchmarks/gpu_run.py --rehearse: training from scratch needs none of these.
             import sys
 
-            class AbsentOnTheGpuMachine:
+            class HiddenInRehearsal:
                 def find_spec(self, name, path=None, target=None):
-                    if name.partition(".")[0] in {ABSENT_ON_DEVICE!r}:
-                        raise ModuleNotFoundError(f"No module named {{name!r}} (absent on the GPU machine)", name=name)
+                    if name.partition(".")[0] in {HIDDEN_IN_REHEARSAL!r}:
+                        raise ModuleNotFoundError(f"No module named {{name!r}} (hidden by gpu_run)", name=name)
                     return None
 
-            sys.meta_path.insert(0, AbsentOnTheGpuMachine())
+            sys.meta_path.insert(0, HiddenInRehearsal())
             """)
     )
     path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
