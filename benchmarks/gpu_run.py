@@ -48,7 +48,7 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
 
 --rehearse runs all of it on this CPU in about two minutes, on the accelerator's code path
 (CRASPLAB_ACCELERATOR_PATH=rehearse) with gguf, rapidfuzz and Ray hidden as on the GPU machine
-(tokenizers and safetensors too, which training from scratch must not need),
+(tokenizers and safetensors too, from the parts that train from scratch, which must not need them),
 the protocol-rehearsal preset and the benchmark's smallest settings: what CI runs so that the
 command cannot first fail on the machine it was prepared for.
 """
@@ -75,9 +75,11 @@ from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
 from crasplab.train.provenance import SOURCE_MANIFEST_FILE, provenance, write_source_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
-# What the rehearsal hides: the GPU machine lacks the first three; it has tokenizers and
-# safetensors, but training from scratch must not need them either (only pretrained models do).
-HIDDEN_IN_REHEARSAL = ("gguf", "rapidfuzz", "ray", "tokenizers", "safetensors")
+# What the rehearsal hides: what the GPU machine lacks, from every part; and from the parts that
+# train from scratch, tokenizers and safetensors too, which the machine has (Hugging Face's side
+# of the benchmark needs them) but training from scratch must not need (only pretrained models do).
+ABSENT_ON_DEVICE = ("gguf", "rapidfuzz", "ray")
+NOT_FOR_TRAINING = ("tokenizers", "safetensors")
 PACK_RESERVE_S = 30.0
 DEVICE_RUNS = Path("runs") / "paper"
 CHECKPOINT_SUFFIXES = (".npz",)
@@ -95,6 +97,7 @@ class Part:
     argv: list[str]
     log: str
     limit_s: float
+    hidden_in_rehearsal: tuple[str, ...] = ABSENT_ON_DEVICE + NOT_FOR_TRAINING
 
 
 def parts(rehearse: bool, runs: Path, training_minutes: float) -> list[Part]:
@@ -111,22 +114,22 @@ def parts(rehearse: bool, runs: Path, training_minutes: float) -> list[Part]:
         training += ["--preset", "protocol-rehearsal", "--tasks", "NLFirst", "UB"]
     return [
         Part("tests", tests, "tests.log", 120.0),
-        Part("throughput", throughput, "throughput.log", 180.0),
+        Part("throughput", throughput, "throughput.log", 180.0, ABSENT_ON_DEVICE),
         Part("training", training, "training.log", training_minutes * 60 + 60),
     ]
 
 
-def rehearsal_environment(folder: Path) -> dict[str, str]:
-    """The environment of the parts when rehearsing: the accelerator's path on this CPU, and a
-    sitecustomize that hides HIDDEN_IN_REHEARSAL from every process started."""
+def rehearsal_environment(folder: Path, hidden: tuple[str, ...]) -> dict[str, str]:
+    """The environment of a part when rehearsing: the accelerator's path on this CPU, and a
+    sitecustomize (in `folder`, a folder of its own) that hides `hidden` from every process started."""
     (folder / "sitecustomize.py").write_text(
         textwrap.dedent(f"""\
-            # Written by benchmarks/gpu_run.py --rehearse: training from scratch needs none of these.
+            # Written by benchmarks/gpu_run.py --rehearse: what this part must run without.
             import sys
 
             class HiddenInRehearsal:
                 def find_spec(self, name, path=None, target=None):
-                    if name.partition(".")[0] in {HIDDEN_IN_REHEARSAL!r}:
+                    if name.partition(".")[0] in {hidden!r}:
                         raise ModuleNotFoundError(f"No module named {{name!r}} (hidden by gpu_run)", name=name)
                     return None
 
@@ -219,7 +222,6 @@ def run_on_device(args: argparse.Namespace) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="gpu-run-"))
     # A rehearsal's runs mean nothing: they go to the scratch folder, not beside the real ones.
     runs = (ROOT / args.runs).resolve() if args.runs else scratch / "runs" if args.rehearse else ROOT / DEVICE_RUNS
-    env = rehearsal_environment(scratch) if args.rehearse else dict(os.environ)
     machine = device_description()
     write_json(out / "machine.json", machine)
     print(f"machine: {machine.get('device_kind')}, lab commit {machine.get('lab_commit')}", flush=True)
@@ -231,6 +233,9 @@ def run_on_device(args: argparse.Namespace) -> None:
                 results.append(dict(part=part.name, command="", status="no time left", wall_s=0.0))
                 continue
             part = next(p for p in parts(args.rehearse, runs, left_minutes) if p.name == "training")
+        hiding = scratch / part.name
+        hiding.mkdir()
+        env = rehearsal_environment(hiding, part.hidden_in_rehearsal) if args.rehearse else dict(os.environ)
         results.append(run_part(part, out, env))
     finished = pack_runs(runs, out / "runs.tar.gz")
     wall_s = time.monotonic() - start

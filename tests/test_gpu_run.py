@@ -69,9 +69,12 @@ def test_unpack_refuses_a_folder_that_holds_no_pack(tmp_path):
         gpu_run.main(["--unpack", str(tmp_path), "--into", str(tmp_path / "runs")])
 
 
-def test_the_rehearsal_hides_what_training_from_scratch_must_not_need(tmp_path):
-    env = gpu_run.rehearsal_environment(tmp_path)
-    for module in gpu_run.HIDDEN_IN_REHEARSAL:
+def test_the_rehearsal_hides_what_the_gpu_machine_lacks_and_what_training_must_not_need(tmp_path):
+    hidden = gpu_run.ABSENT_ON_DEVICE + gpu_run.NOT_FOR_TRAINING
+    env = gpu_run.rehearsal_environment(tmp_path, hidden)
+    for module in hidden:
         probe = subprocess.run([sys.executable, "-c", f"import {module}"], env=env, capture_output=True, text=True)
         assert "hidden by gpu_run" in probe.stderr
     assert env["CRASPLAB_ACCELERATOR_PATH"] == "rehearse" and os.environ.get("CRASPLAB_ACCELERATOR_PATH") is None
+    parts = {part.name: part for part in gpu_run.parts(True, tmp_path, 1.0)}
+    assert set(parts["training"].hidden_in_rehearsal) == set(parts["tests"].hidden_in_rehearsal) == set(hidden)
