@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.tiny import TINY_MODEL, tiny_config
+from crasplab.train.config import PRESETS
 from crasplab.train.loop import Job
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
 from crasplab.train.plan import H200_PAPER_STEP_S, measure_step_seconds, place, step_shape
@@ -100,3 +101,19 @@ def test_the_dry_run_refuses_a_step_time_that_is_not_a_duration(tmp_path, value,
     with pytest.raises(SystemExit):
         paper_grid.main(["--dry-run", "--step-seconds", value, "--out", str(tmp_path)])
     assert "--step-seconds" in capsys.readouterr().err
+
+
+def test_the_paper_protocol_preset_is_appendix_b_as_written_with_fresh_seeds():
+    """Nothing in protocol-paper was tuned: the paper's model and optimizer, lengths 1-50, at most
+    30,000 steps, every batch mixing all lengths, the protocol's bins to 4x (UF and UB to 150,
+    where their 150 symbols end) and seeds no other preset has trained."""
+    preset = PRESETS["protocol-paper"]
+    model, train = preset.model, preset.train
+    assert (model.n_layers, model.n_heads, model.d_model) == (4, 4, 256)
+    assert (train.learning_rate, train.weight_decay, train.batch_size) == (1e-4, 0.01, 64)
+    assert (train.train_lengths, train.max_steps, train.length_buckets) == ((1, 50), 30_000, 1)
+    assert train.max_grad_norm == 1.0  # as the official code's Trainer clips
+    assert train.test_bins == ((1, 50), (51, 100), (101, 150), (151, 200))
+    assert all(preset.train_for(task).test_bins[-1] == (101, 150) for task in ("UF", "UB"))
+    others = {seed for name, other in PRESETS.items() if name != preset.name for seed in other.seeds}
+    assert min(preset.seeds) == 9000 and not others & set(preset.seeds)
