@@ -9,7 +9,7 @@ loads into the architecture below, and tokenizer.json: the model's vocabulary, o
 whitespace-separated symbol (`AutoTokenizer.from_pretrained(DIR)("<bos> a b <sep>")`), in the
 lab's token ids. The exported model gives the lab's logits up to float32 rounding at positions
 0, 1, ... (transformers' default position ids; the lab's APE training draws random offsets, which
-a caller passes as position_ids).
+a caller passes as position_ids). TransformerLens reads the folder through crasplab.export_lens.
 
 The lab's block and position encoding decide the transformers class (ARCHITECTURES):
 - GPT-2 blocks with a learned table (APE): GPT2LMHeadModel.
