@@ -9,7 +9,7 @@ loads into the architecture below, and tokenizer.json: the model's vocabulary, o
 whitespace-separated symbol (`AutoTokenizer.from_pretrained(DIR)("<bos> a b <sep>")`), in the
 lab's token ids. The exported model gives the lab's logits up to float32 rounding at positions
 0, 1, ... (transformers' default position ids; the lab's APE training draws random offsets, which
-a caller passes as position_ids).
+a caller passes as position_ids). TransformerLens reads the folder through crasplab.export_lens.
 
 The lab's block and position encoding decide the transformers class (ARCHITECTURES):
 - GPT-2 blocks with a learned table (APE): GPT2LMHeadModel.
@@ -249,20 +249,31 @@ def read_lab_model(folder: Path) -> LabModel:
 
 def export(folder: Path, out: Path) -> str:
     """Write the Hugging Face folder of the model in `folder` into `out` (absent or empty); return its class."""
-    from safetensors.numpy import save_file
-
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(
             f"--out {out}: {'is not a folder' if not out.is_dir() else 'is not empty'}; give a new folder"
         )
     lab = read_lab_model(folder)
-    config, tensors = hugging_face_model(lab.model, lab.vocabulary)
-    config["crasplab_source"] = f"{folder}: {lab.source}"
+    return write_folder(lab.model, lab.vocabulary, out, f"{folder}: {lab.source}")
+
+
+def write_folder(model: Transformer, vocabulary: tuple[str, ...], out: Path, source: str = "") -> str:
+    """Write the Hugging Face folder of `model` (its token ids standing for `vocabulary`) into `out`;
+    return its class. `source` goes into config.json as crasplab_source."""
+    from safetensors.numpy import save_file
+
+    config, tensors = hugging_face_model(model, vocabulary)
+    if source:
+        config["crasplab_source"] = source
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "tokenizer.json").write_text(_tokenizer(lab.vocabulary))
-    (out / "tokenizer_config.json").write_text(json.dumps(dict(tokenizer_class="PreTrainedTokenizerFast"), indent=2))
+    (out / "tokenizer.json").write_text(_tokenizer(vocabulary))
+    # The special tokens config.json names by id, by symbol: a tokenizer pads with <pad> (TransformerLens's
+    # to_tokens always pads) and knows <bos> and <eos>, but adds none of them to what it encodes.
+    specials = {f"{name}_token": f"<{name}>" for name in ("pad", "bos", "eos") if f"<{name}>" in vocabulary}
+    tokenizer_config = dict(tokenizer_class="PreTrainedTokenizerFast", **specials)
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     # config.json last: a folder without it (an export killed midway) is no model transformers loads.
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return config["architectures"][0]

@@ -1,9 +1,12 @@
 """The lab's models as Hugging Face folders (crasplab.export): transformers loads each export into
-the architecture it names and computes the lab's logits up to float32 rounding, for every block and
+the architecture it names, and TransformerLens wraps it in a TransformerBridge
+(crasplab.export_lens); both compute the lab's logits up to float32 rounding, for every block and
 position encoding the export accepts, a trained quick model and compiled programs; what has no
-counterpart is refused, naming it. Runs with the `reference` extra (torch, transformers)."""
+counterpart is refused, naming it. Runs with the `reference` extra (torch, transformers,
+transformer-lens); without transformer-lens the TransformerLens checks fail, they do not skip."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -12,7 +15,8 @@ from crasp import witnesses as W
 from crasp.tasks import get_task
 from crasplab.compiler import compile_program
 from crasplab.compiler.job import save_compiled_job
-from crasplab.export import ExportError, architecture_of, export, hugging_face_model, main
+from crasplab.export import ExportError, architecture_of, export, main, write_folder
+from crasplab.export_lens import transformer_lens_bridge
 from crasplab.models import ModelConfig
 from crasplab.train.config import ModelSettings, TrainConfig
 from crasplab.train.loop import Job, run_job
@@ -45,29 +49,27 @@ def hugging_face_logits(folder, tokens_BxT) -> tuple[str, np.ndarray]:
     return type(model).__name__, logits.numpy()
 
 
+def lens_logits(folder, tokens_BxT) -> np.ndarray:
+    bridge = transformer_lens_bridge(folder)
+    with torch.no_grad():
+        return bridge(torch.tensor(np.asarray(tokens_BxT), dtype=torch.long), return_type="logits").numpy()
+
+
 def assert_same_logits(lab_BxTxV, exported_BxTxV) -> None:
     scale = max(1.0, float(np.abs(lab_BxTxV).max()))
     assert np.abs(exported_BxTxV - lab_BxTxV).max() <= ROUNDING * scale
 
 
-def write(model, vocabulary, folder) -> None:
-    """What export() writes, for a model that is in no folder of the lab."""
-    from safetensors.numpy import save_file
-
-    config, tensors = hugging_face_model(model, vocabulary)
-    folder.mkdir()
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(config))
-
-
 @pytest.mark.parametrize("style", list(STYLES))
-def test_every_architecture_loads_into_its_class_and_gives_the_lab_logits(style, tmp_path):
+def test_every_architecture_loads_into_its_class_and_transformer_lens_with_the_lab_logits(style, tmp_path):
     model = tiny_model(**STYLES[style])
-    write(model, tuple(f"s{k}" for k in range(15)) + ("<pad>",), tmp_path / "hf")
+    write_folder(model, tuple(f"s{k}" for k in range(15)) + ("<pad>",), tmp_path / "hf")
     tokens = random_tokens((3, 20), seed=1)
     loaded_as, logits = hugging_face_logits(tmp_path / "hf", tokens)
+    lab = np.asarray(model(tokens).logits_BxTxV)
     assert loaded_as == style.split(",")[0]
-    assert_same_logits(np.asarray(model(tokens).logits_BxTxV), logits)
+    assert_same_logits(lab, logits)
+    assert_same_logits(lab, lens_logits(tmp_path / "hf", tokens))
 
 
 def trained_job(tmp_path, pe: str):
@@ -89,7 +91,9 @@ def task_strings(task, length: int):
 
 
 @pytest.mark.parametrize("pe, architecture", [("ape", "GPT2LMHeadModel"), ("rope", "LlamaForCausalLM")])
-def test_a_trained_job_folder_exports_to_the_lab_logits(pe, architecture, tmp_path, capsys):
+def test_a_trained_job_folder_exports_to_the_lab_logits_in_transformers_and_transformer_lens(
+    pe, architecture, tmp_path, capsys
+):
     folder, trained = trained_job(tmp_path, pe)
     assert trained.step == 8
     assert main([str(folder), "--out", str(tmp_path / "hf")]) == 0
@@ -99,10 +103,21 @@ def test_a_trained_job_folder_exports_to_the_lab_logits(pe, architecture, tmp_pa
         assert config["rope_parameters"]["rope_theta"] == 500.0 and config["tie_word_embeddings"] is False
     tokens = task_strings(trained.task, trained.setup.bins[-1][1])  # the longest the position table holds
     loaded_as, logits = hugging_face_logits(tmp_path / "hf", tokens)
+    lab = np.asarray(trained.model(tokens).logits_BxTxV)
     assert loaded_as == architecture
-    assert_same_logits(np.asarray(trained.model(tokens).logits_BxTxV), logits)
+    assert_same_logits(lab, logits)
+    strings = [" ".join(trained.task.vocab[k] for k in row) for row in tokens]
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
-    assert tokenizer(" ".join(trained.task.vocab[k] for k in tokens[0]))["input_ids"] == list(tokens[0])
+    assert tokenizer(strings[0])["input_ids"] == list(tokens[0])
+    bridge = transformer_lens_bridge(tmp_path / "hf")
+    # The lab's ids: the strings carry their <bos>, which TransformerLens neither adds nor strips by default.
+    assert bridge.to_tokens(strings).tolist() == bridge.to_tokens(strings, prepend_bos=False).tolist()
+    assert bridge.to_tokens(strings).tolist() == np.asarray(tokens).tolist()
+    assert bridge.to_tokens(strings[0].removeprefix("<bos> "), prepend_bos=True).tolist() == [list(tokens[0])]
+    with torch.no_grad():
+        logits, cache = bridge.run_with_cache(bridge.to_tokens(strings))
+    assert_same_logits(lab, logits.numpy())
+    assert cache["blocks.0.attn.hook_pattern"].shape == (4, 2, tokens.shape[1], tokens.shape[1])  # 2 heads
 
 
 @pytest.mark.parametrize(
@@ -112,7 +127,9 @@ def test_a_trained_job_folder_exports_to_the_lab_logits(pe, architecture, tmp_pa
         ("UR", W.unique_right, "rope", "Phi3ForCausalLM"),
     ],
 )
-def test_a_compiled_job_folder_exports_to_the_lab_logits_and_answers(code, make, pe, architecture, tmp_path):
+def test_a_compiled_job_folder_exports_to_the_lab_logits_and_answers_in_transformers_and_transformer_lens(
+    code, make, pe, architecture, tmp_path
+):
     task = get_task(code, alphabet_size=16)
     compiled = compile_program(make(task.symbols), pe, max_length=64)
     save_compiled_job(compiled, tmp_path / "run", code, SHORT_BINS, "quick", task_overrides=dict(alphabet_size=16))
@@ -125,6 +142,9 @@ def test_a_compiled_job_folder_exports_to_the_lab_logits_and_answers(code, make,
     assert loaded_as == architecture
     assert_same_logits(lab, logits)
     assert np.array_equal(lab.argmax(-1), logits.argmax(-1))  # the program's answers, every position
+    lens = lens_logits(tmp_path / "hf", tokens)
+    assert_same_logits(lab, lens)
+    assert np.array_equal(lab.argmax(-1), lens.argmax(-1))
 
 
 @pytest.mark.parametrize(
@@ -158,3 +178,11 @@ def test_a_compiled_ape_program_and_bad_folders_are_one_error_line_each(tmp_path
         error = capsys.readouterr().err
         assert error.startswith("error: ") and message in error and len(error.splitlines()) == 1
     assert not (tmp_path / "hf").exists() and [p.name for p in (tmp_path / "full").iterdir()] == ["notes.txt"]
+
+
+def test_transformer_lens_is_refused_a_folder_without_an_export_and_names_a_missing_package(tmp_path, monkeypatch):
+    with pytest.raises(ExportError, match="holds no exported model .no config.json.: write one with"):
+        transformer_lens_bridge(tmp_path)
+    monkeypatch.setitem(sys.modules, "transformer_lens.model_bridge.sources", None)  # as if not installed
+    with pytest.raises(ExportError, match="needs transformer-lens.*pip install -e '.\\[reference\\]'"):
+        transformer_lens_bridge(tmp_path)
