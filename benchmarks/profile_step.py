@@ -6,7 +6,7 @@ its own child process, since the settings cannot be undone): the lab's (`train.a
 blocks on huge pages, freed memory kept), huge pages alone, and glibc's defaults. Each table ends
 with the same step timed without the profiler. Read the table whose op times add up to about
 that step: under the profiler the lab's two settings together slow every op several-fold (the
-quick step with flax's LayerNorm, before round 8 of experiments/calibration/: ops summed to
+quick step with flax's LayerNorm, before round 8 of docs/calibration.md: ops summed to
 192.5 ms against 33.6 ms unprofiled), huge pages alone do not (32.9 against 34.9 ms), nor do
 glibc's defaults (48.7 against 51.2 ms). Every executed op is put in a
 group by its output (attention weights, per-token activations and their gradients, or

@@ -67,7 +67,7 @@ class LayerNorm(nnx.LayerNorm):
     (x - mean) * rsqrt(mean((x - mean)^2) + eps) * scale + bias, statistics in float32 at least.
     flax's general statistics subtract the mean twice and multiply the scale into the reciprocal
     standard deviation first; written out, the quick training step compiles to fewer elementwise
-    ops and takes about 10% less time on one core (measured in experiments/calibration/README.md)."""
+    ops and takes about 10% less time on one core (measured in docs/calibration.md)."""
 
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         x32_BxTxD = x_BxTxD.astype(jnp.promote_types(x_BxTxD.dtype, jnp.float32))

@@ -32,7 +32,7 @@ from tests.tiny import ROOT, TINY_MODEL, tiny_config, tiny_model
 from flax import nnx
 
 # A finished length_gen run kept in the repository: a protocol run of NB with three seeds.
-KEPT_RUN = ROOT / "experiments/calibration/protocol-clip-rope-nb"
+KEPT_RUN = ROOT / "evidence/protocol-clip-rope-nb"
 TINY_FLAGS = [
     *("--tasks", "UL", "--seeds", "1", "--no-progress", "--n-layers", "1", "--n-heads", "2", "--d-model", "16"),
     *("--train-lengths", "1", "4", "--test-bins", "1-4,5-6", "--batch-size", "8", "--max-steps", "24"),

@@ -421,14 +421,12 @@ def test_a_job_folder_that_does_not_hold_its_model_is_an_error_line(tmp_path, n_
 
 
 @pytest.mark.parametrize(
-    "folder", sorted(path.name for path in (ROOT / "experiments/calibration/mechanism").iterdir() if path.is_dir())
+    "folder", sorted(path.name for path in (ROOT / "evidence/mechanism").iterdir() if path.is_dir())
 )
 def test_committed_mechanism_runs_rebuild_their_reports_from_their_files(folder, tmp_path, capsys):
     """Folders written before the settings recorded both kinds of model are read as they were
     written (none of them is refused), and their reports come back the same."""
     copy = tmp_path / folder
-    shutil.copytree(ROOT / "experiments/calibration/mechanism" / folder, copy)
+    shutil.copytree(ROOT / "evidence/mechanism" / folder, copy)
     mechanism.main(["--report-only", str(copy)])
-    assert (copy / "report.md").read_text() == (
-        ROOT / "experiments/calibration/mechanism" / folder / "report.md"
-    ).read_text()
+    assert (copy / "report.md").read_text() == (ROOT / "evidence/mechanism" / folder / "report.md").read_text()

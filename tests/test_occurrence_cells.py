@@ -126,7 +126,7 @@ def test_report_only_rebuilds_the_committed_tables_from_their_json(tmp_path):
 
     from experiments import occurrence_cells
 
-    kept = Path(__file__).resolve().parents[1] / "experiments/calibration/protocol-ape-spread"
+    kept = Path(__file__).resolve().parents[1] / "evidence/protocol-ape-spread"
     for name in (occurrence_cells.CELLS_JSON, occurrence_cells.CELLS_MARKDOWN):
         shutil.copy(kept / name, tmp_path / name)
     (tmp_path / occurrence_cells.CELLS_MARKDOWN).unlink()

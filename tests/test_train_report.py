@@ -385,12 +385,12 @@ def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdict
 
 def test_readme_table_is_the_committed_quick_runs():
     """The README's table of the three quick runs is what their committed summaries give, so a rerun
-    that is copied into experiments/calibration/ without updating the README (or a number typed by
+    that is copied into evidence/ without updating the README (or a number typed by
     hand) fails here."""
     from experiments.calibration import readme_table
 
     summaries = readme_table.committed_summaries()
-    readme = (readme_table.HERE.parents[1] / "README.md").read_text()
+    readme = (readme_table.ROOT / "README.md").read_text()
     assert readme_table.table(summaries) in readme
     assert readme_table.agreement_line(summaries) in " ".join(readme.split())
 
@@ -400,7 +400,7 @@ def test_readme_protocol_tables_are_the_committed_protocol_runs():
     docs/protocol-history.md (the recipes before it) are what the committed runs' summaries give."""
     from experiments.calibration import protocol_table
 
-    root = protocol_table.HERE.parents[1]
+    root = protocol_table.ROOT
     for document, runs in (
         ("README.md", protocol_table.CURRENT_RUNS),
         ("docs/protocol-history.md", protocol_table.EARLIER_RUNS),
@@ -490,9 +490,9 @@ def test_committed_protocol_runs_rebuild_their_reports_from_their_files(run, tmp
 
     from experiments.calibration import protocol_table
 
-    shutil.copytree(protocol_table.HERE / run, tmp_path / run)
+    shutil.copytree(protocol_table.EVIDENCE / run, tmp_path / run)
     length_gen.main(["--report-only", str(tmp_path / run)])
-    assert (tmp_path / run / "report.md").read_text() == (protocol_table.HERE / run / "report.md").read_text()
+    assert (tmp_path / run / "report.md").read_text() == (protocol_table.EVIDENCE / run / "report.md").read_text()
 
 
 def test_a_protocol_report_makes_no_mean_over_seeds_and_others_still_do(tmp_path):
@@ -503,7 +503,7 @@ def test_a_protocol_report_makes_no_mean_over_seeds_and_others_still_do(tmp_path
     from experiments.calibration import protocol_table
 
     for run, under_protocol in (("protocol-ape-spread", True), ("quick-run-ape", False)):
-        shutil.copytree(protocol_table.HERE / run, tmp_path / run)
+        shutil.copytree(protocol_table.EVIDENCE / run, tmp_path / run)
         report = report_markdown(summarize(tmp_path / run))
         assert ("## Verdicts under the protocol" in report) is under_protocol
         assert ("mean ± std" in report) is not under_protocol

@@ -348,14 +348,14 @@ PAPER = Preset(
     seeds=(0, 1, 2),
 )
 
-# Scaled down for a 2-core laptop from the calibration study in experiments/calibration/ (its
-# README gives the measurements behind every number here). Copying supervises every answer token,
+# Scaled down for a 2-core laptop from the calibration study (docs/calibration.md gives the
+# measurements behind every number here). Copying supervises every answer token,
 # retrieval one token per string: retrieval steps are cheaper (shorter strings) and it needs more
 # of them, hence the per-task budgets. The unique retrieval tasks learn far faster over 16
 # symbols than over 64; unique copying needs at least as many symbols as the longest test input.
 QUICK = Preset(
     name="quick",
-    description="2-core CPU scale (experiments/calibration): lengths 1-20, bins to 40, 2 layers x 4 heads x d 64 "
+    description="2-core CPU scale (docs/calibration.md): lengths 1-20, bins to 40, 2 layers x 4 heads x d 64 "
     "(NB: 4 layers), 1 seed.",
     train=TrainConfig(
         train_lengths=(1, 20),
@@ -384,13 +384,13 @@ QUICK = Preset(
     # Retrieval may sit on a plateau for thousands of steps before it fits, hence its long cap; most
     # retrieval jobs stop far earlier. Copying trains its whole budget (a choice made after seeing
     # the longer bins: the protocol preset below does not make it). The measurements behind both are
-    # in experiments/calibration/README.md.
+    # in docs/calibration.md.
     train_overrides={
         **{code: dict(max_steps=16000) for code in RETRIEVAL_CODES},
         **{code: dict(max_steps=10000, stop_after_perfect_evals=0) for code in COPYING_CODES},
     },
     # Two layers never fit NB's training lengths, four (the paper's depth) do; the calibration notes
-    # (experiments/calibration/README.md) have the trials, including three layers for all copying.
+    # (docs/calibration.md) have the trials, including three layers for all copying.
     model_overrides={"NB": dict(n_layers=4)},
     seeds=(0,),
 )
@@ -403,18 +403,18 @@ QUICK = Preset(
 # constant (a decay that reaches 0 while a model still improves turns "not yet" into "did not
 # fit"); its first jobs, read on their training bins alone, never settled: NB at 0.9955-0.999 from
 # step 5000 to 10,500 with drops to 0.85, NLFirst on the spread sampler at 0.94-1.00 from step 2000
-# to 8000, never two perfect evaluations in a row (experiments/calibration/trials/protocol_constant_lr,
+# to 8000, never two perfect evaluations in a row (evidence/trials/protocol_constant_lr,
 # and the calibration notes, round 12). Those seeds (1000, 1001) informed the recipe, so its seeds
 # start at 2000; the first few run for every task, the rest only for tasks with fewer fitted seeds
 # than the protocol needs. A job that ends its decay still improving is reported as such.
 # UL and UR draw over the official code's 5 symbols, not the quick preset's 16: over 16, UR fit on
 # 3 of 10 protocol seeds (the other seven on a plateau near 0.33 to step 8000); over 5, on 5 of 5
 # trial seeds (3000-3004), at step 1000 (1000-2500), and UL at step 1000 instead of 3000. The trial
-# evaluated the training bin only (experiments/calibration/trials/official_5symbols).
+# evaluated the training bin only (evidence/trials/official_5symbols).
 # The decay was 8000 steps until round 15: under it APE copying fit NF on 0 of 7 seeds and UF on 2
 # of 9 (the rest one or two strings short), and NoPE's unfitted seeds were all still improving at
 # its end. Over 16,000 steps, trial seeds 3100-3101 fit NF, UF, NB, NoPE NRFirst and the APE Last
-# tasks on every seed, read on the training bin alone (experiments/calibration/trials/decay16k).
+# tasks on every seed, read on the training bin alone (evidence/trials/decay16k).
 # Seeds 2000-2009 ran under the 8000-step decay with their test bins read; seeds 4000-4009 under
 # the 16,000-step decay without clipping.
 # Gradients are clipped to global norm 1.0 since round 16, as in the official code (Hugging Face's
@@ -422,7 +422,7 @@ QUICK = Preset(
 # on 1 of 5 protocol seeds at 16,000 steps, the others one or two of 2000 training strings short,
 # with drops to 0.81-0.90 on the training bin late in training; clipped, on 4 of 4 trial seeds
 # (3200-3203, at step 9750, 7000-11000), read on the training bin alone
-# (experiments/calibration/trials/clip1). This
+# (evidence/trials/clip1). This
 # recipe's seeds start at 5000, which nothing has trained.
 # Since round 20 a job scores its test bins only at its last evaluation; the runs before scored
 # them at every evaluation and trained bit for bit the same.

@@ -127,7 +127,7 @@ COPYING = ("UF", "UB", "NF", "NB")
 # over the 52 ASCII letters allows inputs of at most 52 symbols, so training on 1-25 and testing up
 # to twice that keeps the paper's 2x ratio.
 #
-# quick: chosen by the calibration in experiments/calibration/finetune/ (its README has the
+# quick: chosen by the calibration in docs/finetune-calibration.md (which has the
 # measurements): a full fine-tuning step of SmolLM2-135M on 8 prompts takes 6-8 s on the shared
 # 2-core machine, so a task gets 60 steps; UB trained on lengths 1-10 for 60 steps still missed
 # 10-20% of its training lengths, on 1-6 it nearly fits. lr 1e-4 and 3e-4 learned alike in 60 steps.

@@ -107,7 +107,7 @@ def _answer_scores(logits_BxTxV, batch):
 # and backward pass is its own chain of ops, and XLA runs the ops of one chain beside those of
 # the other on a second core, where most of a small model's elementwise ops would otherwise run
 # on one core alone: the quick step on two threads takes about 10% less time, on one pinned
-# thread the same (measured in experiments/calibration/README.md). An accelerator gets the whole
+# thread the same (measured in docs/calibration.md). An accelerator gets the whole
 # batch in one part, which already fills it.
 CPU_BATCH_PARTS = 2
 

@@ -207,7 +207,7 @@ class MechanismSettings(PromptSettings):
 
     @classmethod
     def upgrade_config(cls, values: dict) -> dict:
-        """Runs before these settings (the committed ones in experiments/calibration/mechanism)
+        """Runs before these settings (the committed ones in evidence/mechanism)
         recorded only their own kind of model, and a from-scratch model's seed only in the name
         of its job folder (<run>/<task>/seed<k>)."""
         if "train_seed" in values or "kind" not in values:

@@ -2,7 +2,7 @@
 needs (each job's checkpoint.npz and progress.json, the folder's lock), so that the copy holds
 every record its report is computed from and rebuilds the same report.
 
-    python experiments/calibration/keep_run.py runs/length_gen/ape-protocol experiments/calibration/protocol-ape
+    python experiments/calibration/keep_run.py runs/length_gen/ape-protocol evidence/protocol-ape
 
 The checkpoints are what the copy gives up: experiments/occurrence_cells.py and
 experiments/mechanism.py need a run with its checkpoints, not a kept copy.

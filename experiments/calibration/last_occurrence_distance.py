@@ -29,7 +29,7 @@ DISTANCE_GROUPS = ((0, 3), (4, 7), (8, 15), (16, 1000))
 
 def context_and_query(tokens_T: np.ndarray, prompt_length: int) -> tuple[np.ndarray, int]:
     """The context c_1 .. c_m and the query q of `<bos> c_1 .. c_m <sep> q` (the prompt)."""
-    return tokens_T[1:prompt_length - 2], tokens_T[prompt_length - 1]
+    return tokens_T[1 : prompt_length - 2], tokens_T[prompt_length - 1]
 
 
 def distances_from_end(tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray) -> np.ndarray:
@@ -43,8 +43,12 @@ def distances_from_end(tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray) -> 
 
 def occurrences(tokens_NxT: np.ndarray, prompt_lengths_N: np.ndarray) -> np.ndarray:
     """How often the query occurs in each context (far last occurrences go with rare queries)."""
-    return np.array([np.sum(context == query) for context, query in
-                     (context_and_query(tokens_T, p) for tokens_T, p in zip(tokens_NxT, prompt_lengths_N))])
+    return np.array(
+        [
+            np.sum(context == query)
+            for context, query in (context_and_query(tokens_T, p) for tokens_T, p in zip(tokens_NxT, prompt_lengths_N))
+        ]
+    )
 
 
 def strings_by_distance(task, length: int, per_group: int, seed: int = 12345) -> list[tuple[np.ndarray, ...]]:
@@ -57,8 +61,10 @@ def strings_by_distance(task, length: int, per_group: int, seed: int = 12345) ->
         examples = task.sample(rng, 10 * per_group, length)
         distance_N = distances_from_end(examples.tokens, examples.prompt_lengths)
         for rows, (lo, hi) in zip(chosen, DISTANCE_GROUPS):
-            rows += [(examples.tokens[i], examples.prompt_lengths[i], examples.lengths[i])
-                     for i in np.flatnonzero((distance_N >= lo) & (distance_N <= hi))]
+            rows += [
+                (examples.tokens[i], examples.prompt_lengths[i], examples.lengths[i])
+                for i in np.flatnonzero((distance_N >= lo) & (distance_N <= hi))
+            ]
     return [tuple(np.stack(column) for column in zip(*rows[:per_group])) for rows in chosen]
 
 
@@ -83,8 +89,10 @@ def main() -> None:
         print(sampler_distances(get_task(task), [20, 30, args.length]))
     print()
     header = " | ".join(f"{lo}-{hi}" if hi < 1000 else f"{lo}+" for lo, hi in DISTANCE_GROUPS)
-    print(f"Exact match at length {args.length} by distance of the last occurrence from the end "
-          f"({args.per_group} strings per group)\n")
+    print(
+        f"Exact match at length {args.length} by distance of the last occurrence from the end "
+        f"({args.per_group} strings per group)\n"
+    )
     print(f"| task | seed | {header} |\n|---|---|" + "---|" * len(DISTANCE_GROUPS))
     for task in TASKS:
         groups = None

@@ -18,8 +18,10 @@ from crasp.approximations import SIDE_OF_TASK, last_within_window
 from crasp.check import agreement_by_length
 from crasp.tasks import get_task
 
-SAMPLERS = {"i.i.d. over 5 symbols (the paper's)": dict(occurrences="iid"),
-            "the query exactly twice, 5 symbols": dict(occurrences=(2, 2))}
+SAMPLERS = {
+    "i.i.d. over 5 symbols (the paper's)": dict(occurrences="iid"),
+    "the query exactly twice, 5 symbols": dict(occurrences=(2, 2)),
+}
 
 
 def window_agreement(code: str, sampler: str, window: int, lengths: list[int], samples: int) -> list[float]:

@@ -1,5 +1,5 @@
 """Print the protocol runs' tables for the README and docs/protocol-history.md from the kept runs
-(the folders named in CURRENT_RUNS and EARLIER_RUNS, here), so that no number in them is typed by
+(the folders named in CURRENT_RUNS and EARLIER_RUNS, in evidence/), so that no number in them is typed by
 hand.
 
     python experiments/calibration/protocol_table.py   # paste its output over the documents' tables
@@ -25,7 +25,8 @@ from crasplab.results.protocol import apply_controls, control_text, counted_agre
 from crasplab.results.verdicts import GENERALIZES, TOO_FEW
 from crasplab.train.config import PRESETS
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+EVIDENCE = ROOT / "evidence"  # the kept runs
 # The current recipe's runs (the README's tables and its headline table), and the runs of the
 # recipes before it (docs/protocol-history.md).
 CURRENT_RUNS = (
@@ -179,7 +180,7 @@ def table(summary: dict, config: dict) -> str:
 def committed_runs(runs=RUNS) -> dict[str, tuple[dict, dict]]:
     """run -> (its summary.json, its config.json)."""
     return {
-        run: tuple(json.loads((HERE / run / name).read_text()) for name in ("summary.json", "config.json"))
+        run: tuple(json.loads((EVIDENCE / run / name).read_text()) for name in ("summary.json", "config.json"))
         for run in runs
     }
 

@@ -1,5 +1,5 @@
 """The top-level README's table of the three quick runs, printed from their committed summaries
-(quick-run-ape/, quick-run-rope/, quick-run-nope/ here), so that no number in it is typed by hand.
+(quick-run-ape/, quick-run-rope/, quick-run-nope/ in evidence/), so that no number in it is typed by hand.
 
     python experiments/calibration/readme_table.py   # paste its output over the README's table
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+EVIDENCE = ROOT / "evidence"  # the kept runs
 ENCODINGS = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}  # folder suffix -> name shown
 
 
@@ -29,13 +30,17 @@ def cell(row: dict) -> str:
 
 def table(summaries: dict[str, dict]) -> str:
     bins = " / ".join(f"{lo}-{hi}" for lo, hi in summaries["ape"]["bins"])
-    lines = [f"| task | APE predicted | APE {bins} | RoPE {bins} | NoPE predicted | NoPE {bins} |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"| task | APE predicted | APE {bins} | RoPE {bins} | NoPE predicted | NoPE {bins} |",
+        "|---|---|---|---|---|---|",
+    ]
     rows = {pe: {row["task"]: row for row in summary["rows"]} for pe, summary in summaries.items()}
     for task, ape in rows["ape"].items():
         rope, nope = rows["rope"][task], rows["nope"][task]
-        lines.append(f"| {task} | {ape['predicted']['label']} | {cell(ape)} | {cell(rope)} | "
-                     f"{nope['predicted']['label']} | {cell(nope)} |")
+        lines.append(
+            f"| {task} | {ape['predicted']['label']} | {cell(ape)} | {cell(rope)} | "
+            f"{nope['predicted']['label']} | {cell(nope)} |"
+        )
     return "\n".join(lines)
 
 
@@ -43,14 +48,16 @@ def agreement_line(summaries: dict[str, dict]) -> str:
     parts = []
     for pe, summary in summaries.items():
         not_fit = len(summary["did_not_fit"])
-        parts.append(f"{ENCODINGS[pe]} {summary['agreements']} of {summary['judged']}"
-                     + (f" ({not_fit} did not fit)" if not_fit else ""))
+        parts.append(
+            f"{ENCODINGS[pe]} {summary['agreements']} of {summary['judged']}"
+            + (f" ({not_fit} did not fit)" if not_fit else "")
+        )
     return "Agreement over the tasks that fit and have a prediction: " + ", ".join(parts) + "."
 
 
 def committed_summaries() -> dict[str, dict]:
     """encoding -> summary.json of its quick run copied here."""
-    return {pe: json.loads((HERE / f"quick-run-{pe}" / "summary.json").read_text()) for pe in ENCODINGS}
+    return {pe: json.loads((EVIDENCE / f"quick-run-{pe}" / "summary.json").read_text()) for pe in ENCODINGS}
 
 
 def main() -> None:

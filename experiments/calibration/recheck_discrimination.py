@@ -3,7 +3,7 @@ and rebuild its report (crasplab.results.protocol.recheck_discrimination): the c
 started with stays in predictions.json under `discrimination_at_start`, and the report says the
 check was remade after the run.
 
-    python experiments/calibration/recheck_discrimination.py experiments/calibration/protocol-clip-ape-copying
+    python experiments/calibration/recheck_discrimination.py evidence/protocol-clip-ape-copying
 
 Only the check changes: the predictions, the records and the verdicts are the run's.
 """

@@ -3,8 +3,7 @@ of each run folder given, by the protocol's fit rule (every training-length stri
 least 500 of them). No test bin is read, so a recipe chosen from this table is chosen on
 training lengths only.
 
-    python experiments/calibration/recipe_study.py experiments/calibration/three-seeds-ape \\
-        experiments/calibration/protocol-ape
+    python experiments/calibration/recipe_study.py evidence/three-seeds-ape evidence/protocol-ape
 """
 
 from __future__ import annotations

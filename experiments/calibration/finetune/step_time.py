@@ -1,5 +1,5 @@
 """Seconds (wall and CPU of this process) and peak memory of a fine-tuning step of SmolLM2-135M on
-random tokens, with train.steps' compiled step: the first table of this folder's README.
+random tokens, with train.steps' compiled step: the first table of docs/finetune-calibration.md.
 
     python experiments/calibration/finetune/step_time.py full float32 8 24     # METHOD DTYPE BATCH TOKENS
     python experiments/calibration/finetune/step_time.py lora8 float32 8 96    # LoRA rank 8
@@ -31,15 +31,19 @@ def main() -> None:
     del model
     step = make_train_step(graphdef, rest, optimizer)
     tokens_BxT = np.random.default_rng(0).integers(100, 40000, size=(batch_size, tokens)).astype(np.int32)
-    batch = make_batch(tokens_BxT, np.full(batch_size, tokens // 2), np.full(batch_size, tokens),
-                       np.zeros(batch_size, int), tokens)
+    batch = make_batch(
+        tokens_BxT, np.full(batch_size, tokens // 2), np.full(batch_size, tokens), np.zeros(batch_size, int), tokens
+    )
     arrays = {name: array[None] for name, array in batch.as_dict().items()}
     for index in range(5):  # the first step compiles
         wall, cpu = time.perf_counter(), time.process_time()
         params_S, opt_state_S, loss_S, _ = step(params_S, opt_state_S, arrays)
         loss = float(loss_S[0])
-        print(f"{method} {dtype} {batch_size}x{tokens} step {index}: wall {time.perf_counter() - wall:.2f} s, "
-              f"CPU {time.process_time() - cpu:.2f} s, loss {loss:.3f}", flush=True)
+        print(
+            f"{method} {dtype} {batch_size}x{tokens} step {index}: wall {time.perf_counter() - wall:.2f} s, "
+            f"CPU {time.process_time() - cpu:.2f} s, loss {loss:.3f}",
+            flush=True,
+        )
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     print(f"peak RSS {peak_gb:.2f} GB; load average {open('/proc/loadavg').read().split()[0]}")
 
