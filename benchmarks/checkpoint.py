@@ -12,7 +12,6 @@ folder renamed when complete).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -26,6 +25,7 @@ from flax import nnx
 from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
 from crasplab.train.config import PRESETS
 from crasplab.train.steps import make_optimizer
+from preset_flags import preset_rounds_parser
 
 VOCAB_SIZE, MAX_POSITIONS = 70, 83  # unique copy over 64 symbols up to length 40 (quick)
 
@@ -78,15 +78,9 @@ def measure(preset_name: str, rounds: int, folder: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--presets",
-        nargs="+",
-        default=["quick", "paper"],
-        choices=sorted(PRESETS),
-        help="whose model and optimizer state to checkpoint",
+    parser = preset_rounds_parser(
+        __doc__, "whose model and optimizer state to checkpoint", 20, "timed saves and restores per method (median)"
     )
-    parser.add_argument("--rounds", type=int, default=20, help="timed saves and restores per method (median)")
     args = parser.parse_args()
     print(
         "| preset | values | save ms: ours / orbax (ratio) | restore ms: ours / orbax (ratio) | files: ours / orbax |"

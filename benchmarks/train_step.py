@@ -40,6 +40,7 @@ from crasplab.train.data import LengthBuckets, batch_rng, sample_batch, sample_t
 from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
 from crasplab.train.workers import available_cores, single_thread_env
 from pinned_worker import add_core_option, pin_to_core
+from preset_flags import preset_rounds_parser
 
 STREAM_TASK = "UF"
 STREAM_BATCHES = 24  # batches per timed pass over the real-token stream
@@ -347,15 +348,12 @@ def real_tokens_table(preset_name: str, seconds: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--presets",
-        nargs="+",
-        default=["quick", "paper"],
-        choices=sorted(PRESETS),
-        help="configurations timed at equal shapes (the real-token stream uses the first)",
+    parser = preset_rounds_parser(
+        __doc__,
+        "configurations timed at equal shapes (the real-token stream uses the first)",
+        9,
+        "interleaved rounds at equal shapes (median reported)",
     )
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds at equal shapes (median reported)")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each real-token measurement")
     parser.add_argument("--serve", choices=SIDES, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help=argparse.SUPPRESS)

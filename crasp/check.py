@@ -20,7 +20,7 @@ import numpy as np
 from crasp.evaluate import evaluate
 from crasp.fragment import Fragment, fragment_of
 from crasp.languages import LANGUAGES, Language
-from crasp.nexttoken import Failure, check_teacher_forced, encode
+from crasp.nexttoken import Failure, check_teacher_forced, encode, what_the_outputs_say
 from crasp.program import CraspProgramError, Program
 from crasp.source import ProgramSource
 from crasp.tasks import (
@@ -131,13 +131,7 @@ def exhaustive_strings(task: Task, max_length: int) -> list[list[str]]:
 
 
 def _next_token_problem(failure: Failure, string: list[str]) -> str:
-    said = (
-        "no output is true"
-        if not failure.outputs
-        else f"the outputs for {', '.join(failure.outputs)} are all true"
-        if len(failure.outputs) > 1
-        else f"the program predicts {failure.outputs[0]}"
-    )
+    said = what_the_outputs_say(failure.outputs)
     return f"position {failure.position} ({string[failure.position - 1]}): expected {failure.expected} next, but {said}"
 
 

@@ -11,6 +11,7 @@ verifies a whole batch in one vectorized pass.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +66,15 @@ def predictions(program: Program, tokens_BxT: np.ndarray) -> np.ndarray:
     return np.where(true_count == 1, table.argmax(axis=-1), np.where(true_count == 0, NO_PREDICTION, AMBIGUOUS))
 
 
+def what_the_outputs_say(outputs: Sequence[str]) -> str:
+    """Where a next-token program is wrong: no output true, several true, or the wrong one."""
+    if not outputs:
+        return "no output is true"
+    if len(outputs) > 1:
+        return f"outputs {', '.join(outputs)} are all true"
+    return f"the program predicts {outputs[0]}"
+
+
 @dataclass(frozen=True)
 class Failure:
     example: int
@@ -73,13 +83,7 @@ class Failure:
     outputs: tuple[str, ...]  # the symbols whose output is true there
 
     def describe(self) -> str:
-        said = (
-            "no output is true"
-            if not self.outputs
-            else f"outputs {', '.join(self.outputs)} are all true"
-            if len(self.outputs) > 1
-            else f"it predicts {self.outputs[0]}"
-        )
+        said = what_the_outputs_say(self.outputs)
         return f"example {self.example}, position {self.position}: expected {self.expected}, but {said}"
 
 
@@ -127,9 +131,9 @@ def generate(program: Program, prompt: list[str], max_new_tokens: int, stop: str
         table = output_table(program, encode(program, [string]))[0, len(string) - 1]
         outputs = [program.alphabet[k] for k in np.flatnonzero(table)]
         if len(outputs) != 1:
-            said = "no output is true" if not outputs else f"outputs {', '.join(outputs)} are all true"
             raise PredictionError(
-                f"at position {len(string)} ({string[-1]!r}) {said}; a next-token program must make exactly one true"
+                f"at position {len(string)} ({string[-1]!r}) {what_the_outputs_say(outputs)}; "
+                "a next-token program must make exactly one true"
             )
         string.append(outputs[0])
         if outputs[0] == stop:

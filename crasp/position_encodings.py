@@ -9,7 +9,9 @@ Huang et al. 2025 prove two results: a task expressible in C-RASP[periodic, loca
 generalizes for transformers with learned absolute positions (APE), and one expressible in
 C-RASP[] does for transformers without position encodings (NoPE); both for some sufficiently
 large training length, under an idealized learning rule. No such result is known for RoPE or
-ALiBi: for them the lab shows the APE prediction and labels it "no theorem".
+ALiBi: for them the lab shows the APE prediction and labels it "no theorem". The papers'
+experiments train APE and NoPE (Huang et al.) and APE and RoPE (Veitsman et al., whose retrieval
+and copying tasks the lab runs); ALiBi is the lab's addition.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HUANG_2025 = "Huang et al. 2025"
+VEITSMAN_2025 = "Veitsman et al. 2025"  # the retrieval and copying tasks, and their official code
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class PositionEncoding:
     description: str
     theorem: Theorem | None  # None: no result is known; the prediction is borrowed
     borrows: str | None = None  # the encoding whose prediction is shown when there is no theorem
+    trained_by: tuple[str, ...] = ()  # the papers whose experiments train it; (): an addition of the lab
 
     @property
     def prediction_theorem(self) -> Theorem:
@@ -56,12 +60,27 @@ ENCODINGS: dict[str, PositionEncoding] = {
     e.code: e
     for e in (
         PositionEncoding(
-            "ape", "APE", "a learned vector per absolute position, added to the token embedding", APE_THEOREM
+            "ape",
+            "APE",
+            "a learned vector per absolute position, added to the token embedding",
+            APE_THEOREM,
+            trained_by=(HUANG_2025, VEITSMAN_2025),
         ),
         PositionEncoding(
-            "rope", "RoPE", "queries and keys rotated by an angle proportional to the position", None, borrows="ape"
+            "rope",
+            "RoPE",
+            "queries and keys rotated by an angle proportional to the position",
+            None,
+            borrows="ape",
+            trained_by=(VEITSMAN_2025,),
         ),
-        PositionEncoding("nope", "NoPE", "no position information besides the causal mask", NOPE_THEOREM),
+        PositionEncoding(
+            "nope",
+            "NoPE",
+            "no position information besides the causal mask",
+            NOPE_THEOREM,
+            trained_by=(HUANG_2025,),
+        ),
         PositionEncoding(
             "alibi",
             "ALiBi",
@@ -75,6 +94,8 @@ POSITION_ENCODINGS: tuple[str, ...] = tuple(ENCODINGS)
 PE_NAMES = {code: e.name for code, e in ENCODINGS.items()}
 # The encodings a theorem covers: the columns of the prediction tables.
 WITH_THEOREM: tuple[str, ...] = tuple(code for code, e in ENCODINGS.items() if e.theorem is not None)
+# The encodings the papers train: the grid that reproduces them at their scale (experiments/paper_grid.py).
+IN_THE_PAPERS: tuple[str, ...] = tuple(code for code, e in ENCODINGS.items() if e.trained_by)
 
 
 def encoding(code: str) -> PositionEncoding:

@@ -275,11 +275,11 @@ def check_against_model(settings: MechanismSettings, subject: Subject) -> None:
             f"--periods {max(settings.periods)} needs that many distinct tokens; the model's vocabulary "
             f"offers {len(subject.candidates_C)}; give periods up to {len(subject.candidates_C)}"
         )
-    # An APE model has no position past its table; a RoPE or NoPE model's context is where its
-    # training (and, on this machine, its memory) ends.
+    # A model with a learned position table (APE) has no position past it; any other model's
+    # context is where its training (and, on this machine, its memory) ends.
     limit = (
         f"position table has {config.max_positions} rows"
-        if config.position == "ape"
+        if config.position_scheme.learned_table
         else f"context is {config.max_positions} positions"
     )
     fixed = len(subject.prefix) + len(subject.separator)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script or imported
 
+from crasp.position_encodings import IN_THE_PAPERS  # noqa: E402
 from crasplab.cli.arguments import above_zero  # noqa: E402
 from crasplab.errors import command_boundary  # noqa: E402
 from crasplab.results.protocol import next_seeds, protocol_for  # noqa: E402
@@ -47,7 +48,6 @@ from crasplab.train.stacks import group_into_stacks  # noqa: E402
 from crasplab.train.workers import available_cores  # noqa: E402
 from experiments import length_gen  # noqa: E402
 
-ENCODINGS = ("ape", "rope", "nope")
 SAMPLERS = ("paper", "spread")
 
 
@@ -58,7 +58,13 @@ def step_seconds_flag(text: str) -> float | str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pes", nargs="+", choices=ENCODINGS, default=list(ENCODINGS), help="position encodings")
+    parser.add_argument(
+        "--pes",
+        nargs="+",
+        choices=IN_THE_PAPERS,
+        default=list(IN_THE_PAPERS),
+        help="position encodings (those the papers train)",
+    )
     parser.add_argument(
         "--samplers",
         nargs="+",

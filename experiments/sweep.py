@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as
 from crasp.tasks import TASK_CODES  # noqa: E402
 from crasplab.cli.arguments import add_run_folder_flags, add_tasks_flag, at_least, length_bins, run_from_flags  # noqa: E402
 from crasplab.cli.experiment import Report  # noqa: E402
+from crasplab.models.positions import POSITIONS  # noqa: E402
 from crasplab.results.files import write_json, write_text  # noqa: E402
 from crasplab.results.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report  # noqa: E402
 from crasplab.results.protocol import settings_predictions, write_predictions  # noqa: E402
@@ -53,7 +54,7 @@ VERDICT_FOLDER = "verdict"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pe", choices=("ape", "rope", "nope"), default="ape", help="position encoding")
+    parser.add_argument("--pe", choices=POSITIONS, default="ape", help="position encoding")
     parser.add_argument(
         "--preset",
         choices=sorted(PRESETS),

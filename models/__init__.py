@@ -8,14 +8,17 @@ Build
     config = preset("smollm2_135m")                       # the shape of a known pretrained model
     model = Transformer(config, rngs=nnx.Rngs(seed))      # same seed -> same parameters
 
-Presets (models.PRESETS): the shapes of "smollm2_135m", "qwen2.5_0.5b", "gpt2_124m". The
+Presets (models.PRESETS): the shapes of known pretrained models, by name (`list(PRESETS)`). The
 from-scratch model sizes and the block each position encoding gets are train.config's
 (`PRESETS["quick"].model.model_config(vocab_size, max_positions)`).
-ModelConfig fields: vocab_size, d_model, n_layers, n_heads, d_ff, n_kv_heads (None: n_heads),
-d_head (None: d_model // n_heads), block "gpt2"|"llama", position "ape"|"rope"|"nope",
-max_positions (APE table rows), rope_base, rope_dim (rotary dims per head; None: all),
-qkv_bias (Llama block only, as Qwen2), tie_embeddings, norm_eps, dtype "float32"|"bfloat16"
-(compute dtype; parameters, softmax and logits stay float32), init_std. No dropout (the paper uses 0).
+ModelConfig fields (its docstring says what each does): vocab_size, d_model, n_layers, n_heads,
+d_ff, n_kv_heads (None: n_heads), d_head (None: d_model // n_heads), block (one of
+models.config.BLOCKS), position (a code of models.positions.SCHEMES, the one table of the
+position encodings and what each does to the model), max_positions (the rows of a learned
+position table), rope_base, rope_dim (rotary dims per head; None: all), qkv_bias (Llama block
+only, as Qwen2), sliding_window, global_every, rope_local_base (windowed layers, as Gemma 3),
+tie_embeddings, norm_eps, dtype (one of models.config.DTYPES: the compute dtype; parameters,
+softmax and logits stay float32), init_std. No dropout (the paper uses 0).
 
 Forward
 -------
@@ -63,7 +66,7 @@ sets, and mean or zero ablation as an Interventions value (experiments/mechanism
 Parameter tree (paths for set_params; kernels are [in, out] as in GPT-2's Conv1D, i.e. the
 transpose of a torch nn.Linear weight)
 --------------
-    embed.embedding [V, D]                pos_embed.embedding [max_positions, D]   (APE only)
+    embed.embedding [V, D]                pos_embed.embedding [max_positions, D]   (learned table: APE)
     layers.{i}.attn_norm.{scale[, bias]}  layers.{i}.mlp_norm.{scale[, bias]}      (bias: GPT-2)
     layers.{i}.attn.q.kernel [D, H*K]     k.kernel, v.kernel [D, N*K]   o.kernel [H*K, D]
         .bias on q/k/v (GPT-2 or qkv_bias) and on o (GPT-2)

@@ -112,3 +112,16 @@ def test_zero_or_several_outputs_are_reported_with_position_and_outputs():
     result = check_teacher_forced(program, encode(program, [["<sep>", "a"]]), [1], [2])
     assert not result.correct[0]
     assert result.failures[0].describe() == "example 0, position 1: expected a, but outputs a, b are all true"
+
+
+def test_a_wrong_next_token_reads_the_same_in_every_report():
+    """check's counterexample, a failure's description and generate's refusal say what the outputs
+    said in the same words."""
+    from crasp.check import _next_token_problem
+    from crasp.nexttoken import Failure, what_the_outputs_say
+
+    assert what_the_outputs_say(()) == "no output is true"
+    assert what_the_outputs_say(("a", "b")) == "outputs a, b are all true"
+    wrong = Failure(example=0, position=2, expected="b", outputs=("a",))
+    assert wrong.describe() == "example 0, position 2: expected b, but the program predicts a"
+    assert _next_token_problem(wrong, ["<bos>", "a"]) == "position 2 (a): expected b next, but the program predicts a"

@@ -23,7 +23,7 @@ from crasp.tasks import Task
 from crasplab.compiler import DEFAULT_MAX_LENGTH, compile_program, definition_places
 from crasplab.compiler.folder import CHECKPOINT_FILE, DESCRIPTION_FILE, compiled_checkpoint, save_compiled
 from crasplab.compiler.job import compiled_job, write_compiled_job
-from crasplab.compiler.lower import CompileError
+from crasplab.compiler.lower import COMPILED_ENCODINGS, CompileError
 from crasplab.compiler.run import answers_right, output_table, require_dtype_available
 from crasplab.errors import command_boundary
 from crasplab.results.run_folder import check_output_folder
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pe",
         required=True,
-        choices=("ape", "rope", "nope"),
+        choices=COMPILED_ENCODINGS,
         help="position encoding of the compiled transformer (nope: C-RASP[] programs only)",
     )
     parser.add_argument(

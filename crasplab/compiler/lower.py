@@ -35,8 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from crasp import expr as E
+from crasp.position_encodings import PE_NAMES
 from crasp.program import Program
 from crasplab.compiler.plan import ONE, START, Affine, Feature, HeadGroup, Step
+from crasplab.models.positions import SCHEMES, PositionScheme
 
 BOS = "<bos>"
 STEP_OFFSET = 64.0  # T of plan.Step: silu(x) = x exactly for x >= 38 and ~0 for x <= -64 in float64
@@ -46,6 +48,27 @@ LOCAL_SCORE_MARGIN = 60.0  # local heads: score gap between the peak, the sink a
 EXACT_STEP_INPUT = 2.0**30  # |gain * z| below this keeps (g + T) - (g - T) = 2T exact in float32
 ROPE_DIM, ROPE_BASE = 32, 100.0
 ARITH = {"+": operator.add, "-": operator.sub, "min": min, "max": max}
+# A bias on the attention scores (ALiBi) would tilt the uniform heads whose averages are counts:
+# the compiler builds the encodings that leave the scores to the heads' queries and keys.
+COMPILED_ENCODINGS = tuple(code for code, scheme in SCHEMES.items() if scheme.score_bias is None)
+
+
+def _has_table(scheme: PositionScheme) -> bool:
+    return scheme.learned_table
+
+
+def _locates(scheme: PositionScheme) -> bool:
+    """Whether a head can single out the key at j = i - c (the local relation): a learned position
+    table gives the query and key codes, a rotation turns the query back by c positions."""
+    return scheme.learned_table or scheme.rotate is not None
+
+
+def _encodings_that(has) -> tuple[str, ...]:
+    return tuple(code for code in COMPILED_ENCODINGS if has(SCHEMES[code]))
+
+
+def _listed(codes: tuple[str, ...], last: str) -> str:
+    return " ".join(codes) if len(codes) == 1 else f"{', '.join(codes[:-1])} {last} {codes[-1]}"
 
 
 class CompileError(E.CraspError, ValueError):
@@ -179,14 +202,16 @@ def _count_through_definitions(node: E.Expr, name: str) -> tuple[E.CountOf | Non
 
 class Lowering:
     def __init__(self, program: Program, pe: str, max_length: int, places: dict[str, str] | None = None):
-        if pe not in ("ape", "rope", "nope"):
-            raise CompileError(f"position encoding {pe!r}; the compiler builds ape, rope and nope")
+        if pe not in COMPILED_ENCODINGS:
+            raise CompileError(f"position encoding {pe!r}; the compiler builds {_listed(COMPILED_ENCODINGS, 'and')}")
         self.program, self.pe, self.max_length = program, pe, max_length
+        self.scheme = SCHEMES[pe]
         self.alphabet = program.alphabet
         self.places = places or {}
         self.context: list[str] = []  # the definitions being lowered, innermost last
-        start_name = "position 1" if pe == "ape" else f"Q({BOS}) (the first position)"
-        self.features = [Feature("1", 0, "token"), Feature(start_name, 0, "position" if pe == "ape" else "token")]
+        tabled = self.scheme.learned_table
+        start_name = "position 1" if tabled else f"Q({BOS}) (the first position)"
+        self.features = [Feature("1", 0, "token"), Feature(start_name, 0, "position" if tabled else "token")]
         self.token = {a: self._feature(f"Q({a})", 0, "token") for a in self.alphabet}
         self.position_flags: dict[tuple, int] = {}  # ("mod", m, r) / ("from", c) / ("cos", m) ... -> feature
         self.groups: dict[tuple, HeadGroup] = {}
@@ -219,12 +244,12 @@ class Lowering:
 
     @property
     def start(self) -> Affine:
-        """The first-position flag: APE's position table, otherwise the symbol <bos>."""
-        if self.pe != "ape" and BOS not in self.alphabet:
+        """The first-position flag: a learned position table's (APE), otherwise the symbol <bos>."""
+        if not self.scheme.learned_table and BOS not in self.alphabet:
             raise CompileError(
                 f"{self.where()} needs the first position, which --pe {self.pe} recognizes by its "
                 f"symbol {BOS}; the alphabet ({' '.join(self.alphabet)}) lacks it: add it, or "
-                "compile with --pe ape"
+                f"compile with --pe {_listed(_encodings_that(_has_table), 'or')}"
             )
         return {START: 1.0}
 
@@ -342,9 +367,12 @@ class Lowering:
         return self._BoolConst(E.BoolConst(left == right if node.op == "=" else left < right), env)
 
     def _Periodic(self, node, env) -> Affine:
-        if self.pe != "ape":
+        if not self.scheme.learned_table:
+            tabled = _encodings_that(_has_table)
             raise self.unsupported(
-                node, f"MOD reads absolute positions, which only the APE table gives (--pe ape); {self.pe} has none"
+                node,
+                f"MOD reads absolute positions, which only the {_listed(tuple(PE_NAMES[c] for c in tabled), 'or')} "
+                f"table gives (--pe {_listed(tabled, 'or')}); {self.pe} has none",
             )
         return {self.position_flag(("mod", node.modulus, node.residue), E.show(node)): 1.0}
 
@@ -508,11 +536,11 @@ class Lowering:
             if constant is not None:  # #[j <= i] true = i: its average is the constant 1
                 return Count("averaged", {ONE: constant} if constant else {})
             return Count("averaged", {self.head("uniform", (), body, f"{name} / i", "average over j <= i"): 1.0})
-        if self.pe == "nope":
+        if not _locates(self.scheme):
             raise self.unsupported(
                 node,
-                "the local relation j = i - c needs positions (--pe ape or rope); "
-                "NoPE compiles C-RASP[] programs (counts over every j <= i) only",
+                f"the local relation j = i - c needs positions (--pe {_listed(_encodings_that(_locates), 'or')}); "
+                f"{PE_NAMES[self.pe]} compiles C-RASP[] programs (counts over every j <= i) only",
             )
         if node.offset == 0:
             return Count("local", body, zero_or_one=True)
@@ -524,8 +552,9 @@ class Lowering:
         return Count("local", {self.step(both, BOOLEAN_MARGIN, name): 1.0}, zero_or_one=True)
 
     def exists(self, offset: int) -> Affine:
-        """[i > offset]: a position-table flag with APE; with RoPE, 1/i <= 1/(offset + 1)."""
-        if self.pe == "ape":
+        """[i > offset]: a position-table flag with a learned table (APE); otherwise (RoPE) a step
+        on 1/i <= 1/(offset + 1)."""
+        if self.scheme.learned_table:
             return {self.position_flag(("from", offset), f"i > {offset}"): 1.0}
         if ("from", offset) not in self.position_flags:
             threshold = 1 / (offset + 0.5)
@@ -536,7 +565,7 @@ class Lowering:
         return {self.position_flags[("from", offset)]: 1.0}
 
     def local_head(self, offset: int, value: Affine, name: str) -> int:
-        if self.pe == "ape":
+        if self.scheme.learned_table:
             return self.ape_local_head(offset, value, name)
         return self.rope_local_head(offset, value, name)
 

@@ -20,6 +20,7 @@ from crasp.nexttoken import check_teacher_forced, encode
 from crasp.tasks import get_task
 from crasplab.compiler import compile_program
 from crasplab.compiler.run import answers_right, output_table, table_and_definitions
+from crasplab.models.positions import SCHEMES
 from crasplab.results.figures import pyplot, save_figure
 from crasplab.results.files import read_jsonl
 from crasplab.results.run_folder import CONFIG_FILE, RunFolderError, read_run_config
@@ -131,7 +132,7 @@ def trained_records(run_dir: Path, lengths: list[int], samples: int, seed: int) 
                 continue
             program = make(task.symbols)
             # Only a learned position table bounds the lengths a trained model can read.
-            table = trained.setup.max_positions if pe == "ape" else None
+            table = trained.setup.max_positions if SCHEMES[pe].learned_table else None
             usable = {
                 n: task.sample(np.random.default_rng((seed, n)), samples, n)
                 for n in lengths

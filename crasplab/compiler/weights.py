@@ -33,14 +33,20 @@ class PlacedHead:
     channels: tuple[int, ...]  # which of the group's channels this head carries
 
 
-def _qk_start(group: HeadGroup, pe: str) -> int:
-    """RoPE turns the first ROPE_DIM dimensions of every head: only a RoPE local head uses them."""
-    return 0 if group.rotary or pe != "rope" else ROPE_DIM
+def _rotates(lowering: Lowering) -> bool:
+    return lowering.scheme.rotate is not None
+
+
+def _qk_start(group: HeadGroup, rotates: bool) -> int:
+    """A rotation (RoPE) turns the first ROPE_DIM dimensions of every head: only a local head that
+    relies on it uses them."""
+    return 0 if group.rotary or not rotates else ROPE_DIM
 
 
 def head_dim(lowering: Lowering) -> int:
-    needed = [_qk_start(g, lowering.pe) + len(g.query) for g in lowering.groups.values() if g.query]
-    size = max([MIN_HEAD_DIM, ROPE_DIM + 1 if lowering.pe == "rope" else 0] + needed)
+    rotates = _rotates(lowering)
+    needed = [_qk_start(g, rotates) + len(g.query) for g in lowering.groups.values() if g.query]
+    size = max([MIN_HEAD_DIM, ROPE_DIM + 1 if rotates else 0] + needed)
     return size + size % 2
 
 
@@ -93,7 +99,8 @@ def position_table(lowering: Lowering, rows: int) -> np.ndarray:
 def build_weights(
     lowering: Lowering, columns: list[Affine], dtype: str
 ) -> tuple[ModelConfig, dict[str, np.ndarray], list[PlacedHead]]:
-    D, V, pe = len(lowering.features), len(lowering.alphabet), lowering.pe
+    D, V = len(lowering.features), len(lowering.alphabet)
+    rotates, tabled = _rotates(lowering), lowering.scheme.learned_table
     K = head_dim(lowering)
     heads = place_heads(lowering, K)
     layers = 1 + max([h.layer for h in heads] + [s.layer for s in lowering.steps] + [0])
@@ -115,10 +122,10 @@ def build_weights(
         d_head=K,
         d_ff=F,
         block="llama",
-        position=pe,
+        position=lowering.pe,
         max_positions=lowering.max_length,
         rope_base=ROPE_BASE,
-        rope_dim=ROPE_DIM if pe == "rope" else None,
+        rope_dim=ROPE_DIM if rotates else None,
         qkv_bias=False,
         tie_embeddings=False,
         norm_eps=NORM_EPS,
@@ -129,16 +136,16 @@ def build_weights(
     embedding[:, ONE] = 1
     for k, a in enumerate(lowering.alphabet):
         embedding[k, lowering.token[a]] = 1
-        if pe != "ape" and a == BOS:
+        if not tabled and a == BOS:
             embedding[k, START] = 1
     params["embed.embedding"] = embedding
-    if pe == "ape":
+    if tabled:
         params["pos_embed.embedding"] = position_table(lowering, lowering.max_length)
     score_scale = math.sqrt(K)  # the model divides scores by sqrt(d_head)
     for layer in range(layers):
         q, k, v, o = (np.zeros((D, H * K)), np.zeros((D, H * K)), np.zeros((D, H * K)), np.zeros((H * K, D)))
         for head in (h for h in heads if h.layer == layer):
-            base, start = head.index * K, _qk_start(head.group, pe)
+            base, start = head.index * K, _qk_start(head.group, rotates)
             for d, (query, key) in enumerate(zip(head.group.query, head.group.key)):
                 _write(q, base + start + d, query, score_scale)
                 _write(k, base + start + d, key)
