@@ -228,7 +228,7 @@ def run_on_device(args: argparse.Namespace) -> None:
     write_json(out / "machine.json", machine)
     print(f"machine: {machine.get('device_kind')}, lab commit {machine.get('lab_commit')}", flush=True)
     results = []
-    for part in parts(args.rehearse, runs, 0.0):
+    for part in [part for part in parts(args.rehearse, runs, 0.0) if part.name not in args.skip]:
         if part.name == "training":
             left_minutes = (args.minutes * 60 - (time.monotonic() - start) - PACK_RESERVE_S) / 60
             if left_minutes <= 0.1:
@@ -288,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--minutes", type=above_zero, default=8.5, help="the whole command's time (default 8.5)")
     parser.add_argument("--rehearse", action="store_true", help="all of it on this CPU, on tiny settings")
+    parser.add_argument("--skip", nargs="+", choices=("tests", "throughput"), default=(), help="parts to leave out")
     return parser
 
 

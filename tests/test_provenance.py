@@ -107,6 +107,15 @@ def test_a_copy_without_git_knows_its_commit_from_the_manifest_and_refuses_a_cha
     assert lab_commit(copy) == head.strip() + "+changes"
     with pytest.raises(UncommittedLabError, match="crasp/tasks.py, crasp/added.py"):
         require_committed_lab(source=copy)
+    # a copy whose .git is older than its files (as on the lent GPU machine): the manifest decides
+    stale = tmp_path / "stale"
+    shutil.copytree(repo, stale)
+    (repo / "crasp" / "tasks.py").write_text("X = 4\n")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "newer")
+    newer = write_source_manifest(repo)["commit"]
+    for name in ("crasp/tasks.py", SOURCE_MANIFEST_FILE):
+        shutil.copy(repo / name, stale / name)
+    assert require_committed_lab(source=stale) == newer == lab_commit(stale) != head.strip()
     (copy / SOURCE_MANIFEST_FILE).write_text("[]")
     with pytest.raises(UncommittedLabError, match="not the manifest"):
         lab_commit(copy)

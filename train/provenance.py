@@ -67,9 +67,21 @@ def _in_checkout(source: Path) -> bool:
     return top.returncode == 0 and Path(top.stdout.strip()).resolve() == Path(source).resolve()
 
 
+def _manifest_commit(source: Path, besides: Path | None = None) -> str | None:
+    """lab-source.json's commit when every code file matches it, else None. It comes before git:
+    a copy of the lab can carry a .git older than its files (as the lent GPU machine's did)."""
+    manifest = _read_manifest(source)
+    if manifest is None or _differing_from_manifest(source, manifest, besides):
+        return None
+    return manifest["commit"]
+
+
 def lab_commit(source: Path = SOURCE) -> str | None:
-    """The lab's git commit, with '+changes' when its tracked files differ from it; outside a
-    checkout, lab-source.json's commit checked against the files; None without either."""
+    """lab-source.json's commit where the files match it; else the lab's git commit, with '+changes'
+    when its tracked files differ from it; outside a checkout, lab-source.json's commit with
+    '+changes'; None without either."""
+    if (commit := _manifest_commit(source)) is not None:
+        return commit
     if not _in_checkout(source):
         manifest = _read_manifest(source)
         if manifest is None:
@@ -130,7 +142,9 @@ def uncommitted_lab_files(source: Path = SOURCE, besides: Path | None = None) ->
     """The lab's code files (LAB_CODE) that differ from its commit, modified or untracked (a new
     module changes what runs as much as an edited one), leaving out those under `besides` (the
     run folder itself, whose files the run writes). Outside a checkout, the files that differ from
-    lab-source.json's; without it either, UncommittedLabError."""
+    lab-source.json's; without it either, UncommittedLabError. None where the files match lab-source.json."""
+    if _manifest_commit(source, besides) is not None:
+        return []
     if not _in_checkout(source) and (manifest := _read_manifest(source)) is not None:
         return _differing_from_manifest(source, manifest, besides)
     try:
@@ -164,9 +178,7 @@ def require_committed_lab(run_dir: Path | None = None, source: Path = SOURCE) ->
             f"that trained them; {source} has uncommitted changes to {shown}. Commit them (or stash them) "
             "and run again"
         )
-    if _in_checkout(source):
-        return _git(source, "rev-parse", "HEAD").stdout.strip()
-    return _read_manifest(source)["commit"]
+    return _manifest_commit(source, run_dir) or _git(source, "rev-parse", "HEAD").stdout.strip()
 
 
 def cpu_description(cpuinfo: str) -> dict:
