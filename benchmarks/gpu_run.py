@@ -30,9 +30,14 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
      tests marked `device` (tests/test_train_accelerator.py)  at most 2 min
      benchmarks/device_throughput.py (paper preset)     at most 3 min
      the APE protocol at the paper's scale (paper_grid.py --pes ape --samplers paper), every task's
-       seeds as one stack, several stacks at once: what is left, less 0.75 min for packing
+       seeds as one stack, several stacks at once: what is left, less 0.5 min for packing; its
+       own time limit 1.25 min before that, for the evaluations that end jobs to complete
    Each part runs in its own process under its own time limit; one that fails or runs out is
-   reported and the next part runs.
+   reported and the next part runs. --skip tests throughput gives the training all of it, and
+   --tasks trains only some tasks (NLFirst NRFirst NLLast NRLast: the Last tasks and their
+   controls, four stacks at once). The protocol's discrimination checks run on the CPU cores
+   beside the training, and without progress bars the training log has a line per task every
+   30 s (steps, loss, training-bin accuracy) and one per stack started and per seed done.
 3. What comes back, in the output folder (7 files):
      summary.md          every part: its command, exit status, wall time; the tests' and the
                          benchmark's tables; which jobs finished
@@ -70,6 +75,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from crasp.tasks import TASK_CODES
 from crasplab.cli.arguments import above_zero
 from crasplab.errors import LabError, command_boundary
 from crasplab.results.files import write_json
@@ -82,7 +88,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # of the benchmark needs them) but training from scratch must not need (only pretrained models do).
 ABSENT_ON_DEVICE = ("gguf", "rapidfuzz", "ray")
 NOT_FOR_TRAINING = ("tokenizers", "safetensors")
-PACK_RESERVE_S = 45.0  # the training's stop, its last checkpoints, and the packing
+PACK_RESERVE_S = 30.0  # the packing, after the training's ceiling
+# Between the training's time limit and its ceiling: the evaluations that end jobs complete (a
+# deadline cuts only those that end none), the last checkpoints, the report.
+FINISHING_S = 75.0
 DEVICE_RUNS = Path("runs") / "paper"
 CHECKPOINT_SUFFIXES = (".npz",)
 
@@ -102,22 +111,26 @@ class Part:
     hidden_in_rehearsal: tuple[str, ...] = ABSENT_ON_DEVICE + NOT_FOR_TRAINING
 
 
-def parts(rehearse: bool, runs: Path, training_minutes: float) -> list[Part]:
-    """The tests, the benchmark and the training, as commands; the training's minutes are what is
-    left when it starts (Part.limit_s there is a ceiling, the run itself stops at its limit)."""
+def parts(rehearse: bool, runs: Path, training_minutes: float, tasks: list[str] | None = None) -> list[Part]:
+    """The tests, the benchmark and the training (of `tasks`, default: the sampler's ten; the
+    rehearsal's three), as commands; the training's minutes are what is left when it starts: its
+    ceiling (Part.limit_s), its own time limit FINISHING_S before."""
     python = sys.executable
     tests = [python, "-m", "pytest", "-q", "-m", "device", "-p", "no:cacheprovider", "tests/test_train_accelerator.py"]
     throughput = [python, "benchmarks/device_throughput.py", "--json", "THROUGHPUT_JSON"]
     training = [python, "experiments/paper_grid.py", "--pes", "ape", "--samplers", "paper", "--out", str(runs)]
-    training += ["--no-progress", "--time-limit-minutes", f"{training_minutes:.3f}"]
+    limit_minutes = max(training_minutes - FINISHING_S / 60, training_minutes / 2)
+    training += ["--no-progress", "--time-limit-minutes", f"{limit_minutes:.3f}"]
     if rehearse:
         throughput += ["--preset", "rehearsal", "--stack-sizes", "1", "2", "--concurrent", "1", "2"]
         throughput += ["--concurrent-size", "2", "--steps", "2", "--rounds", "1"]
-        training += ["--preset", "protocol-rehearsal", "--tasks", "NLFirst", "UB"]
+        training += ["--preset", "protocol-rehearsal"]
+        tasks = tasks or ["NLFirst", "NLLast", "UB"]  # one predicted not to generalize: its check runs
+    training += ["--tasks", *tasks] if tasks else []
     return [
         Part("tests", tests, "tests.log", 120.0),
         Part("throughput", throughput, "throughput.log", 180.0, ABSENT_ON_DEVICE),
-        Part("training", training, "training.log", training_minutes * 60 + 30),
+        Part("training", training, "training.log", training_minutes * 60),
     ]
 
 
@@ -228,13 +241,13 @@ def run_on_device(args: argparse.Namespace) -> None:
     write_json(out / "machine.json", machine)
     print(f"machine: {machine.get('device_kind')}, lab commit {machine.get('lab_commit')}", flush=True)
     results = []
-    for part in [part for part in parts(args.rehearse, runs, 0.0) if part.name not in args.skip]:
+    for part in [part for part in parts(args.rehearse, runs, 0.0, args.tasks) if part.name not in args.skip]:
         if part.name == "training":
             left_minutes = (args.minutes * 60 - (time.monotonic() - start) - PACK_RESERVE_S) / 60
             if left_minutes <= 0.1:
                 results.append(dict(part=part.name, command="", status="no time left", wall_s=0.0))
                 continue
-            part = next(p for p in parts(args.rehearse, runs, left_minutes) if p.name == "training")
+            part = next(p for p in parts(args.rehearse, runs, left_minutes, args.tasks) if p.name == "training")
         hiding = scratch / part.name
         hiding.mkdir()
         env = rehearsal_environment(hiding, part.hidden_in_rehearsal) if args.rehearse else dict(os.environ)
@@ -289,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--minutes", type=above_zero, default=8.5, help="the whole command's time (default 8.5)")
     parser.add_argument("--rehearse", action="store_true", help="all of it on this CPU, on tiny settings")
     parser.add_argument("--skip", nargs="+", choices=("tests", "throughput"), default=(), help="parts to leave out")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        choices=TASK_CODES,
+        default=None,
+        help="the protocol's tasks to train, each a stack, all at once when they fit the concurrent stacks "
+        "(default: the paper sampler's ten, longest first)",
+    )
     return parser
 
 

@@ -56,6 +56,7 @@ from crasplab.results.protocol import (
     protocol_markdown,
     protocol_for,
     settings_predictions,
+    settings_predictions_alongside,
     write_predictions,
     write_protocol,
 )
@@ -231,26 +232,32 @@ def check_protocol_sizes(jobs: list[Job], setups: dict, protocol: Protocol) -> N
 
 def run(settings: Invocation, run_dir: Path) -> None:
     """Train what the run folder lacks (resuming unfinished jobs), after checking everything that
-    could fail before the first file is written; each invocation's wall time goes to invocations.jsonl."""
+    could fail before the first file is written; each invocation's wall time goes to invocations.jsonl.
+    A protocol run's discrimination checks are made in helper processes while it trains."""
     if settings.protocol is not None and settings.run.preset != PROTOCOL_REHEARSAL.name:
         require_committed_lab(run_dir)  # its jobs are counted: each must name the commit that trained it
     jobs = make_jobs(settings.run, run_dir)
     setups = check_jobs(jobs, run_dir)
     if settings.protocol is not None:
         check_protocol_sizes(jobs, setups, settings.protocol)
-    # What the interpreter predicts now is what the report will show, whenever it is rebuilt.
-    predictions = settings_predictions(settings.run, with_discrimination=settings.protocol is not None)
     open_run_folder(run_dir, settings.run.to_dict(), may_change=("threshold",))
     if settings.protocol is not None:
         write_protocol(run_dir, settings.protocol)
-    write_predictions(run_dir, predictions)
+    # What the interpreter predicts at the run's start is what the report will show, whenever it is
+    # rebuilt: a resumed run keeps the predictions.json it has.
+    checking = settings.protocol is not None and not (run_dir / PREDICTIONS_FILE).exists()
     start, started = time.monotonic(), datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     finished = False
     try:
-        if settings.protocol is None:
-            finished = run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
-        else:
-            jobs, finished = run_protocol_rounds(settings, run_dir)
+        with settings_predictions_alongside(settings.run, with_discrimination=checking) as predictions:
+            if not checking:
+                write_predictions(run_dir, predictions())  # written once: a no-op for a resumed run
+            if settings.protocol is None:
+                finished = run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
+            else:
+                jobs, finished = run_protocol_rounds(settings, run_dir)
+            if checking:
+                write_predictions(run_dir, predictions())
     finally:  # an interrupted invocation (Ctrl-C, a failed job) keeps its time too
         wall_s = time.monotonic() - start
         append_jsonl(

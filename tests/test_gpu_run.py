@@ -50,6 +50,9 @@ def test_the_pack_holds_finished_jobs_without_checkpoints(rehearsal):
     finished = {Path(name).parent for name in names if name.endswith("result.json")}
     assert finished and all(str(job / "provenance.jsonl") in names for job in finished)
     assert {"ape-paper/config.json", "ape-paper/protocol.json", "ape-paper/predictions.json"} <= set(names)
+    with tarfile.open(rehearsal / "runs.tar.gz") as tar:
+        predictions = json.load(tar.extractfile("ape-paper/predictions.json"))
+    assert predictions["tasks"]["NLLast"]["discrimination"]["checked"]  # made beside the training
 
 
 def test_what_came_back_unpacks_into_a_run_that_reports_and_unpacks_again_unchanged(rehearsal, tmp_path):

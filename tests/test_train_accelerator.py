@@ -3,6 +3,7 @@ vmapped stacks with length buckets, stacks side by side in threads, batches samp
 processes, a time limit that stops stacks to resume later. Each test runs the training step
 itself; the GPU runs the same code (benchmarks/gpu_run.py runs the tests marked `device` there)."""
 
+import json
 import os
 import threading
 
@@ -16,7 +17,7 @@ from crasplab.train.config import ConfigError
 from crasplab.train.data import LengthBuckets, batch_rng, sample_training_batch, stack_batches
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, AcceleratorPathError, accelerator_path
 from crasplab.train.engines import EngineSettings, run_jobs_on
-from crasplab.train.loop import Job, is_done, run_stack
+from crasplab.train.loop import Job, _StackRun, is_done, run_stack
 from crasplab.train.sampling import JAX_PLATFORMS_ENV, BatchStream, StackBatches, sampler_pool
 from tests.tiny import TINY_MODEL, comparable, tiny_config
 
@@ -96,6 +97,40 @@ def test_a_stopped_stack_resumes_to_the_end_of_an_uninterrupted_one(tmp_path, re
     run_stack(uninterrupted)
     for resumed, whole in zip(interrupted, uninterrupted):
         assert comparable(resumed.folder) == comparable(whole.folder)
+
+
+def test_a_deadline_within_an_evaluation_stops_it_unless_it_ends_jobs(tmp_path, rehearsal, monkeypatch):
+    """A deadline between the bins of an evaluation that ends no job stops it there, as a kill
+    would: nothing of that evaluation is written, and the resumed stack ends where an
+    uninterrupted one does. An evaluation that ends jobs (here the last step's) is completed, so
+    that the deadline does not throw away jobs that were done."""
+    stop = threading.Event()
+    score_bin = _StackRun._score_bin
+
+    def stop_after_the_training_bin(run, b, indices, scored):
+        score_bin(run, b, indices, scored)
+        if run.step == 16 and b == 0:
+            stop.set()
+
+    monkeypatch.setattr(_StackRun, "_score_bin", stop_after_the_training_bin)
+    ending = seed_jobs(tmp_path / "ending", seeds=(0, 1), max_steps=16)
+    assert all(run_stack(ending, stop=stop)) and all(is_done(job) for job in ending)
+    stop.clear()
+    interrupted = seed_jobs(tmp_path / "interrupted", seeds=(0, 1), max_steps=24)
+    assert run_stack(interrupted, stop=stop) == [None, None]
+    for job in interrupted:
+        evaluations = [r["step"] for r in comparable_records(job) if r["kind"] == "eval"]
+        assert evaluations == [8]  # step 16's evaluation was stopped after its first bin
+    monkeypatch.setattr(_StackRun, "_score_bin", score_bin)
+    run_stack(interrupted)
+    uninterrupted = seed_jobs(tmp_path / "uninterrupted", seeds=(0, 1), max_steps=24)
+    run_stack(uninterrupted)
+    for resumed, whole in zip(interrupted, uninterrupted):
+        assert comparable(resumed.folder) == comparable(whole.folder)
+
+
+def comparable_records(job: Job) -> list[dict]:
+    return [json.loads(line) for line in (job.folder / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_a_time_limit_leaves_the_jobs_to_resume(tmp_path, rehearsal):

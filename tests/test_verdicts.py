@@ -1,17 +1,21 @@
 """The verdict protocol counts seeds, never means: a seed passes or fails a bin only when its
 interval says so, and a task's verdict never depends on how an inconclusive seed is rounded."""
 
+import dataclasses
 import math
 
 import pytest
 from hypothesis import given, strategies as st
 
+from crasp.prediction import predict
 from crasplab.results.protocol import (
     CONTROLS,
     NOT_RUN,
+    _discrimination,
     apply_controls,
     counted_agreement,
     next_seeds,
+    predictions_alongside,
     protocol_markdown,
     protocol_rows,
     recipe_markdown,
@@ -272,3 +276,26 @@ def test_a_verdict_counts_only_with_its_control_generalizing(verdict, generalize
         rows[("UF", 2)] = dict(task="UF", layers=2, bins=[dict(lo=21, hi=30, verdict=verdict)])
     apply_controls(rows)
     assert row["bins"][0]["agrees"] == (alone if verdict == GENERALIZES else None)
+
+
+def test_discrimination_checks_made_beside_the_training_are_those_made_here():
+    """predictions_alongside yields at once, while its checks run in helper processes, and what it
+    then returns is what checking in this process gives (a task predicted to generalize gets none)."""
+    tasks, lengths, bins = ("NLFirst", "NLLast", "NF"), (1, 6), ((1, 6), (7, 11))
+    overrides = {task: dict(alphabet_size=4) for task in tasks}
+    arguments = ("ape", tasks, dict.fromkeys(tasks, lengths), dict.fromkeys(tasks, bins), overrides, 0.9, True, 0.0)
+    with predictions_alongside(*arguments) as predictions:
+        made = predictions()
+    assert made == predictions_made_here(*arguments)
+    assert made["tasks"]["NLFirst"]["discrimination"] is None
+    assert made["tasks"]["NLLast"]["discrimination"]["checked"]
+
+
+def predictions_made_here(pe, tasks, lengths, bins, overrides, threshold, _, search_seconds) -> dict:
+    def check(task):
+        if predict(task, pe).generalizes is not False:
+            return None
+        return _discrimination(task, lengths[task], bins[task][1:], overrides[task], threshold, search_seconds)
+
+    made = {task: dict(prediction=dataclasses.asdict(predict(task, pe)), discrimination=check(task)) for task in tasks}
+    return dict(pe=pe, tasks=made)

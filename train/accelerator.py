@@ -78,6 +78,7 @@ def _train_stacks(stacks: list[list[Job]], concurrent: int, bars: TaskBars, pool
     def train(stack: list[Job]) -> None:
         if stop.is_set():
             return
+        bars.stack_starts(stack)
         run_stack(stack, bars.update, pool, stop)
         for job in stack:
             if is_done(job):

@@ -365,7 +365,7 @@ class _StackRun:
         window_losses, window_accuracies = [], []
         clock = time.monotonic()
         while self.step < config.max_steps and not all(self.finished):
-            if self.stop is not None and self.stop.is_set():
+            if self._stopped():
                 return
             params_S, opt_state_S = self.state
             params_S, opt_state_S, loss_S, accuracy_S = self.train_step(
@@ -394,7 +394,8 @@ class _StackRun:
             # that may finish some of them: a bar then ends on that evaluation's accuracy, not the one before.
             reported = self._active()
             if self.step % config.eval_every == 0 or self.step == config.max_steps:
-                self._evaluate()
+                if not self._evaluate():
+                    return  # stopped within the evaluation: as a kill, it resumes from the last checkpoint
                 self._checkpoint()
             elif self.step % config.checkpoint_every == 0:
                 self._checkpoint()
@@ -426,10 +427,16 @@ class _StackRun:
                 )
             )
 
-    def _evaluate(self) -> None:
+    def _stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    def _evaluate(self) -> bool:
         """Score the training bin of every active job, then the test bins: of every active job,
         or with `test_bins_at_stop_only` of the jobs this evaluation stops (their training bin
-        alone decides that), so that no test accuracy exists before a job is done."""
+        alone decides that), so that no test accuracy exists before a job is done. False, with
+        nothing recorded, when `stop` was set before a test bin of an evaluation that finishes no
+        job: a paper-scale evaluation (bins to 200, decoded greedily too) can take a while, and a
+        deadline need not wait for one that ends nothing; one that ends a job is completed."""
         active = self._active()
         scored: dict[int, list[BinEval]] = {i: [] for i in active}
         self._score_bin(0, active, scored)
@@ -442,6 +449,8 @@ class _StackRun:
         tested = stopping if self.config.test_bins_at_stop_only else active
         if tested:
             for b in range(1, len(self.setup.bins)):
+                if self._stopped() and not stopping:
+                    return False
                 self._score_bin(b, tested, scored)
         for i in active:
             record = EvalRecord(step=self.step, bins=tuple(scored[i]))
@@ -450,6 +459,7 @@ class _StackRun:
             self._append(i, record)
             if i in stopping:
                 self._finish(i)
+        return True
 
     def _score_bin(self, b: int, indices: list[int], scored: dict[int, list[BinEval]]) -> None:
         """Bin b teacher-forced (one pass over the whole stack) and, for the jobs `indices`, a few

@@ -102,21 +102,31 @@ class BatchStream:
 
 
 @contextlib.contextmanager
-def sampler_pool(processes: int) -> Iterator[ProcessPoolExecutor]:
-    """Helper processes for BatchStream, for the life of the `with` block. Started with 'spawn':
-    the training process has JAX's threads running, and forking a process with threads can
-    deadlock the child. Started with JAX_PLATFORMS=cpu: a helper samples with numpy, and one that
-    touched JAX on a GPU machine would take its own share of the device's memory (JAX takes 75% of
-    a GPU in each process). Helpers start on demand, each copying this process's environment as it
-    starts, so the setting holds until the block ends; this process's JAX read its own at import."""
+def cpu_only_children() -> Iterator[None]:
+    """Processes started in this block run JAX on the CPU: a helper that computes with numpy, and
+    touched JAX on a GPU machine, would take its own share of the device's memory (JAX takes 75% of
+    a GPU in each process). A child copies the environment as it starts; this process's JAX read
+    its own at import, so the setting changes nothing here."""
     before = os.environ.get(JAX_PLATFORMS_ENV)
     os.environ[JAX_PLATFORMS_ENV] = "cpu"
-    pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
     try:
-        yield pool
+        yield
     finally:
-        pool.shutdown(cancel_futures=True)
         if before is None:
             del os.environ[JAX_PLATFORMS_ENV]
         else:
             os.environ[JAX_PLATFORMS_ENV] = before
+
+
+@contextlib.contextmanager
+def sampler_pool(processes: int) -> Iterator[ProcessPoolExecutor]:
+    """Helper processes for BatchStream, for the life of the `with` block. Started with 'spawn':
+    the training process has JAX's threads running, and forking a process with threads can
+    deadlock the child. CPU-only (cpu_only_children) for the whole block, since helpers start on
+    demand."""
+    with cpu_only_children():
+        pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            yield pool
+        finally:
+            pool.shutdown(cancel_futures=True)

@@ -110,7 +110,12 @@ def cores_for_workers(sample_seconds: float = 0.3) -> list[int]:
 
 
 class TaskBars:
-    """One tqdm bar per task: steps summed over its seeds, last loss and in-distribution accuracy."""
+    """One tqdm bar per task: steps summed over its seeds, last loss and in-distribution accuracy.
+    Without bars (`enabled=False`: a log file, a batch job) the same, as a timed line per task at
+    most every LINE_SECONDS, and one when a stack starts and when a seed is done, on stderr: a log
+    then shows where a run's time went (compiling, training, evaluating)."""
+
+    LINE_SECONDS = 30.0
 
     def __init__(self, jobs: list[Job], enabled: bool = True):
         by_task = defaultdict(list)
@@ -129,6 +134,9 @@ class TaskBars:
             )
             for i, (code, group) in enumerate(by_task.items())
         }
+        self.lines = not enabled
+        self.started = time.monotonic()
+        self.last_line: dict[str, float] = {}
         self.steps = defaultdict(int)
         self.status = {}
         self.lock = threading.Lock()  # stacks training in threads of one process report to one set of bars
@@ -147,12 +155,29 @@ class TaskBars:
         self.status[key] = progress
         seeds = [p for (task, _), p in self.status.items() if task == progress["task"]]
         accuracies = [p["train_bin_accuracy"] for p in seeds if p["train_bin_accuracy"] is not None]
-        bar.set_postfix(
-            loss=f"{sum(p['loss'] for p in seeds) / len(seeds):.3f}",
-            acc_id="-" if not accuracies else f"{sum(accuracies) / len(accuracies):.3f}",
-            refresh=False,
-        )
+        loss = f"{sum(p['loss'] for p in seeds) / len(seeds):.3f}"
+        accuracy = "-" if not accuracies else f"{sum(accuracies) / len(accuracies):.3f}"
+        bar.set_postfix(loss=loss, acc_id=accuracy, refresh=False)
         bar.refresh()
+        if self.lines and time.monotonic() - self.last_line.get(progress["task"], -self.LINE_SECONDS) >= (
+            self.LINE_SECONDS
+        ):
+            self._line(progress["task"], f"loss {loss}, training-bin accuracy {accuracy}")
+
+    def _line(self, task: str, text: str) -> None:
+        steps = sum(count for (code, _), count in self.steps.items() if code == task)  # a disabled bar counts none
+        self.last_line[task] = now = time.monotonic()
+        print(
+            f"[{now - self.started:7.1f} s] {task}: {steps}/{self.bars[task].total} steps, {text}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def stack_starts(self, stack: list[Job]) -> None:
+        """A line (without bars) naming the stack that starts: its first steps compile."""
+        if self.lines:
+            with self.lock:
+                self._line(stack[0].task_code, f"a stack of seeds {[job.seed for job in stack]} starts")
 
     def finish(self, job: Job) -> None:
         """A job that stopped early: count its remaining steps as done so the bar reaches the end."""
@@ -164,6 +189,13 @@ class TaskBars:
         self.bars[job.task_code].update(job.train.max_steps - self.steps[key])
         self.steps[key] = job.train.max_steps
         self.bars[job.task_code].refresh()
+        if self.lines:
+            result = job.files.read_result()
+            self._line(
+                job.task_code,
+                f"seed {job.seed} done at step {result.steps} after {result.elapsed_s:.0f} s, training-bin "
+                f"accuracy {result.bins[0].accuracy:.3f}",
+            )
 
     def close(self) -> None:
         for bar in self.bars.values():

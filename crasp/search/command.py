@@ -17,7 +17,7 @@ OPTIONS = (
     ("--moduli", "integers", (2, 3), "m of MOD(m, r), comma-separated"),
     ("--constants", "integers", (0, 1, 2), "integer constants, comma-separated"),
     ("--max-size", int, DEFAULTS.max_size, "largest expression size enumerated"),
-    ("--time-limit", float, DEFAULTS.time_limit, "seconds for the whole search, verification included"),
+    ("--time-limit", float, DEFAULTS.time_limit, "CPU seconds for the whole search, verification included"),
     ("--max-behaviours", int, DEFAULTS.max_behaviours, "stop after keeping this many distinct behaviours"),
     ("--memory", float, DEFAULTS.memory_gib, "GiB of kept values before stopping"),
     ("--sample-alphabet", int, SAMPLE.alphabet, "task symbols of the sample strings"),

@@ -48,7 +48,7 @@ class BudgetExhausted(Exception):
 
 @dataclass
 class Budget:
-    deadline: float = float("inf")  # time.monotonic() value
+    deadline: float = float("inf")  # a time.process_time() value: CPU seconds of this process
     max_behaviours: int = 10**8
     memory_bytes: int = 4 << 30
 
@@ -189,7 +189,7 @@ class Enumerator:
         return sum(s.kept_bytes for s in self.stores.values()) + SEEN_ENTRY_BYTES * seen
 
     def _check_budget(self) -> None:
-        if time.monotonic() > self.budget.deadline:
+        if time.process_time() > self.budget.deadline:
             raise BudgetExhausted("time limit")
         if len(self.table) > self.budget.max_behaviours:
             raise BudgetExhausted(f"behaviour limit ({self.budget.max_behaviours:,})")

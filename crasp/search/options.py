@@ -34,7 +34,7 @@ class SampleOptions:
 @dataclass(frozen=True)
 class SearchOptions:
     max_size: int = 10
-    time_limit: float = 600.0  # seconds, for the whole search (verification included)
+    time_limit: float = 600.0  # CPU seconds of the searching process, for the whole search (verification included)
     max_behaviours: int = 50_000_000
     memory_gib: float = 4.0
     max_rounds: int = 30

@@ -1,17 +1,21 @@
 """A length_gen run under the verdict protocol: what it writes before training, which seeds it
 runs, and the per-seed verdict table computed from its files.
 
-Before the first job, the run folder gets `protocol.json` (the rules, crasplab.results.verdicts)
-and `predictions.json` (each task's prediction and, for a task predicted not to generalize,
-whether each test bin can tell it from a bounded program exact on the training lengths:
-crasp.discrimination). The report reads both files; nothing it shows is computed afresh.
+Before the first job, the run folder gets `protocol.json` (the rules, crasplab.results.verdicts);
+beside the first invocation's training, helper processes make `predictions.json` (each task's
+prediction and, for a task predicted not to generalize, whether each test bin can tell it from a
+bounded program exact on the training lengths: crasp.discrimination), from the settings alone.
+The report reads both files; nothing it shows is computed afresh.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import multiprocessing
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crasp.discrimination import DiscriminationError, Request, bins_discriminating, discriminate
@@ -30,7 +34,8 @@ from crasplab.results.verdicts import (
     seed_fits,
     task_verdict,
 )
-from crasplab.train.config import RunSettings
+from crasplab.train.config import PROTOCOL_REHEARSAL, RunSettings
+from crasplab.train.sampling import cpu_only_children
 
 PROTOCOL_FILE, PREDICTIONS_FILE = "protocol.json", "predictions.json"
 # A task predicted not to generalize -> its control, the task theory says generalizes on strings of
@@ -44,8 +49,10 @@ NOT_RUN = "not run"
 # Fitted seeds a verdict needs: five for APE, whose theorem the lab tests first; three elsewhere.
 REQUIRED_FITTED_SEEDS = {"ape": 5}
 DEFAULT_REQUIRED_FITTED_SEEDS = 3
-# Seconds of `crasp search` for a program exact on the training lengths, per task the check covers.
+# CPU seconds of `crasp search` for a program exact on the training lengths, per task the check covers.
 SEARCH_SECONDS = 60.0
+# The rehearsal's checks rehearse the code path; what they find means nothing, as its numbers.
+SEARCH_SECONDS_OF_PRESET = {PROTOCOL_REHEARSAL.name: 1.0}
 
 
 def protocol_for(pe: str, threshold: float) -> Protocol:
@@ -97,25 +104,71 @@ def predictions_for(
     threshold: float,
     with_discrimination: bool,
 ) -> dict:
-    """For each task its prediction and, with `with_discrimination` (a protocol run: a minute or
-    two per task, SEARCH_SECONDS of it the search), for a task predicted not to generalize, per
-    test bin, whether the bin discriminates (no bounded approximation exact on the training
-    lengths passes it), with each approximation's score and interval."""
-    entries = {}
-    for task in tasks:
-        prediction = predict(task, pe)
-        entry = dict(prediction=dataclasses.asdict(prediction), discrimination=None)
-        if with_discrimination and prediction.generalizes is False:
-            entry["discrimination"] = _discrimination(
-                task, train_lengths[task], test_bins[task][1:], task_overrides[task], threshold
+    """For each task its prediction and, with `with_discrimination`, for a task predicted not to
+    generalize, per test bin, whether the bin discriminates (no bounded approximation exact on the
+    training lengths passes it), with each approximation's score and interval."""
+    with predictions_alongside(
+        pe, tasks, train_lengths, test_bins, task_overrides, threshold, with_discrimination
+    ) as predictions:
+        return predictions()
+
+
+@contextlib.contextmanager
+def predictions_alongside(
+    pe: str,
+    tasks,
+    train_lengths: dict,
+    test_bins: dict,
+    task_overrides: dict,
+    threshold: float,
+    with_discrimination: bool,
+    search_seconds: float = SEARCH_SECONDS,
+) -> Iterator[Callable[[], dict]]:
+    """predictions_for, with the discrimination checks (a minute or two per task, SEARCH_SECONDS
+    of it the search) made in helper processes, one per task checked, while the `with` block
+    runs: a protocol run trains meanwhile instead of waiting minutes before its first step. The
+    function it yields waits for the checks and returns the predictions; leaving the block stops
+    any check still running. The predictions depend on the settings alone, never on training."""
+    checked = [task for task in tasks if with_discrimination and predict(task, pe).generalizes is False]
+    pool = None
+    if checked:
+        with cpu_only_children():  # multiprocessing's Pool starts every process here
+            pool = multiprocessing.get_context("spawn").Pool(len(checked))
+    try:
+        pending = {
+            task: pool.apply_async(
+                _discrimination,
+                (task, train_lengths[task], test_bins[task][1:], task_overrides[task], threshold, search_seconds),
             )
-        entries[task] = entry
-    return dict(pe=pe, tasks=entries)
+            for task in checked
+        }
+
+        def predictions() -> dict:
+            entries = {}
+            for task in tasks:
+                check = pending.get(task)
+                entries[task] = dict(
+                    prediction=dataclasses.asdict(predict(task, pe)),
+                    discrimination=None if check is None else check.get(),
+                )
+            return dict(pe=pe, tasks=entries)
+
+        yield predictions
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
 
 
 def settings_predictions(settings: RunSettings, with_discrimination: bool) -> dict:
     """predictions_for the tasks, lengths and samplers of a run's settings."""
-    return predictions_for(
+    with settings_predictions_alongside(settings, with_discrimination) as predictions:
+        return predictions()
+
+
+def settings_predictions_alongside(settings: RunSettings, with_discrimination: bool):
+    """predictions_alongside for the tasks, lengths and samplers of a run's settings."""
+    return predictions_alongside(
         settings.model.pe,
         settings.tasks,
         {task: train.train_lengths for task, train in settings.train.items()},
@@ -123,11 +176,13 @@ def settings_predictions(settings: RunSettings, with_discrimination: bool) -> di
         settings.task_overrides,
         settings.threshold,
         with_discrimination,
+        SEARCH_SECONDS_OF_PRESET.get(settings.preset, SEARCH_SECONDS),
     )
 
 
 def write_predictions(run_dir: Path, predictions: dict) -> None:
-    """predictions.json, written once when the run starts: a resumed run keeps its first one."""
+    """predictions.json, written once, by the run's first invocation (a protocol run's when its
+    discrimination checks end, beside the training): a resumed run keeps its first one."""
     path = Path(run_dir) / PREDICTIONS_FILE
     if not path.exists():
         write_json(path, predictions)
