@@ -35,9 +35,11 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
    Each part runs in its own process under its own time limit; one that fails or runs out is
    reported and the next part runs. --skip tests throughput gives the training all of it, and
    --tasks trains only some tasks (NLFirst NRFirst NLLast NRLast: the Last tasks and their
-   controls, four stacks at once). The protocol's discrimination checks run on the CPU cores
-   beside the training, and without progress bars the training log has a line per task every
-   30 s (steps, loss, training-bin accuracy) and one per stack started and per seed done.
+   controls, four stacks at once), --samplers spread (or paper spread) the spread sampler's run,
+   the one where a Last task's 151-200 bin discriminates at these lengths. The protocol's
+   discrimination checks run on the CPU cores beside the training, and without progress bars the
+   training log has a line per task every 30 s (steps, loss, training-bin accuracy) and one per
+   stack started and per seed done.
 3. What comes back, in the output folder (7 files):
      summary.md          every part: its command, exit status, wall time; the tests' and the
                          benchmark's tables; which jobs finished
@@ -51,7 +53,9 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
        python benchmarks/gpu_run.py --unpack FOLDER_THAT_CAME_BACK --into runs/paper
 
    puts the finished jobs into the local run folders (a job finished here is kept) and rebuilds
-   their reports; the same paper_grid.py command, on this or another GPU, trains the rest.
+   their reports; the same paper_grid.py command, on this or another GPU, trains the rest. A
+   machine still warm from the last call keeps runs/ (ignored by git): the same command there
+   resumes the unfinished jobs from their checkpoints (so the 2026-12-04 run's calls 3-5 did).
 
 --rehearse runs all of it on this CPU in about two minutes, on the accelerator's code path
 (CRASPLAB_ACCELERATOR_PATH=rehearse) with gguf, rapidfuzz and Ray hidden as on the GPU machine
@@ -111,14 +115,16 @@ class Part:
     hidden_in_rehearsal: tuple[str, ...] = ABSENT_ON_DEVICE + NOT_FOR_TRAINING
 
 
-def parts(rehearse: bool, runs: Path, training_minutes: float, tasks: list[str] | None = None) -> list[Part]:
-    """The tests, the benchmark and the training (of `tasks`, default: the sampler's ten; the
-    rehearsal's three), as commands; the training's minutes are what is left when it starts: its
-    ceiling (Part.limit_s), its own time limit FINISHING_S before."""
+def parts(
+    rehearse: bool, runs: Path, training_minutes: float, tasks: list[str] | None = None, samplers=("paper",)
+) -> list[Part]:
+    """The tests, the benchmark and the training (of `tasks` on `samplers`, default: each sampler's
+    tasks; the rehearsal's three), as commands; the training's minutes are what is left when it
+    starts: its ceiling (Part.limit_s), its own time limit FINISHING_S before."""
     python = sys.executable
     tests = [python, "-m", "pytest", "-q", "-m", "device", "-p", "no:cacheprovider", "tests/test_train_accelerator.py"]
     throughput = [python, "benchmarks/device_throughput.py", "--json", "THROUGHPUT_JSON"]
-    training = [python, "experiments/paper_grid.py", "--pes", "ape", "--samplers", "paper", "--out", str(runs)]
+    training = [python, "experiments/paper_grid.py", "--pes", "ape", "--samplers", *samplers, "--out", str(runs)]
     limit_minutes = max(training_minutes - FINISHING_S / 60, training_minutes / 2)
     training += ["--no-progress", "--time-limit-minutes", f"{limit_minutes:.3f}"]
     if rehearse:
@@ -241,13 +247,17 @@ def run_on_device(args: argparse.Namespace) -> None:
     write_json(out / "machine.json", machine)
     print(f"machine: {machine.get('device_kind')}, lab commit {machine.get('lab_commit')}", flush=True)
     results = []
-    for part in [part for part in parts(args.rehearse, runs, 0.0, args.tasks) if part.name not in args.skip]:
+
+    def planned(training_minutes: float) -> list[Part]:
+        return parts(args.rehearse, runs, training_minutes, args.tasks, args.samplers)
+
+    for part in [part for part in planned(0.0) if part.name not in args.skip]:
         if part.name == "training":
             left_minutes = (args.minutes * 60 - (time.monotonic() - start) - PACK_RESERVE_S) / 60
             if left_minutes <= 0.1:
                 results.append(dict(part=part.name, command="", status="no time left", wall_s=0.0))
                 continue
-            part = next(p for p in parts(args.rehearse, runs, left_minutes, args.tasks) if p.name == "training")
+            part = next(p for p in planned(left_minutes) if p.name == "training")
         hiding = scratch / part.name
         hiding.mkdir()
         env = rehearsal_environment(hiding, part.hidden_in_rehearsal) if args.rehearse else dict(os.environ)
@@ -302,6 +312,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--minutes", type=above_zero, default=8.5, help="the whole command's time (default 8.5)")
     parser.add_argument("--rehearse", action="store_true", help="all of it on this CPU, on tiny settings")
     parser.add_argument("--skip", nargs="+", choices=("tests", "throughput"), default=(), help="parts to leave out")
+    parser.add_argument(
+        "--samplers",
+        nargs="+",
+        choices=("paper", "spread"),
+        default=["paper"],
+        help="the samplers the protocol trains on (spread: the four non-unique retrieval tasks, where 151-200 "
+        "discriminates the Last tasks at the paper's lengths; on the paper's sampler no bin does)",
+    )
     parser.add_argument(
         "--tasks",
         nargs="+",

@@ -396,14 +396,16 @@ def test_readme_table_is_the_committed_quick_runs():
 
 
 def test_readme_protocol_tables_are_the_committed_protocol_runs():
-    """The protocol tables of the README (the current recipe, and its headline table) and of
-    docs/protocol-history.md (the recipes before it) are what the committed runs' summaries give."""
+    """The protocol tables of the README (the current recipe, its headline table, the paper's
+    scale) and of docs/protocol-history.md (the recipes before it) are what the committed runs'
+    summaries give."""
     from experiments.calibration import protocol_table
 
     root = protocol_table.ROOT
     for document, runs in (
         ("README.md", protocol_table.CURRENT_RUNS),
         ("docs/protocol-history.md", protocol_table.EARLIER_RUNS),
+        ("README.md", protocol_table.PAPER_SCALE_RUNS),
     ):
         text = (root / document).read_text()
         for run, (summary, config) in protocol_table.committed_runs(runs).items():

@@ -58,7 +58,10 @@ EARLIER_RUNS = (
     "protocol-rope-copying",
     "protocol-nope",
 )
-RUNS = CURRENT_RUNS + EARLIER_RUNS
+# The paper's scale (preset protocol-paper), trained on a lent GPU by benchmarks/gpu_run.py: the
+# README's "The paper's scale on one GPU".
+PAPER_SCALE_RUNS = ("protocol-paper-ape",)
+RUNS = CURRENT_RUNS + EARLIER_RUNS + PAPER_SCALE_RUNS
 # The headline's rows: the paper's sampler first, each in the task library's order.
 TASK_ORDER = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
 ENCODINGS = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}
