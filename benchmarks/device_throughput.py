@@ -2,7 +2,10 @@
 and one model's step against Hugging Face's at equal shapes.
 
 1. One stack of S seeds (--stack-sizes, default 1 5 10), its batches sampled ahead by the sampler
-   processes as in training (crasplab.train.sampling): model-steps per second (S x steps / s).
+   processes as in training (crasplab.train.sampling): model-steps per second (S x steps / s),
+   computing in float32 and in bfloat16 (--dtypes; parameters stay float32). A float32 stack of
+   ten ran about 68 TFLOP/s on the H200 and its step took nearly twice a stack of five's: larger
+   stacks wait on arithmetic there, not on launches, which bfloat16 may change.
 2. K stacks of --concurrent-size seeds side by side (--concurrent, default 1 2 4 8), each in a
    thread of this process as the accelerator path runs them: model-steps per second, summed.
 3. One model's training step, ours (make_train_step, a stack of one) against Hugging Face's
@@ -44,11 +47,12 @@ from train_step import STREAM_TASK, StepProcess, hugging_face_available, interle
 
 class StackTrainer:
     """A stack of `size` models of the preset (seeds first_seed ...) training on unique copy,
-    batches from a BatchStream, as a stack trains in crasplab.train.loop. Trainers of one size
-    share one jitted step (`shared_steps`, by size): each would compile the same program, which
-    on the H200 cost more than the timed steps (the first call ran out of time compiling)."""
+    batches from a BatchStream, as a stack trains in crasplab.train.loop, computing in `dtype`.
+    Trainers of one size and dtype share one jitted step (`shared_steps`): each would compile the
+    same program, which on the H200 cost more than the timed steps (the first call ran out of
+    time compiling)."""
 
-    def __init__(self, preset_name: str, size: int, pool, shared_steps: dict, first_seed: int = 0):
+    def __init__(self, preset_name: str, size: int, dtype: str, pool, shared_steps: dict, first_seed: int = 0):
         preset = PRESETS[preset_name]
         train, overrides = preset.train_for(STREAM_TASK), preset.overrides_for(STREAM_TASK)
         task = get_task(STREAM_TASK, **overrides)
@@ -56,11 +60,12 @@ class StackTrainer:
         buckets = LengthBuckets.split(task, train.train_lengths, train.length_buckets)
         seeds = range(first_seed, first_seed + size)
         optimizer = make_optimizer(train)
-        models = [preset.model.replace(pe="ape").build(len(task.vocab), max_positions, seed) for seed in seeds]
+        settings = preset.model.replace(pe="ape", dtype=dtype)
+        models = [settings.build(len(task.vocab), max_positions, seed) for seed in seeds]
         graphdef, rest, self.params, self.opt_state = init_stack(models, optimizer)
-        if size not in shared_steps:
-            shared_steps[size] = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
-        self.step_fn = shared_steps[size]
+        if (size, dtype) not in shared_steps:
+            shared_steps[size, dtype] = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
+        self.step_fn = shared_steps[size, dtype]
         self.batches = StackBatches.of(STREAM_TASK, overrides, seeds, train.batch_size, buckets, max_positions, True)
         self.widths = set(buckets.padded_lengths)
         self.stream = BatchStream(self.batches, 0, 10**9, pool)
@@ -112,13 +117,14 @@ def timed_together(trainers: list[StackTrainer], steps: int) -> float:
 
 
 def measure(
-    preset_name: str, counts: list[int], size_of: callable, steps: int, pool, shared_steps: dict
+    preset_name: str, counts: list[int], size_of: callable, dtype: str, steps: int, pool, shared_steps: dict
 ) -> dict[int, float]:
     """count -> model-steps per second, for `count` stacks of size_of(count) seeds side by side."""
     rates = {}
     for count in counts:
         trainers = [
-            StackTrainer(preset_name, size_of(count), pool, shared_steps, first_seed=100 * i) for i in range(count)
+            StackTrainer(preset_name, size_of(count), dtype, pool, shared_steps, first_seed=100 * i)
+            for i in range(count)
         ]
         for trainer in trainers:
             trainer.compile_every_width()
@@ -126,7 +132,7 @@ def measure(
         rates[count] = timed_together(trainers, steps)
         for trainer in trainers:
             trainer.close()
-        print(f"  {count} stack(s) of {size_of(count)}: {rates[count]:.0f} model-steps/s", flush=True)
+        print(f"  {dtype:8} {count} stack(s) of {size_of(count)}: {rates[count]:.0f} model-steps/s", flush=True)
     return rates
 
 
@@ -149,6 +155,13 @@ def main() -> None:
     parser.add_argument("--stack-sizes", type=at_least(1), nargs="+", default=[1, 5, 10], help="table 1's stacks")
     parser.add_argument("--concurrent", type=at_least(1), nargs="+", default=[1, 2, 4, 8], help="table 2's counts")
     parser.add_argument("--concurrent-size", type=at_least(1), default=5, help="seeds in each of table 2's stacks")
+    parser.add_argument(
+        "--dtypes",
+        nargs="+",
+        choices=("float32", "bfloat16"),
+        default=["float32", "bfloat16"],
+        help="compute dtypes of tables 1 and 2, each row in each (table 3 always compares both)",
+    )
     parser.add_argument("--steps", type=at_least(1), default=200 if on_device else 4, help="timed steps per row")
     parser.add_argument("--rounds", type=at_least(1), default=5, help="interleaved rounds of table 3")
     parser.add_argument(
@@ -168,13 +181,19 @@ def main() -> None:
     with sampler_pool(processes) as pool:
         print("## 1. One stack of S seeds", flush=True)
         stacks = {
-            size: measure(args.preset, [1], lambda _: size, args.steps, pool, shared_steps)[1]
-            for size in args.stack_sizes
+            dtype: {
+                size: measure(args.preset, [1], lambda _: size, dtype, args.steps, pool, shared_steps)[1]
+                for size in args.stack_sizes
+            }
+            for dtype in args.dtypes
         }
         print(f"## 2. Stacks of {args.concurrent_size} seeds side by side", flush=True)
-        concurrent = measure(
-            args.preset, args.concurrent, lambda _: args.concurrent_size, args.steps, pool, shared_steps
-        )
+        concurrent = {
+            dtype: measure(
+                args.preset, args.concurrent, lambda _: args.concurrent_size, dtype, args.steps, pool, shared_steps
+            )
+            for dtype in args.dtypes
+        }
     print("## 3. One model's step at equal shapes, ours against Hugging Face's", flush=True)
     steps = hf_comparison(args.preset, args.rounds)
     print(f"{'dtype':9} {'ours ms':>8} {'HF ms':>8} {'HF/ours':>8}")
@@ -183,6 +202,7 @@ def main() -> None:
         cells = ("-", "-") if hf is None else (f"{hf * 1e3:.2f}", f"{hf / medians['ours']:.2f}x")
         print(f"{dtype:9} {medians['ours'] * 1e3:>8.2f} {cells[0]:>8} {cells[1]:>8}", flush=True)
     if args.json:
+        every_table = [*stacks.values(), *concurrent.values()]
         write_json(
             args.json,
             dict(
@@ -191,12 +211,14 @@ def main() -> None:
                 jax=jax.__version__,
                 sampler_processes=processes,
                 steps=args.steps,
-                stack_model_steps_per_s={str(k): v for k, v in stacks.items()},
+                stack_model_steps_per_s={d: {str(k): v for k, v in rates.items()} for d, rates in stacks.items()},
                 concurrent_size=args.concurrent_size,
-                concurrent_model_steps_per_s={str(k): v for k, v in concurrent.items()},
+                concurrent_model_steps_per_s={
+                    d: {str(k): v for k, v in rates.items()} for d, rates in concurrent.items()
+                },
                 step_seconds=steps,
                 hf_over_ours={d: m["hf"] / m["ours"] for d, m in steps.items() if "hf" in m},
-                best_model_steps_per_s=float(np.max([*stacks.values(), *concurrent.values()])),
+                best_model_steps_per_s=float(np.max([max(rates.values()) for rates in every_table])),
             ),
         )
 

@@ -28,7 +28,7 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
      setup (the install above)                          ~0.3 min
      machine: versions, devices, nvidia-smi             ~0.1 min
      tests marked `device` (tests/test_train_accelerator.py)  at most 2 min
-     benchmarks/device_throughput.py (paper preset)     at most 3 min
+     benchmarks/device_throughput.py (paper preset, float32 and bfloat16)  at most 4 min
      the APE protocol at the paper's scale (paper_grid.py --pes ape --samplers paper), every task's
        seeds as one stack, several stacks at once: what is left, less 0.5 min for packing; its
        own time limit 1.25 min before that, for the evaluations that end jobs to complete
@@ -135,7 +135,7 @@ def parts(
     training += ["--tasks", *tasks] if tasks else []
     return [
         Part("tests", tests, "tests.log", 120.0),
-        Part("throughput", throughput, "throughput.log", 180.0, ABSENT_ON_DEVICE),
+        Part("throughput", throughput, "throughput.log", 240.0, ABSENT_ON_DEVICE),
         Part("training", training, "training.log", training_minutes * 60),
     ]
 
