@@ -164,7 +164,7 @@ def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> No
         may_change=("threshold",),
     )
     # Fine-tuning tests the APE theorem: a pretrained model's learned positions play its part.
-    write_predictions(out, predictions_for("ape", settings.tasks, {}, {}, {}, settings.threshold, False))
+    write_predictions(out, predictions_for("ape", settings.tasks))
     finetune_run = FinetuneRun(
         out, pretrained, list(settings.tasks), settings.finetune, settings.seed, show_progress=show_progress
     )

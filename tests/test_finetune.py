@@ -250,7 +250,7 @@ def _write_run(folder: Path, accuracy: dict[tuple[str, str, int], float], n: int
         for i in range(n)
     ]
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    write_predictions(folder, predictions_for("ape", config["tasks"], {}, {}, {}, 0.9, False))
+    write_predictions(folder, predictions_for("ape", config["tasks"]))
 
 
 def test_the_report_keeps_did_not_fit_apart_and_measures_the_gaps(tmp_path):

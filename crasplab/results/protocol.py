@@ -95,21 +95,9 @@ def write_protocol(run_dir: Path, protocol: Protocol) -> None:
     write_json(path, dict(rules=protocol.to_dict(), text=protocol.text()))
 
 
-def predictions_for(
-    pe: str,
-    tasks,
-    train_lengths: dict,
-    test_bins: dict,
-    task_overrides: dict,
-    threshold: float,
-    with_discrimination: bool,
-) -> dict:
-    """For each task its prediction and, with `with_discrimination`, for a task predicted not to
-    generalize, per test bin, whether the bin discriminates (no bounded approximation exact on the
-    training lengths passes it), with each approximation's score and interval."""
-    with predictions_alongside(
-        pe, tasks, train_lengths, test_bins, task_overrides, threshold, with_discrimination
-    ) as predictions:
+def predictions_for(pe: str, tasks) -> dict:
+    """Each task's prediction, without discrimination checks (a run that is not a protocol run)."""
+    with predictions_alongside(pe, tasks, {}, {}, {}, threshold=0.0, with_discrimination=False) as predictions:
         return predictions()
 
 
@@ -124,11 +112,14 @@ def predictions_alongside(
     with_discrimination: bool,
     search_seconds: float = SEARCH_SECONDS,
 ) -> Iterator[Callable[[], dict]]:
-    """predictions_for, with the discrimination checks (a minute or two per task, SEARCH_SECONDS
-    of it the search) made in helper processes, one per task checked, while the `with` block
-    runs: a protocol run trains meanwhile instead of waiting minutes before its first step. The
-    function it yields waits for the checks and returns the predictions; leaving the block stops
-    any check still running. The predictions depend on the settings alone, never on training."""
+    """For each task its prediction and, with `with_discrimination`, for a task predicted not to
+    generalize, per test bin, whether the bin discriminates (no bounded approximation exact on the
+    training lengths passes it), with each approximation's score and interval. The checks (a
+    minute or two per task, SEARCH_SECONDS of it the search) run in helper processes, one per
+    task checked, while the `with` block runs: a protocol run trains meanwhile instead of waiting
+    minutes before its first step. The function it yields waits for the checks and returns the
+    predictions; leaving the block stops any check still running. The predictions depend on the
+    settings alone, never on training."""
     checked = [task for task in tasks if with_discrimination and predict(task, pe).generalizes is False]
     pool = None
     if checked:
