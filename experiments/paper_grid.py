@@ -13,8 +13,8 @@ task, on a GPU share every stack.
 --dry-run trains nothing: it lists the protocol's first round (the first 5 seeds of every task
 for APE, 3 for RoPE and NoPE; later rounds add seeds only for tasks with too few fitted seeds),
 measures one training step per distinct model, string length and stack size on this process's
-device (crasplab.train.plan; --step-seconds gives a number instead, or 'h200' for the one H200
-measurement the lab has), places the units on the engine's slots longest first and prints the
+device (crasplab.train.plan; --step-seconds gives a number instead, or 'h200' for the rate the
+protocol trained at on an H200), places the units on the engine's slots longest first and prints the
 placement and an upper bound on the wall time. Running the same command again resumes every
 unfinished job.
 """
@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS|h200",
         help="with --dry-run: seconds per training step of every unit instead of measuring, or 'h200': the paper "
-        f"model's step on an H200 ({H200_PAPER_STEP_S * 1000:.2f} ms), times the stack's size",
+        f"model's protocol training on an H200 ({H200_PAPER_STEP_S * 1000:.2f} ms per model-step, four stacks at "
+        "once, evaluations included), times the stack's size",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
@@ -164,7 +165,7 @@ def dry_run(args: argparse.Namespace) -> None:
     for unit in planned:
         if (shape := unit_shape(unit)) not in step_seconds:
             step_seconds[shape] = unit_step_seconds(args.step_seconds, unit)
-    source = {None: measured_here(), "h200": "from the H200 measurement, times each stack's size"}.get(
+    source = {None: measured_here(), "h200": "from the H200's protocol training rate, times each stack's size"}.get(
         args.step_seconds, "given by --step-seconds"
     )
     print(plan_text(place(planned, count, step_seconds), count, where, step_seconds, source))

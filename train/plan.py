@@ -8,8 +8,8 @@ evaluation and compile time are not counted. Slots are filled longest unit first
 start them. On the accelerator path a unit is a stack of seeds, timed as a stack, and the device
 is one slot: stacks trained side by side share it, and can only fill the gaps one stack leaves.
 
-Where no device is at hand to measure, the reference below gives the one measurement the lab has
-of an accelerator: the paper model's step alone on an H200.
+Where no device is at hand to measure, the reference below gives what the lab measured of an
+accelerator: the paper model's protocol training on an H200.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
 
 TIMED_STEPS = 3
-# One training step of the paper model (APE, 4 x 4 x 256, batch 64 x 103 tokens, float32), a stack
-# of one, on an NVIDIA H200 with jax 0.11.2, measured 2026-12-04 (issue 50): 3.53 ms. A stack of S
-# is estimated at S times that, the bound for a step that gains nothing from stacking.
-H200_PAPER_STEP_S = 3.53e-3
+# The paper model's training (APE, 4 x 4 x 256, batch 64, lengths 1-50, float32) on an NVIDIA
+# H200 with jax 0.11.2, as the protocol ran it on 2026-12-04: four stacks of five side by side,
+# evaluations included, about 620 model-steps per second summed (evidence/gpu-2026-12-04/call3,
+# the training log's steady minutes), so 1.61 ms per model-step; a stack of S at S times that,
+# the stacks counted one after another on the device's one slot. (A stack of one alone: 3.53 ms.)
+H200_PAPER_STEP_S = 1 / 620
 
 
 def step_shape(job: Job, stack: int = 1) -> tuple:
