@@ -142,7 +142,8 @@ def uncommitted_lab_files(source: Path = SOURCE, besides: Path | None = None) ->
     """The lab's code files (LAB_CODE) that differ from its commit, modified or untracked (a new
     module changes what runs as much as an edited one), leaving out those under `besides` (the
     run folder itself, whose files the run writes). Outside a checkout, the files that differ from
-    lab-source.json's; without it either, UncommittedLabError. None where the files match lab-source.json."""
+    lab-source.json's; without it either, UncommittedLabError. None of them where every code file
+    matches lab-source.json (whatever a .git beside them says)."""
     if _manifest_commit(source, besides) is not None:
         return []
     if not _in_checkout(source) and (manifest := _read_manifest(source)) is not None:
@@ -170,6 +171,8 @@ def uncommitted_lab_files(source: Path = SOURCE, besides: Path | None = None) ->
 def require_committed_lab(run_dir: Path | None = None, source: Path = SOURCE) -> str:
     """The lab's commit, when no code file differs from it; otherwise UncommittedLabError naming
     the files (changes under `run_dir`, the run's own folder, do not count)."""
+    if (commit := _manifest_commit(source, run_dir)) is not None:
+        return commit
     changed = uncommitted_lab_files(source, run_dir)
     if changed:
         shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
@@ -178,7 +181,7 @@ def require_committed_lab(run_dir: Path | None = None, source: Path = SOURCE) ->
             f"that trained them; {source} has uncommitted changes to {shown}. Commit them (or stash them) "
             "and run again"
         )
-    return _manifest_commit(source, run_dir) or _git(source, "rev-parse", "HEAD").stdout.strip()
+    return _git(source, "rev-parse", "HEAD").stdout.strip()
 
 
 def cpu_description(cpuinfo: str) -> dict:
