@@ -28,23 +28,29 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
      setup (the install above)                          ~0.3 min
      machine: versions, devices, nvidia-smi             ~0.1 min
      tests marked `device` (tests/test_train_accelerator.py)  at most 2 min
-     benchmarks/device_throughput.py (paper preset, float32 and bfloat16)  at most 4 min
+     benchmarks/device_throughput.py (paper preset, float32 and bfloat16: a stack of ten, four
+       and eight stacks of five, one model against Hugging Face's)  at most 3.5 min
+     benchmarks/paper_preset_dtypes.py (NLFirst and NLLast, 3 seeds, 2000 steps in each dtype
+       under the protocol's recipe, and its verdict by the rule it states)  at most 4 min
      the APE protocol at the paper's scale (paper_grid.py --pes ape --samplers paper), every task's
        seeds as one stack, several stacks at once: what is left, less 0.5 min for packing; its
        own time limit 1.25 min before that, for the evaluations that end jobs to complete
    Each part runs in its own process under its own time limit; one that fails or runs out is
-   reported and the next part runs. --skip tests throughput gives the training all of it, and
+   reported and the next part runs. --dtype auto trains in bfloat16 where the dtype check (this
+   call's, or an earlier call's on a machine still warm) said bfloat16 trains the same, in float32
+   otherwise; a run folder keeps the dtype it started in. --skip tests throughput dtypes gives the
+   training all of it, and
    --tasks trains only some tasks (NLFirst NRFirst NLLast NRLast: the Last tasks and their
    controls, four stacks at once), --samplers spread (or paper spread) the spread sampler's run,
    the one where a Last task's 151-200 bin discriminates at these lengths. The protocol's
    discrimination checks run on the CPU cores beside the training, and without progress bars the
    training log has a line per task every 30 s (steps, loss, training-bin accuracy) and one per
    stack started and per seed done.
-3. What comes back, in the output folder (7 files):
+3. What comes back, in the output folder (8 files):
      summary.md          every part: its command, exit status, wall time; the tests' and the
-                         benchmark's tables; which jobs finished
+                         benchmark's tables, the dtype check's verdict; which jobs finished
      machine.json        versions, device, CPU, the lab's commit (lab-source.json's, checked)
-     tests.log, throughput.log, throughput.json, training.log   each part's whole output
+     tests.log, throughput.log, throughput.json, dtypes.log, training.log   each part's output
      runs.tar.gz         the run folders (runs/paper/ape-paper): the run's own files and every
                          finished job folder without its checkpoints (a finished job needs none);
                          unfinished jobs are left out and train from the start next time
@@ -86,6 +92,8 @@ from crasplab.results.files import write_json
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
 from crasplab.train.provenance import SOURCE_MANIFEST_FILE, provenance, write_source_manifest
 
+import paper_preset_dtypes
+
 ROOT = Path(__file__).resolve().parents[1]
 # What the rehearsal hides: what the GPU machine lacks, from every part; and from the parts that
 # train from scratch, tokenizers and safetensors too, which the machine has (Hugging Face's side
@@ -115,27 +123,57 @@ class Part:
     hidden_in_rehearsal: tuple[str, ...] = ABSENT_ON_DEVICE + NOT_FOR_TRAINING
 
 
-def parts(
-    rehearse: bool, runs: Path, training_minutes: float, tasks: list[str] | None = None, samplers=("paper",)
-) -> list[Part]:
-    """The tests, the benchmark and the training (of `tasks` on `samplers`, default: each sampler's
-    tasks; the rehearsal's three), as commands; the training's minutes are what is left when it
-    starts: its ceiling (Part.limit_s), its own time limit FINISHING_S before."""
+@dataclass(frozen=True)
+class Plan:
+    """What the command trains: where, which tasks (None: each sampler's), on which samplers, and
+    in which compute dtype ('auto': bfloat16 where this machine's dtype check said it trains the
+    same, float32 otherwise)."""
+
+    rehearse: bool
+    runs: Path
+    tasks: list[str] | None = None
+    samplers: tuple[str, ...] = ("paper",)
+    dtype: str = "float32"
+
+    @property
+    def dtype_check(self) -> Path:
+        """The dtype check's runs, beside the protocol's run folders (not packed with them)."""
+        return self.runs.parent / f"{self.runs.name}-dtypes"
+
+    def training_dtype(self) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if paper_preset_dtypes.same_training(self.dtype_check) else "float32"
+
+
+def parts(plan: Plan, training_minutes: float) -> list[Part]:
+    """The tests, the benchmark, the dtype check and the training, as commands; the training's
+    minutes are what is left when it starts: its ceiling (Part.limit_s), its own time limit
+    FINISHING_S before."""
     python = sys.executable
     tests = [python, "-m", "pytest", "-q", "-m", "device", "-p", "no:cacheprovider", "tests/test_train_accelerator.py"]
     throughput = [python, "benchmarks/device_throughput.py", "--json", "THROUGHPUT_JSON"]
-    training = [python, "experiments/paper_grid.py", "--pes", "ape", "--samplers", *samplers, "--out", str(runs)]
+    dtypes = [python, "benchmarks/paper_preset_dtypes.py", "--out", str(plan.dtype_check)]
+    training = [python, "experiments/paper_grid.py", "--pes", "ape", "--samplers", *plan.samplers]
     limit_minutes = max(training_minutes - FINISHING_S / 60, training_minutes / 2)
-    training += ["--no-progress", "--time-limit-minutes", f"{limit_minutes:.3f}"]
-    if rehearse:
+    training += ["--out", str(plan.runs), "--no-progress", "--time-limit-minutes", f"{limit_minutes:.3f}"]
+    training += ["--dtype", plan.training_dtype()] if training_minutes > 0 else []
+    tasks = plan.tasks
+    if plan.rehearse:
         throughput += ["--preset", "rehearsal", "--stack-sizes", "1", "2", "--concurrent", "1", "2"]
         throughput += ["--concurrent-size", "2", "--steps", "2", "--rounds", "1"]
+        dtypes += ["--preset", "protocol-rehearsal", "--steps", "12"]
         training += ["--preset", "protocol-rehearsal"]
         tasks = tasks or ["NLFirst", "NLLast", "UB"]  # one predicted not to generalize: its check runs
+    else:
+        # The rows that decide: a stack of ten (how the device scales) and four and eight stacks of
+        # five (how the protocol packs it), in both dtypes, before Hugging Face's comparison.
+        throughput += ["--stack-sizes", "10", "--concurrent", "4", "8", "--rounds", "3"]
     training += ["--tasks", *tasks] if tasks else []
     return [
         Part("tests", tests, "tests.log", 120.0),
-        Part("throughput", throughput, "throughput.log", 240.0, ABSENT_ON_DEVICE),
+        Part("throughput", throughput, "throughput.log", 210.0, ABSENT_ON_DEVICE),
+        Part("dtypes", dtypes, "dtypes.log", 240.0),
         Part("training", training, "training.log", training_minutes * 60),
     ]
 
@@ -218,7 +256,7 @@ def summary_text(machine: dict, results: list[dict], finished: dict, out: Path, 
         *(f"| {r['part']} | {r['status']} | {r['wall_s']:.0f} s |" for r in results),
         "",
     ]
-    for name, log in (("tests", "tests.log"), ("throughput", "throughput.log")):
+    for name, log in (("tests", "tests.log"), ("throughput", "throughput.log"), ("dtypes", "dtypes.log")):
         text = (out / log).read_text() if (out / log).exists() else ""
         lines += [f"## {name} (the end of {log})", "", "```", *text.splitlines()[-40:], "```", ""]
     lines += ["## training: finished jobs", ""]
@@ -248,8 +286,10 @@ def run_on_device(args: argparse.Namespace) -> None:
     print(f"machine: {machine.get('device_kind')}, lab commit {machine.get('lab_commit')}", flush=True)
     results = []
 
+    plan = Plan(args.rehearse, runs, args.tasks, tuple(args.samplers), args.dtype)
+
     def planned(training_minutes: float) -> list[Part]:
-        return parts(args.rehearse, runs, training_minutes, args.tasks, args.samplers)
+        return parts(plan, training_minutes)
 
     for part in [part for part in planned(0.0) if part.name not in args.skip]:
         if part.name == "training":
@@ -311,7 +351,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--minutes", type=above_zero, default=8.5, help="the whole command's time (default 8.5)")
     parser.add_argument("--rehearse", action="store_true", help="all of it on this CPU, on tiny settings")
-    parser.add_argument("--skip", nargs="+", choices=("tests", "throughput"), default=(), help="parts to leave out")
+    parser.add_argument(
+        "--skip", nargs="+", choices=("tests", "throughput", "dtypes"), default=(), help="parts to leave out"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "auto"),
+        default="float32",
+        help="the training's compute dtype (auto: bfloat16 where the dtype check, on this machine, said it trains "
+        "the same by its rule, float32 otherwise); a run folder keeps the dtype it started with",
+    )
     parser.add_argument(
         "--samplers",
         nargs="+",

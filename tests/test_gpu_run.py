@@ -17,13 +17,31 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_run  # noqa: E402
 
-FILES_BACK = {"summary.md", "machine.json", "tests.log", "throughput.log", "throughput.json", "training.log"}
+FILES_BACK = {
+    "summary.md",
+    "machine.json",
+    "tests.log",
+    "throughput.log",
+    "throughput.json",
+    "dtypes.log",
+    "training.log",
+}
 
 
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-run")
-    command = [sys.executable, "benchmarks/gpu_run.py", "--rehearse", "--out", str(out), "--minutes", "8"]
+    command = [
+        sys.executable,
+        "benchmarks/gpu_run.py",
+        "--rehearse",
+        "--out",
+        str(out),
+        "--minutes",
+        "8",
+        "--dtype",
+        "auto",
+    ]
     finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert finished.returncode == 0, finished.stderr[-3000:]
     return out
@@ -32,7 +50,7 @@ def rehearsal(tmp_path_factory):
 def test_the_rehearsal_runs_every_part_and_packs_at_most_eight_files(rehearsal):
     assert {path.name for path in rehearsal.iterdir()} == FILES_BACK | {"runs.tar.gz"}
     summary = (rehearsal / "summary.md").read_text()
-    for part in ("tests", "throughput", "training"):
+    for part in ("tests", "throughput", "dtypes", "training"):
         assert f"| {part} | 0 |" in summary, summary
     assert "2 passed" in (rehearsal / "tests.log").read_text()
     throughput = json.loads((rehearsal / "throughput.json").read_text())
@@ -53,6 +71,23 @@ def test_the_pack_holds_finished_jobs_without_checkpoints(rehearsal):
     with tarfile.open(rehearsal / "runs.tar.gz") as tar:
         predictions = json.load(tar.extractfile("ape-paper/predictions.json"))
     assert predictions["tasks"]["NLLast"]["discrimination"]["checked"]  # made beside the training
+
+
+def test_auto_trains_in_bfloat16_once_the_dtype_check_said_it_trains_the_same(rehearsal):
+    assert "**bfloat16 trains the same: yes**" in (rehearsal / "dtypes.log").read_text()
+    with tarfile.open(rehearsal / "runs.tar.gz") as tar:
+        config = json.load(tar.extractfile("ape-paper/config.json"))
+    assert config["model"]["dtype"] == "bfloat16"
+    assert "--dtype bfloat16" in (rehearsal / "training.log").read_text().splitlines()[0]
+
+
+def test_auto_trains_in_float32_without_a_dtype_check_that_said_yes(tmp_path):
+    plan = gpu_run.Plan(False, tmp_path / "paper", dtype="auto")
+    assert plan.training_dtype() == "float32"
+    plan.dtype_check.mkdir()
+    (plan.dtype_check / "comparison.json").write_text(json.dumps({"same_training": False}))
+    assert plan.training_dtype() == "float32"
+    assert gpu_run.Plan(False, tmp_path / "paper", dtype="bfloat16").training_dtype() == "bfloat16"
 
 
 def test_what_came_back_unpacks_into_a_run_that_reports_and_unpacks_again_unchanged(rehearsal, tmp_path):
@@ -79,5 +114,41 @@ def test_the_rehearsal_hides_what_the_gpu_machine_lacks_and_what_training_must_n
         probe = subprocess.run([sys.executable, "-c", f"import {module}"], env=env, capture_output=True, text=True)
         assert "hidden by gpu_run" in probe.stderr
     assert env["CRASPLAB_ACCELERATOR_PATH"] == "rehearse" and os.environ.get("CRASPLAB_ACCELERATOR_PATH") is None
-    parts = {part.name: part for part in gpu_run.parts(True, tmp_path, 1.0)}
+    parts = {part.name: part for part in gpu_run.parts(gpu_run.Plan(True, tmp_path), 1.0)}
     assert set(parts["training"].hidden_in_rehearsal) == set(parts["tests"].hidden_in_rehearsal) == set(hidden)
+
+
+def _dtype_records(losses_by_dtype: dict[str, list[list[float]]], accuracies: dict[str, list[float]]) -> dict:
+    """Records of one task 'T' in each dtype: a train record per step (100, 200, ...) and seed, a
+    final evaluation per seed, a result per seed."""
+    records = {}
+    for dtype, per_step in losses_by_dtype.items():
+        rows = [
+            dict(kind="train", task="T", step=100 * (i + 1), loss=loss)
+            for i, losses in enumerate(per_step)
+            for loss in losses
+        ]
+        rows += [
+            dict(kind="eval", task="T", step=100 * len(per_step), bins=[dict(accuracy=a)]) for a in accuracies[dtype]
+        ]
+        rows += [dict(kind="result", task="T", elapsed_s=1.0)]
+        records[dtype] = rows
+    return records
+
+
+def test_the_dtype_rule_accepts_a_gap_within_the_seeds_spread_and_refuses_one_beyond_it():
+    import paper_preset_dtypes as check
+
+    float32 = [[2.0, 2.2, 2.4], [1.0, 1.2, 1.4], [0.5, 0.6, 0.7]]  # spreads 0.4, 0.4, 0.2
+    close = [[2.1, 2.3, 2.5], [1.1, 1.3, 1.5], [0.55, 0.65, 0.75]]
+    far = [[2.1, 2.3, 2.5], [1.5, 1.7, 1.9], [0.55, 0.65, 0.75]]  # step 200 off by 0.5 > 0.4
+    same = dict(float32=[0.9, 1.0, 0.95], bfloat16=[0.92, 0.97, 0.96])
+    records = _dtype_records(dict(float32=float32, bfloat16=close), same)
+    assert check.compare_task(records, "T", warmup_steps=100)["same_training"]
+    records = _dtype_records(dict(float32=float32, bfloat16=far), same)
+    verdict = check.compare_task(records, "T", warmup_steps=100)
+    assert verdict["loss_steps_within_seed_spread"] == 0.5 and not verdict["same_training"]
+    lower = dict(float32=[0.9, 1.0, 0.95], bfloat16=[0.7, 0.8, 0.75])  # 0.2 below, allowed max(0.05, 0.1)
+    assert not check.compare_task(_dtype_records(dict(float32=float32, bfloat16=close), lower), "T", 100)[
+        "same_training"
+    ]
