@@ -257,8 +257,9 @@ def summary_text(machine: dict, results: list[dict], finished: dict, out: Path, 
         "",
     ]
     for name, log in (("tests", "tests.log"), ("throughput", "throughput.log"), ("dtypes", "dtypes.log")):
-        text = (out / log).read_text() if (out / log).exists() else ""
-        lines += [f"## {name} (the end of {log})", "", "```", *text.splitlines()[-40:], "```", ""]
+        if (out / log).exists():  # a skipped part has no log
+            tail = (out / log).read_text().splitlines()[-40:]
+            lines += [f"## {name} (the end of {log})", "", "```", *tail, "```", ""]
     lines += ["## training: finished jobs", ""]
     lines += [f"- {run}: {len(jobs)} finished ({', '.join(jobs) or 'none'})" for run, jobs in finished.items()]
     return "\n".join(lines) + "\n"
