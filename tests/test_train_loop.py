@@ -361,7 +361,12 @@ def test_in_a_stack_only_the_job_an_evaluation_stops_gets_its_test_bins(tmp_path
         "stack",
         tiny_config(max_steps=32, eval_every=8, stop_after_perfect_evals=2, test_bins_at_stop_only=True),
     )
-    run_stack(jobs)
+    reports = []
+    run_stack(jobs, reports.append)
+    done = [(r["seed"], r["step"]) for r in reports if r.get("done")]
+    assert done == [(jobs[0].seed, 16), (jobs[1].seed, 32)]  # seed 0 reported done when it ended
+    first_done = next(i for i, r in enumerate(reports) if r.get("done"))
+    assert all(r["step"] <= 16 for r in reports[:first_done])  # before seed 1 trained on
     evals = [[r for r in comparable(job.folder)[0] if r["kind"] == "eval"] for job in jobs]
     assert [(r["step"], len(r["bins"])) for r in evals[0]] == [(8, 1), (16, 2)]
     assert [(r["step"], len(r["bins"])) for r in evals[1]][-1] == (32, 2)
@@ -376,7 +381,28 @@ def test_the_last_progress_report_shows_the_last_evaluation(tmp_path):
     config = tiny_config(max_steps=12, eval_every=4, log_every=4)
     job = Job("UF", 0, TINY_MODEL, config, task_overrides=dict(alphabet_size=8), out_dir=str(tmp_path / "job"))
     result = run_stack([job], reports.append)[0]
+    assert [r["step"] for r in reports if r.get("done")] == [12]
+    reports = [r for r in reports if not r.get("done")]
     assert reports[-1]["step"] == 12
     assert reports[-1]["train_bin_accuracy"] == result.bins[0].accuracy
     evaluated = [r["bins"][0]["accuracy"] for r in comparable(job.folder)[0] if r["kind"] == "eval"]
     assert [r["train_bin_accuracy"] for r in reports] == evaluated
+
+
+def test_a_seed_reported_done_shows_one_line_and_its_bar_stays_at_its_end(tmp_path, capsys):
+    """Without bars, a job's own done report prints its line; the engine's finish after it, and
+    a progress report from the same evaluation, change nothing."""
+    from crasplab.train.workers import TaskBars
+
+    config = tiny_config(max_steps=8, eval_every=4, log_every=4)
+    job = Job("UF", 0, TINY_MODEL, config, task_overrides=dict(alphabet_size=8), out_dir=str(tmp_path / "job"))
+    reports = []
+    run_stack([job], reports.append)
+    bars = TaskBars([job], enabled=False)
+    for report in reports:
+        bars.update(report)
+    bars.finish(job)
+    bars.close()
+    lines = [line for line in capsys.readouterr().err.splitlines() if "done at step" in line]
+    assert len(lines) == 1 and "seed 0 done at step 8" in lines[0]
+    assert bars.steps[("UF", 0)] == 8

@@ -308,9 +308,11 @@ class _StackRun:
     def _finish(self, index: int) -> None:
         """Checkpoint, then result.json. Both are written atomically and result.json only from what
         the checkpoint holds, so a job killed between the two is finished on resume by
-        `_write_result` alone, with the same result."""
+        `_write_result` alone, with the same result. Then a progress report marked done: a seed
+        that ends before its stack shows as done when it ends, not when the stack does."""
         self._checkpoint_one(index)
         self._write_result(index)
+        self.progress(dict(self._progress_of(index), done=True))
 
     def _write_result(self, index: int) -> None:
         job = self.jobs[index]
@@ -413,19 +415,19 @@ class _StackRun:
         return [i for i in range(len(self.jobs)) if not self.finished[i]]
 
     def _report_progress(self, indices: list[int]) -> None:
-        losses = self.last_losses
         for i in indices:
-            last = self.last_eval[i]
-            self.progress(
-                dict(
-                    task=self.jobs[i].task_code,
-                    seed=self.jobs[i].seed,
-                    step=self.step,
-                    max_steps=self.config.max_steps,
-                    loss=float(losses[i]),
-                    train_bin_accuracy=None if last is None else last["bins"][0]["accuracy"],
-                )
-            )
+            self.progress(self._progress_of(i))
+
+    def _progress_of(self, index: int) -> dict:
+        last = self.last_eval[index]
+        return dict(
+            task=self.jobs[index].task_code,
+            seed=self.jobs[index].seed,
+            step=self.step,
+            max_steps=self.config.max_steps,
+            loss=float(self.last_losses[index]),
+            train_bin_accuracy=None if last is None else last["bins"][0]["accuracy"],
+        )
 
     def _stopped(self) -> bool:
         return self.stop is not None and self.stop.is_set()

@@ -121,6 +121,8 @@ class TaskBars:
         by_task = defaultdict(list)
         for job in jobs:
             by_task[job.task_code].append(job)
+        self.jobs = {(job.task_code, job.seed): job for job in jobs}
+        self.done: set[tuple[str, int]] = set()
         width = max(len(code) for code in by_task)
         self.bars = {
             code: tqdm(
@@ -146,8 +148,11 @@ class TaskBars:
             self._update(progress)
 
     def _update(self, progress: dict) -> None:
+        """A report from a training job (train.loop); one marked done ends the job's part of its bar."""
         key = (progress["task"], progress["seed"])
-        if self.status.get(key) == progress:
+        if progress.get("done"):
+            self._finish(self.jobs[key])
+        if key in self.done or self.status.get(key) == progress:
             return
         bar = self.bars[progress["task"]]
         bar.update(progress["step"] - self.steps[key])
@@ -180,12 +185,16 @@ class TaskBars:
                 self._line(stack[0].task_code, f"a stack of seeds {[job.seed for job in stack]} starts")
 
     def finish(self, job: Job) -> None:
-        """A job that stopped early: count its remaining steps as done so the bar reaches the end."""
+        """A job that is done (it may have stopped early): its remaining steps count as done, so
+        the bar reaches the end; without bars, a line with its step, time and accuracy, once."""
         with self.lock:
             self._finish(job)
 
     def _finish(self, job: Job) -> None:
         key = (job.task_code, job.seed)
+        if key in self.done:  # reported done by the job itself, then by the engine that ran it
+            return
+        self.done.add(key)
         self.bars[job.task_code].update(job.train.max_steps - self.steps[key])
         self.steps[key] = job.train.max_steps
         self.bars[job.task_code].refresh()
