@@ -22,19 +22,17 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import sys
 import tempfile
 import time
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import crasplab.train.loop as loop  # noqa: E402
-from crasplab.train.config import PRESETS  # noqa: E402
-from crasplab.train.runs import make_jobs  # noqa: E402
-from experiments import length_gen  # noqa: E402
-from pinned_worker import add_core_option, measure_as_a_worker  # noqa: E402
+import crasplab.train.loop as loop
+from crasplab.cli.arguments import length_bins
+from crasplab.cli.length_gen import RunRequest, run_settings
+from crasplab.train.config import PRESETS
+from crasplab.train.runs import make_jobs
+from pinned_worker import add_core_option, measure_as_a_worker
 
 
 def timed_by_bin(function, part: str, seconds: dict, bins: int):
@@ -56,14 +54,16 @@ def timed_job(args: argparse.Namespace, test_bins_at_stop_only: bool, seconds: d
     """(seconds of the whole job, its bins), with the evaluation's parts added to `seconds` (by
     bin, where every evaluation scores every bin)."""
     with tempfile.TemporaryDirectory() as out:
-        settings = length_gen.run_settings(
-            length_gen.build_parser().parse_args(
-                ["--preset", args.preset, "--pe", args.pe, "--tasks", args.task, "--seeds", str(args.seed)]
-                + ["--max-steps", str(args.steps), "--eval-every", str(args.eval_every), "--out", out]
-                + (["--sampler", args.sampler] if args.sampler else [])
-                + (["--test-bins", args.test_bins] if args.test_bins else [])
-            )
+        request = RunRequest(
+            pe=args.pe,
+            preset=args.preset,
+            tasks=(args.task,),
+            seeds=(args.seed,),
+            sampler=args.sampler,
+            test_bins=args.test_bins,
+            train_changes=dict(max_steps=args.steps, eval_every=args.eval_every),
         )
+        settings = run_settings(request)
         job = make_jobs(settings, Path(out))[0]
         job = dataclasses.replace(job, train=job.train.replace(test_bins_at_stop_only=test_bins_at_stop_only))
         bins = job.train.test_bins
@@ -115,7 +115,9 @@ def main() -> None:
     parser.add_argument(
         "--sampler", help="the retrieval tasks' sampler, as length_gen.py takes it (default: the paper's)"
     )
-    parser.add_argument("--test-bins", help="the bins, as length_gen.py takes them (default: the preset's)")
+    parser.add_argument(
+        "--test-bins", type=length_bins, help="the bins, as length_gen.py takes them (default: the preset's)"
+    )
     add_core_option(parser)
     args = parser.parse_args()
     measure_as_a_worker(__file__, args.core, lambda: measure(args))

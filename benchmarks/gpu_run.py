@@ -312,8 +312,8 @@ def run_on_device(args: argparse.Namespace) -> None:
 
 def unpack(folder: Path, into: Path) -> None:
     """Put the finished jobs that came back into the local run folders and rebuild their reports."""
+    from crasplab.cli.length_gen import report_length_gen
     from crasplab.results.files import read_json_object
-    from experiments import length_gen
 
     archive = folder / "runs.tar.gz"
     if not archive.is_file():
@@ -333,7 +333,7 @@ def unpack(folder: Path, into: Path) -> None:
                     if not (local / "result.json").exists():
                         shutil.rmtree(local, ignore_errors=True)
                         shutil.copytree(job, local)
-            length_gen.main(["--report-only", str(here)])
+            report_length_gen(here)
             print(f"{here}: {len(finished_job_folders(here))} finished jobs", flush=True)
 
 
@@ -396,5 +396,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))  # `experiments` as a package for --unpack
     main()

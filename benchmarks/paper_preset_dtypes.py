@@ -27,15 +27,14 @@ no more than changing the seed does in float32 --
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script
-
-from crasplab.cli.arguments import at_least  # noqa: E402
-from crasplab.results.files import read_json_object, write_json, write_text  # noqa: E402
-from crasplab.results.job_folder import run_jobs, run_records  # noqa: E402
-from crasplab.train.config import PRESETS, PROTOCOL_PAPER, PROTOCOL_PRESETS  # noqa: E402
+from crasplab.cli.arguments import at_least
+from crasplab.cli.length_gen import RunRequest, run_length_gen
+from crasplab.results.files import read_json_object, write_json, write_text
+from crasplab.results.job_folder import run_jobs, run_records
+from crasplab.train.config import PRESETS, PROTOCOL_PAPER, PROTOCOL_PRESETS
+from crasplab.train.engines import EngineSettings
 
 DTYPES = ("float32", "bfloat16")
 COMPARISON_JSON = "comparison.json"
@@ -49,18 +48,16 @@ ACCURACY_MARGIN = 0.05
 
 
 def train(out: Path, dtype: str, args: argparse.Namespace) -> None:
-    # Imported here: gpu_run reads this script's verdict (same_training) without the training stack.
-    from experiments import length_gen
-
-    lo, hi = PRESETS[args.preset].train.test_bins[0]
-    length_gen.main(
-        [
-            *("--pe", "ape", "--preset", args.preset, "--dtype", dtype, "--out", str(out / dtype)),
-            *("--tasks", *args.tasks, "--seeds", *map(str, args.seeds)),
-            *("--max-steps", str(args.steps), "--eval-every", str(args.steps)),
-            *("--warmup-steps", str(args.steps // 3), "--test-bins", f"{lo}-{hi}", "--no-progress"),
-        ]
+    request = RunRequest(
+        pe="ape",
+        preset=args.preset,
+        tasks=tuple(args.tasks),
+        seeds=tuple(args.seeds),
+        test_bins=PRESETS[args.preset].train.test_bins[:1],
+        model_changes=dict(dtype=dtype),
+        train_changes=dict(max_steps=args.steps, eval_every=args.steps, warmup_steps=args.steps // 3),
     )
+    run_length_gen(request, EngineSettings(), show_progress=False, out=out / dtype)
 
 
 def losses_by_step(records: list[dict], task: str) -> dict[int, list[float]]:

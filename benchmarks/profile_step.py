@@ -75,8 +75,7 @@ def profile(preset_name: str, steps: int) -> None:
     import jax
     from jax.profiler import ProfileData
 
-    sys.path.insert(0, os.path.dirname(__file__))
-    from train_step import Ours, equal_shape_batch
+    from train_step import Ours, equal_shape_batch  # beside this script, which a child runs as a script too
 
     batch, vocab_size = equal_shape_batch(preset_name)
     ours = Ours(

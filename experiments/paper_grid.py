@@ -22,20 +22,19 @@ unfinished job.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script or imported
-
-from crasp.position_encodings import IN_THE_PAPERS  # noqa: E402
-from crasplab.cli.arguments import above_zero  # noqa: E402
-from crasplab.errors import command_boundary  # noqa: E402
-from crasplab.results.protocol import next_seeds, protocol_for  # noqa: E402
-from crasplab.train.config import PROTOCOL_PAPER, PROTOCOL_PRESETS  # noqa: E402
-from crasplab.train.device import accelerator_path, path_name  # noqa: E402
-from crasplab.train.engines import EngineSettings, add_engine_flags, connect, engine_settings, import_ray  # noqa: E402
-from crasplab.train.plan import (  # noqa: E402
+from crasp.position_encodings import IN_THE_PAPERS
+from crasplab.cli.arguments import above_zero
+from crasplab.cli.length_gen import Invocation, RunRequest, first_round_jobs, run_length_gen
+from crasplab.errors import command_boundary
+from crasplab.train.config import PROTOCOL_PAPER, PROTOCOL_PRESETS
+from crasplab.train.device import accelerator_path, path_name
+from crasplab.train.engines import EngineSettings, add_engine_flags, connect, engine_settings, import_ray
+from crasplab.train.plan import (
     H200_PAPER_STEP_S,
     measure_step_seconds,
     measured_here,
@@ -43,10 +42,8 @@ from crasplab.train.plan import (  # noqa: E402
     plan_text,
     unit_shape,
 )
-from crasplab.train.runs import make_jobs  # noqa: E402
-from crasplab.train.stacks import group_into_stacks  # noqa: E402
-from crasplab.train.workers import available_cores  # noqa: E402
-from experiments import length_gen  # noqa: E402
+from crasplab.train.stacks import group_into_stacks
+from crasplab.train.workers import available_cores
 
 SAMPLERS = ("paper", "spread")
 
@@ -104,34 +101,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def length_gen_arguments(args: argparse.Namespace, pe: str, sampler: str) -> list[str]:
-    """The length_gen.py command line of one encoding on one sampler."""
-    arguments = ["--pe", pe, "--protocol", "--preset", args.preset, "--out", str(run_folder(args, pe, sampler))]
-    arguments += ["--tasks", *args.tasks] if args.tasks else []
-    arguments += ["--sampler", sampler] if sampler != "paper" else []
-    arguments += ["--engine", args.engine, "--gpu-share", str(args.gpu_share)]
-    arguments += ["--dtype", args.dtype] if args.dtype else []
-    engine_flags = ("ray_address", "workers", "stack_size", "concurrent_stacks", "sampler_processes")
-    for flag in (*engine_flags, "time_limit_minutes"):
-        if (value := getattr(args, flag)) is not None:
-            arguments += ["--" + flag.replace("_", "-"), str(value)]
-    return arguments + (["--no-progress"] if args.no_progress else [])
+def run_request(args: argparse.Namespace, pe: str, sampler: str) -> RunRequest:
+    """The protocol run of one encoding on one sampler."""
+    return RunRequest(
+        pe=pe,
+        preset=args.preset,
+        protocol=True,
+        tasks=tuple(args.tasks or ()),
+        sampler=None if sampler == "paper" else sampler,
+        model_changes=dict(dtype=args.dtype) if args.dtype else {},
+    )
 
 
 def run_folder(args: argparse.Namespace, pe: str, sampler: str) -> Path:
     return args.out / f"{pe}-{sampler}"
 
 
-def first_round(args: argparse.Namespace) -> list:
+def first_round(args: argparse.Namespace, engine: EngineSettings) -> list:
     """Every job of the protocol's first round, for every encoding and sampler."""
     jobs = []
     for pe in args.pes:
         for sampler in args.samplers:
-            parsed = length_gen.build_parser().parse_args(length_gen_arguments(args, pe, sampler))
-            settings = length_gen.run_settings(parsed)
-            protocol = protocol_for(pe, settings.threshold)
-            plan = next_seeds(protocol, settings.seeds, {}, settings.tasks)
-            jobs += make_jobs(settings, run_folder(args, pe, sampler), plan)
+            settings = Invocation.of(run_request(args, pe, sampler), engine)
+            jobs += first_round_jobs(settings, run_folder(args, pe, sampler))
     return jobs
 
 
@@ -160,7 +152,7 @@ def dry_run(args: argparse.Namespace) -> None:
     count, where = slots(engine)
     if count < 1:
         raise SystemExit(f"error: the engine has no slot for a job ({where}); check --gpu-share and the cluster")
-    planned = units(first_round(args), engine)
+    planned = units(first_round(args, engine), engine)
     step_seconds = {}
     for unit in planned:
         if (shape := unit_shape(unit)) not in step_seconds:
@@ -184,16 +176,18 @@ def main(argv: list[str] | None = None) -> None:
         with command_boundary():
             dry_run(args)
         return
-    start, limit = time.monotonic(), args.time_limit_minutes
+    with command_boundary():
+        engine = engine_settings(args)
+    start, budget_s = time.monotonic(), engine.time_limit_s
     for pe in args.pes:
         for sampler in args.samplers:
-            if limit is not None:  # one budget for the whole grid
-                left = limit - (time.monotonic() - start) / 60
-                if left <= 0:
+            if budget_s is not None:  # one budget for the whole grid
+                left_s = budget_s - (time.monotonic() - start)
+                if left_s <= 0:
                     print("the time limit is spent; the same command resumes the grid", file=sys.stderr)
                     return
-                args.time_limit_minutes = left
-            length_gen.main(length_gen_arguments(args, pe, sampler))
+                engine = dataclasses.replace(engine, time_limit_s=left_s)
+            run_length_gen(run_request(args, pe, sampler), engine, not args.no_progress, run_folder(args, pe, sampler))
 
 
 if __name__ == "__main__":

@@ -20,33 +20,30 @@ recomputed from the job folders' result.json files.
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `experiments` as a package, run as a script or imported
-
-from crasp.tasks import TASK_CODES  # noqa: E402
-from crasplab.cli.arguments import add_run_folder_flags, add_tasks_flag, at_least, length_bins, run_from_flags  # noqa: E402
-from crasplab.cli.experiment import Report  # noqa: E402
-from crasplab.models.positions import POSITIONS  # noqa: E402
-from crasplab.results.files import write_json, write_text  # noqa: E402
-from crasplab.results.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report  # noqa: E402
-from crasplab.results.protocol import settings_predictions, write_predictions  # noqa: E402
-from crasplab.results.run_folder import open_run_folder, read_run_config  # noqa: E402
+from crasp.tasks import TASK_CODES
+from crasplab.cli.arguments import add_run_folder_flags, add_tasks_flag, at_least, length_bins, run_from_flags
+from crasplab.cli.experiment import Report
+from crasplab.models.positions import POSITIONS
+from crasplab.results.files import write_json, write_text
+from crasplab.results.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report
+from crasplab.results.protocol import settings_predictions, write_predictions
+from crasplab.results.run_folder import open_run_folder, read_run_config
 from crasplab.results.selection import (
     GRIDS,
     SELECTED,
     Configuration,
     grid,
-    select_per_task,  # noqa: E402
+    select_per_task,
     selection_markdown,
     sweep_folder,
 )
-from crasplab.train.config import PRESETS, ConfigError, RunSettings  # noqa: E402
-from crasplab.train.engines import EngineSettings, add_engine_flags, engine_settings, run_jobs_on  # noqa: E402
-from crasplab.train.loop import Job, TaskSetup  # noqa: E402
-from crasplab.train.runs import check_jobs, make_jobs  # noqa: E402
+from crasplab.train.config import PRESETS, ConfigError, RunSettings
+from crasplab.train.engines import EngineSettings, add_engine_flags, engine_settings, run_jobs_on
+from crasplab.train.loop import Job, TaskSetup
+from crasplab.train.runs import check_jobs, make_jobs
 
 SWEEP_SETTINGS = ("pe", "preset", "tasks", "configurations", "sweep_seeds", "validation_bin", "max_steps")
 VERDICT_FOLDER = "verdict"

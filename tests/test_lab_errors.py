@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from crasp.__main__ import main as crasp_main
+import crasplab.cli.length_gen as length_gen_library
 from crasplab.compiler import compile_text
 from crasplab.compiler.lower import MAX_NESTING, CompileError
 from crasplab.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, command_boundary
@@ -276,7 +277,7 @@ def test_compiled_trained_on_a_run_without_a_witnessed_task_is_refused_before_an
 )
 def test_a_stopped_run_prints_one_line_and_records_its_wall_time(tmp_path, monkeypatch, capsys, stop, code, line):
     handler = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(length_gen, "run_jobs_on", lambda *args, **keywords: stop())
+    monkeypatch.setattr(length_gen_library, "run_jobs_on", lambda *args, **keywords: stop())
     with pytest.raises(SystemExit) as stopped:
         length_gen.main([*TINY_FLAGS, "--out", str(tmp_path)])
     assert stopped.value.code == code

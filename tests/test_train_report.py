@@ -5,6 +5,7 @@ import json
 import pytest
 
 from crasp.prediction import Prediction
+from crasplab.cli.length_gen import default_run_folder, run_settings
 from experiments import length_gen
 from crasplab.results import protocol
 from crasplab.results.job_folder import run_jobs, run_records
@@ -12,6 +13,12 @@ from crasplab.results.length_gen import report_markdown, summarize, write_report
 from crasplab.train.config import PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig
 from crasplab.train.runs import make_jobs
 from tests.tiny import write_run_records
+
+
+def settings_from_flags(args) -> RunSettings:
+    """The run's settings from length_gen.py's parsed flags, as the script makes them."""
+    return run_settings(length_gen.request_from_flags(args))
+
 
 # Fixed predictions, so that the report is tested apart from the interpreter: UF generalizes, NF
 # does not, NB unknown.
@@ -189,7 +196,7 @@ def test_every_flag_is_explained_and_overrides_apply(tmp_path):
             "300",
         ]
     )
-    settings = length_gen.run_settings(args)
+    settings = settings_from_flags(args)
     train = settings.train["UF"]
     assert train.train_lengths == (1, 8) and train.test_bins == ((1, 8), (9, 16))
     assert train.learning_rate == 0.01 and train.max_steps == 300
@@ -207,7 +214,7 @@ def test_training_lengths_alone_move_the_presets_test_bins_with_them():
     args = length_gen.build_parser().parse_args(
         ["--preset", "quick", "--tasks", "UF", "NF", "--train-lengths", "1", "30"]
     )
-    settings = length_gen.run_settings(args)
+    settings = settings_from_flags(args)
     assert {task: train.test_bins for task, train in settings.train.items()} == {
         "UF": ((1, 30), (31, 45), (46, 60)),
         "NF": ((1, 30), (31, 45), (46, 60)),
@@ -216,28 +223,28 @@ def test_training_lengths_alone_move_the_presets_test_bins_with_them():
 
 def test_a_sampler_runs_the_non_unique_retrieval_tasks_in_their_own_folder(tmp_path):
     parser = length_gen.build_parser()
-    settings = length_gen.run_settings(parser.parse_args(["--protocol", "--sampler", "spread"]))
+    settings = settings_from_flags(parser.parse_args(["--protocol", "--sampler", "spread"]))
     assert settings.tasks == ("NLFirst", "NRFirst", "NLLast", "NRLast")
     assert {task: overrides for task, overrides in settings.task_overrides.items()} == {
         task: dict(occurrences="spread") for task in settings.tasks
     }
     assert {job.task_overrides["occurrences"] for job in make_jobs(settings, tmp_path)} == {"spread"}
-    assert length_gen.default_run_folder(settings, "spread").name == "ape-protocol-spread"
-    unique = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", "UL"]))
+    assert default_run_folder(settings, "spread").name == "ape-protocol-spread"
+    unique = settings_from_flags(parser.parse_args(["--preset", "quick", "--tasks", "UL"]))
     assert unique.task_overrides["UL"] == PRESETS["quick"].overrides_for("UL")  # no sampler, no change
     with pytest.raises(ConfigError, match="does not apply to UL, NF"):
-        length_gen.run_settings(parser.parse_args(["--sampler", "spread", "--tasks", "NLLast", "UL", "NF"]))
+        settings_from_flags(parser.parse_args(["--sampler", "spread", "--tasks", "NLLast", "UL", "NF"]))
 
 
 def test_the_official_sampler_draws_the_unique_retrieval_tasks_over_five_symbols_as_the_official_code():
     parser = length_gen.build_parser()
-    official = length_gen.run_settings(parser.parse_args(["--protocol", "--sampler", "official"]))
+    official = settings_from_flags(parser.parse_args(["--protocol", "--sampler", "official"]))
     assert official.tasks == ("NLFirst", "NRFirst", "NLLast", "NRLast", "UL", "UR")
     assert official.task_overrides["UR"] == dict(alphabet_size=5)  # over the preset's 16
     assert official.task_overrides["NLLast"] == dict(occurrences="official")
-    assert length_gen.default_run_folder(official, "official").name == "ape-protocol-official"
+    assert default_run_folder(official, "official").name == "ape-protocol-official"
     with pytest.raises(ConfigError, match="does not apply to NF"):
-        length_gen.run_settings(parser.parse_args(["--sampler", "official", "--tasks", "UR", "NF"]))
+        settings_from_flags(parser.parse_args(["--sampler", "official", "--tasks", "UR", "NF"]))
 
 
 def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_sets_it(tmp_path):
@@ -245,7 +252,7 @@ def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_s
     ((task, changes),) = quick.model_overrides.items()
     other = next(code for code in quick.tasks if code != task)
     parser = length_gen.build_parser()
-    settings = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", other, task]))
+    settings = settings_from_flags(parser.parse_args(["--preset", "quick", "--tasks", other, task]))
     models = {job.task_code: job.model for job in make_jobs(settings, tmp_path)}
     assert models[other] == quick.model.replace(pe="ape")
     assert models[task] == quick.model.replace(pe="ape", **changes) != models[other]
@@ -253,7 +260,7 @@ def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_s
 
     # A flag applies to every task, the changed one included.
     flag = "--" + next(iter(changes)).replace("_", "-")
-    settings = length_gen.run_settings(parser.parse_args(["--preset", "quick", "--tasks", other, task, flag, "3"]))
+    settings = settings_from_flags(parser.parse_args(["--preset", "quick", "--tasks", other, task, flag, "3"]))
     assert settings.model_overrides == {}
     assert {job.model for job in make_jobs(settings, tmp_path)} == {settings.model}
 

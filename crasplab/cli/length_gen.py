@@ -1,0 +1,294 @@
+"""Length generalization from scratch as functions with typed arguments: the run's settings from
+a preset and the changes asked for, the run (resumed where its folder has jobs), the verdict
+protocol's rounds of fresh seeds, and the report. experiments/length_gen.py reads its flags into a
+RunRequest and calls these; experiments/paper_grid.py and the benchmarks call them directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from crasp.discrimination import NON_UNIQUE_RETRIEVAL, SAMPLERS, sampler_parameters
+from crasplab.cli.arguments import chosen_preset
+from crasplab.cli.experiment import Experiment, Report, run_experiment
+from crasplab.results.files import append_jsonl
+from crasplab.results.job_folder import run_jobs, run_records
+from crasplab.results.length_gen import (
+    DEFAULT_THRESHOLD,
+    INVOCATIONS_FILE,
+    final_evaluations,
+    markdown_table,
+    write_report,
+)
+from crasplab.results.protocol import (
+    PREDICTIONS_FILE,
+    next_seeds,
+    protocol_for,
+    protocol_markdown,
+    settings_predictions,
+    settings_predictions_alongside,
+    write_predictions,
+    write_protocol,
+)
+from crasplab.results.run_folder import open_run_folder
+from crasplab.results.verdicts import Protocol
+from crasplab.train.config import (
+    PRESETS,
+    PROTOCOL_PRESETS,
+    PROTOCOL_REHEARSAL,
+    ConfigError,
+    RunSettings,
+    bins_for_train_lengths,
+)
+from crasplab.train.engines import EngineError, EngineSettings, run_jobs_on
+from crasplab.train.loop import Job
+from crasplab.train.provenance import require_committed_lab
+from crasplab.train.runs import check_jobs, make_jobs
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a run is asked for. Empty or None fields take the preset's value (the preset: --preset's
+    name, or 'protocol' for a protocol run, or this machine's scale); `model_changes` and
+    `train_changes` are ModelSettings and TrainConfig fields, applied to every task over the
+    preset's per-task changes."""
+
+    pe: str = "ape"
+    preset: str | None = None
+    tasks: tuple[str, ...] = ()
+    sampler: str | None = None  # the retrieval tasks' sampler (crasp.discrimination.SAMPLERS)
+    seeds: tuple[int, ...] = ()
+    threshold: float | None = None
+    protocol: bool = False
+    train_lengths: tuple[int, int] | None = None
+    test_bins: tuple[tuple[int, int], ...] | None = None
+    model_changes: dict = field(default_factory=dict)
+    train_changes: dict = field(default_factory=dict)
+
+
+def run_settings(request: RunRequest) -> RunSettings:
+    """config.json of the run: the preset with the request's changes applied (training settings
+    per task: the preset's per-task changes first, the request's over them)."""
+    if request.protocol and request.preset not in (None, *PROTOCOL_PRESETS):
+        raise ConfigError(
+            f"--protocol runs one of the presets {', '.join(PROTOCOL_PRESETS)}; --preset {request.preset} is another"
+        )
+    if request.protocol and request.seeds:
+        raise ConfigError("--protocol chooses its own seeds (fresh ones, until enough fit); leave out --seeds")
+    default_preset = PRESETS[request.preset or PROTOCOL_PRESETS[0]] if request.protocol else None
+    preset = default_preset or chosen_preset(request.preset, PRESETS)
+    changes = dict(request.train_changes)
+    if request.test_bins:
+        changes["test_bins"] = request.test_bins
+    if request.train_lengths is not None:
+        changes["train_lengths"] = tuple(request.train_lengths)
+        changes["test_bins"] = request.test_bins or bins_for_train_lengths(
+            request.train_lengths, preset.train.test_bins
+        )
+    model_changes = dict(request.model_changes, pe=request.pe)
+    sampler = request.sampler
+    drawn = (tuple(SAMPLERS[sampler]) or NON_UNIQUE_RETRIEVAL) if sampler else ()
+    tasks = tuple(request.tasks or drawn or preset.tasks)
+    if sampler and (others := [task for task in tasks if task not in drawn]):
+        raise ConfigError(
+            f"--sampler {sampler} chooses the sampler of {', '.join(drawn)}; "
+            f"it does not apply to {', '.join(others)}: leave them out of --tasks"
+        )
+    return RunSettings(
+        preset=preset.name,
+        tasks=tasks,
+        seeds=tuple(request.seeds or preset.seeds),
+        threshold=DEFAULT_THRESHOLD if request.threshold is None else request.threshold,
+        model=preset.model.replace(**model_changes),
+        train={task: preset.train_for(task, **changes) for task in tasks},
+        task_overrides={
+            task: {**preset.overrides_for(task), **(sampler_parameters(task, sampler) if sampler else {})}
+            for task in tasks
+        },
+        model_overrides={
+            task: changed for task in tasks if (changed := preset.model_changes_for(task, **model_changes))
+        },
+    )
+
+
+def default_run_folder(settings: RunSettings, sampler: str | None) -> Path:
+    name = f"{settings.model.pe}-{settings.preset}" + (f"-{sampler}" if sampler else "")
+    return Path("runs") / "length_gen" / name
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One invocation's settings: what the run trains (config.json) and how this invocation runs it."""
+
+    run: RunSettings
+    sampler: str | None  # only names the default run folder: run.task_overrides hold the sampler
+    protocol: Protocol | None  # the verdict protocol's rules, for a protocol run
+    engine: EngineSettings
+    show_progress: bool
+
+    @classmethod
+    def of(cls, request: RunRequest, engine: EngineSettings, show_progress: bool = True) -> Invocation:
+        """The request's settings, validated (ConfigError, TaskError otherwise)."""
+        settings = run_settings(request)
+        protocol = protocol_for(settings.model.pe, settings.threshold) if request.protocol else None
+        return cls(settings, request.sampler, protocol, engine, show_progress)
+
+
+def check_protocol_sizes(jobs: list[Job], setups: dict, protocol: Protocol) -> None:
+    """The protocol's evaluation sizes: enough training-length strings to call a seed fitted, and
+    enough strings per test bin for a narrow interval."""
+    for job in jobs:
+        per_length = job.train.eval_examples_per_length
+        sizes = [per_length * (hi - lo + 1) for lo, hi in setups[job.task_code].bins]
+        if sizes[0] < protocol.min_train_strings or min(sizes[1:], default=protocol.min_bin_strings) < (
+            protocol.min_bin_strings
+        ):
+            raise ConfigError(
+                f"{job.task_code}: the protocol needs {protocol.min_train_strings} training-length "
+                f"strings and {protocol.min_bin_strings} per test bin; --eval-examples-per-length "
+                f"{per_length} gives {sizes}"
+            )
+
+
+def run(settings: Invocation, run_dir: Path) -> None:
+    """Train what the run folder lacks (resuming unfinished jobs), after checking everything that
+    could fail before the first file is written; each invocation's wall time goes to invocations.jsonl.
+    A protocol run's discrimination checks are made in helper processes while it trains."""
+    if settings.protocol is not None and settings.run.preset != PROTOCOL_REHEARSAL.name:
+        require_committed_lab(run_dir)  # its jobs are counted: each must name the commit that trained it
+    jobs = make_jobs(settings.run, run_dir)
+    setups = check_jobs(jobs, run_dir)
+    if settings.protocol is not None:
+        check_protocol_sizes(jobs, setups, settings.protocol)
+    open_run_folder(run_dir, settings.run.to_dict(), may_change=("threshold",))
+    if settings.protocol is not None:
+        write_protocol(run_dir, settings.protocol)
+    # What the interpreter predicts at the run's start is what the report will show, whenever it is
+    # rebuilt: a resumed run keeps the predictions.json it has.
+    checking = settings.protocol is not None and not (run_dir / PREDICTIONS_FILE).exists()
+    start, started = time.monotonic(), datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    finished = False
+    try:
+        with settings_predictions_alongside(settings.run, with_discrimination=checking) as predictions:
+            if not checking:
+                write_predictions(run_dir, predictions())  # written once: a no-op for a resumed run
+            if settings.protocol is None:
+                finished = run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
+            else:
+                jobs, finished = run_protocol_rounds(settings, run_dir)
+            if checking:
+                write_predictions(run_dir, predictions())
+    finally:  # an interrupted invocation (Ctrl-C, a failed job) keeps its time too
+        wall_s = time.monotonic() - start
+        append_jsonl(
+            run_dir / INVOCATIONS_FILE,
+            dict(
+                started=started,
+                wall_s=round(wall_s, 1),
+                jobs=len(jobs),
+                workers=settings.engine.describe(),
+                finished=finished,
+            ),
+        )
+    print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
+    if not finished:
+        print(
+            f"{run_dir}: the time limit stopped unfinished jobs; run the same command again to resume them",
+            file=sys.stderr,
+        )
+
+
+def run_protocol_rounds(settings: Invocation, run_dir: Path) -> tuple[list[Job], bool]:
+    """Seeds in rounds: the first ones for every task, then fresh ones only for tasks with fewer
+    fitted seeds than the protocol needs (decided on the training bin alone), until each task has
+    enough or its candidate seeds run out. Returns every job run, and False when the engine's time
+    limit (one budget for all rounds) stopped the rounds with jobs unfinished."""
+    tasks, candidates = settings.run.tasks, settings.run.seeds
+    limit_s, start = settings.engine.time_limit_s, time.monotonic()
+    done: list[Job] = []
+    previous = None
+    while True:
+        finals = final_evaluations(run_records(run_dir, run_jobs(tasks, candidates)))
+        plan = next_seeds(settings.protocol, candidates, finals, tasks)
+        if not plan:
+            return done, True
+        if plan == previous:
+            raise EngineError(f"jobs {plan} did not finish in the round that ran them; see their worker.log")
+        previous = plan
+        jobs = make_jobs(settings.run, run_dir, plan)
+        print(f"protocol round: {', '.join(f'{task} seeds {seeds}' for task, seeds in plan.items())}", file=sys.stderr)
+        engine = settings.engine
+        if limit_s is not None:
+            engine = dataclasses.replace(engine, time_limit_s=max(limit_s - (time.monotonic() - start), 1e-3))
+        done += jobs
+        if not run_jobs_on(engine, jobs, show_progress=settings.show_progress):
+            return done, False
+
+
+def first_round_jobs(settings: Invocation, run_dir: Path) -> list[Job]:
+    """The jobs a protocol run trains first: the first seeds of every task (later rounds add seeds
+    only for tasks with too few fitted seeds)."""
+    plan = next_seeds(settings.protocol, settings.run.seeds, {}, settings.run.tasks)
+    return make_jobs(settings.run, run_dir, plan)
+
+
+def rebuild_report(run_dir: Path, threshold: float | None) -> dict:
+    """The report from the folder's files; a run made before predictions.json existed first gets
+    one, computed now and marked so (the report says when its predictions were made)."""
+    settings = RunSettings.of_run(run_dir)  # a hand-edited config.json is refused before anything is written
+    if not (run_dir / PREDICTIONS_FILE).exists():
+        predictions = settings_predictions(settings, with_discrimination=False)
+        today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        predictions["note"] = f"the run predates predictions.json: these are the interpreter's of {today}"
+        write_predictions(run_dir, predictions)
+        print(f"{run_dir}: no predictions.json (an older run); wrote today's predictions, marked so", file=sys.stderr)
+    return write_report(run_dir, threshold)
+
+
+def summary_markdown(summary: dict) -> str:
+    """What the script prints: a protocol run's per-seed verdicts, or the table of means and the
+    agreement in one line."""
+    if summary["protocol"] is not None:
+        protocol = summary["protocol"]
+        return protocol_markdown(Protocol(**protocol["rules"]), protocol["rows"])
+    seeds = len({seed for row in summary["rows"] for seed in row["seeds"]})
+    return (
+        f"{markdown_table(summary)}\nagreement: {summary['agreements']} of {summary['judged']}, from {seeds} "
+        "seed(s) per task. One seed is one draw of the training (and of this machine's arithmetic); --protocol "
+        "gives per-seed verdicts over fresh seeds."
+    )
+
+
+def report(threshold: float | None = None) -> Report:
+    """The experiment's report: rebuilt from a run folder's files (`threshold`: the run's own if None)."""
+    return Report(lambda run_dir: rebuild_report(Path(run_dir), threshold), summary_markdown)
+
+
+def length_gen_experiment(settings: Callable[[], Invocation], threshold: float | None = None) -> Experiment:
+    """The experiment whose settings `settings()` gives (called once, inside the command's error boundary)."""
+    return Experiment(
+        settings=settings,
+        default_out=lambda invocation: default_run_folder(invocation.run, invocation.sampler),
+        run=run,
+        report=report(threshold),
+    )
+
+
+def run_length_gen(
+    request: RunRequest, engine: EngineSettings, show_progress: bool = True, out: Path | None = None
+) -> None:
+    """Run the request into `out` (default: runs/length_gen/<pe>-<preset>[-<sampler>]) and print its
+    report; a request that cannot run ends the command with one `error:` line."""
+    experiment = length_gen_experiment(lambda: Invocation.of(request, engine, show_progress), request.threshold)
+    run_experiment(experiment, out, None)
+
+
+def report_length_gen(run_dir: Path, threshold: float | None = None) -> None:
+    """Rebuild a run folder's report from its files and print it."""
+    run_experiment(length_gen_experiment(lambda: None, threshold), None, run_dir)
