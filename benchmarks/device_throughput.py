@@ -33,7 +33,7 @@ import numpy as np
 
 from crasp.tasks import get_task
 from crasplab.cli.arguments import at_least
-from crasplab.results.files import write_json
+from crasplab.records.files import write_json
 from crasplab.train.accelerator import default_sampler_processes
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.config import PRESETS

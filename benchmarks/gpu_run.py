@@ -88,7 +88,7 @@ from pathlib import Path
 from crasp.tasks import TASK_CODES
 from crasplab.cli.arguments import above_zero
 from crasplab.errors import LabError, command_boundary
-from crasplab.results.files import write_json
+from crasplab.records.files import write_json
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
 from crasplab.train.provenance import SOURCE_MANIFEST_FILE, provenance, write_source_manifest
 
@@ -313,7 +313,7 @@ def run_on_device(args: argparse.Namespace) -> None:
 def unpack(folder: Path, into: Path) -> None:
     """Put the finished jobs that came back into the local run folders and rebuild their reports."""
     from crasplab.cli.length_gen import report_length_gen
-    from crasplab.results.files import read_json_object
+    from crasplab.records.files import read_json_object
 
     archive = folder / "runs.tar.gz"
     if not archive.is_file():

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from crasplab.cli.arguments import at_least
 from crasplab.cli.length_gen import RunRequest, run_length_gen
-from crasplab.results.files import read_json_object, write_json, write_text
-from crasplab.results.job_folder import run_jobs, run_records
+from crasplab.records.files import read_json_object, write_json, write_text
+from crasplab.records.job_folder import run_jobs, run_records
 from crasplab.train.config import PRESETS, PROTOCOL_PAPER, PROTOCOL_PRESETS
 from crasplab.train.engines import EngineSettings
 

@@ -138,8 +138,8 @@ def run(settings: CompiledSettings, out: Path) -> None:
         trained_records,
         witness_records,
     )
-    from crasplab.results.files import append_jsonl, write_json
-    from crasplab.results.run_folder import lock_run_folder
+    from crasplab.records.files import append_jsonl, write_json
+    from crasplab.records.run_folder import lock_run_folder
 
     check_trained_runs(settings.trained)
     if (out / "config.json").exists():
@@ -178,7 +178,7 @@ def run(settings: CompiledSettings, out: Path) -> None:
 def write_report(run_dir: Path) -> dict:
     """summary.json, report.md and the figure, from metrics.jsonl."""
     from crasplab.compiler.study import figure, report, summarize
-    from crasplab.results.files import write_json, write_text
+    from crasplab.records.files import write_json, write_text
 
     summary = summarize(run_dir)
     write_json(run_dir / "summary.json", summary)

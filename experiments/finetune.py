@@ -45,20 +45,20 @@ from crasplab.cli.arguments import (
 from crasplab.cli.experiment import Report
 from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET
 from crasplab.incontext.greedy import answer_budget, check_answers_fit
-from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes, training_bytes
+from crasplab.models.memory import check_batch_memory, check_prompt_count, decoding_bytes, training_bytes
 from crasplab.incontext.settings import FinetuneSettings
-from crasplab.results.settings import SettingsError
+from crasplab.records.settings import SettingsError
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
-from crasplab.results.finetune import report_markdown, write_report
-from crasplab.results.length_gen import DEFAULT_THRESHOLD
-from crasplab.results.protocol import predictions_for, write_predictions
-from crasplab.results.run_folder import open_run_folder
+from crasplab.reports.finetune import report_markdown, write_report
+from crasplab.reports.length_gen import DEFAULT_THRESHOLD
+from crasplab.reports.protocol import predictions_for, write_predictions
+from crasplab.records.run_folder import open_run_folder
 from crasplab.train.allocator import restart_with_huge_page_blocks
 from crasplab.train.config import bins_for_train_lengths, command_line_settings
-from crasplab.train.finetune import FinetuneRun
-from crasplab.train.finetune_config import METHODS, PRESETS, FinetuneConfig
-from crasplab.train.finetune_data import eval_items
+from crasplab.incontext.finetune import FinetuneRun
+from crasplab.incontext.finetune_config import METHODS, PRESETS, FinetuneConfig
+from crasplab.incontext.finetune_data import eval_items
 
 CONFIG_FLAGS = command_line_settings(FinetuneConfig)
 # Flags whose accepted values are a fixed vocabulary.

@@ -68,7 +68,7 @@ from crasplab.cli.arguments import (
 from crasplab.cli.experiment import Report
 from crasplab.incontext.formal_prompts import Demonstrations, cell_items
 from crasplab.incontext.greedy import answer_lines
-from crasplab.incontext.memory import check_prompt_count
+from crasplab.models.memory import check_prompt_count
 from crasplab.incontext.settings import ABLATIONS, MechanismSettings
 from crasplab.models.analysis import (
     SCORES,
@@ -80,16 +80,16 @@ from crasplab.models.analysis import (
     reference_means,
 )
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
-from crasplab.results.files import read_jsonl, write_json, write_jsonl
-from crasplab.results.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
-from crasplab.results.run_folder import RunFolderError, open_run_folder
-from crasplab.results.settings import SettingsError
+from crasplab.records.files import read_jsonl, write_json, write_jsonl
+from crasplab.reports.mechanism import ABLATIONS_FILE, SCORES_FILE, read_scores, report_markdown, write_report
+from crasplab.records.run_folder import RunFolderError, open_run_folder
+from crasplab.records.settings import SettingsError
 from crasplab.train.allocator import restart_with_huge_page_blocks
 from crasplab.train.checkpoint import CheckpointError, count_saved_leaves
 from crasplab.train.config import ConfigError
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements
 from crasplab.train.runs import read_job
-from crasplab.results.job_folder import JobFolder
+from crasplab.records.job_folder import JobFolder
 from crasplab.train.trained import TrainedModelError, job_folders, load_trained_model
 
 PRETRAINED_DEFAULTS = MechanismSettings()

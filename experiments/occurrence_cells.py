@@ -24,16 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from crasp.tasks import TASKS, Examples
-from crasplab.results.files import write_json, write_text
+from crasplab.records.files import write_json, write_text
 from crasplab.cli.arguments import add_run_folder_flags, run_from_flags
 from crasplab.cli.experiment import Report
-from crasplab.results.job_folder import BinEval, job_folder, run_jobs, run_records
-from crasplab.results.length_gen import final_evaluations
-from crasplab.results.occurrence_cells import cells_markdown, grid_counts, grid_edges, quadrant_counts
-from crasplab.results.protocol import fitted_seeds, read_predictions, read_protocol
-from crasplab.results.run_folder import RunFolderError
-from crasplab.results.settings import SettingsError
-from crasplab.results.verdicts import Protocol
+from crasplab.records.job_folder import BinEval, job_folder, run_jobs, run_records
+from crasplab.reports.length_gen import final_evaluations
+from crasplab.reports.occurrence_cells import cells_markdown, grid_counts, grid_edges, quadrant_counts
+from crasplab.reports.protocol import fitted_seeds, read_predictions, read_protocol
+from crasplab.records.run_folder import RunFolderError
+from crasplab.records.settings import SettingsError
+from crasplab.reports.verdicts import Protocol
 from crasplab.train.config import RunSettings
 from crasplab.train.trained import evaluate_bin_again, load_trained_model
 

@@ -33,7 +33,8 @@ from crasplab.cli.length_gen import Invocation, RunRequest, first_round_jobs, ru
 from crasplab.errors import command_boundary
 from crasplab.train.config import PROTOCOL_PAPER, PROTOCOL_PRESETS
 from crasplab.train.device import accelerator_path, path_name
-from crasplab.train.engines import EngineSettings, add_engine_flags, connect, engine_settings, import_ray
+from crasplab.cli.engine_flags import add_engine_flags, engine_settings
+from crasplab.train.engines import EngineSettings, connect, import_ray
 from crasplab.train.plan import (
     H200_PAPER_STEP_S,
     measure_step_seconds,

@@ -32,12 +32,12 @@ from crasplab.cli.experiment import Report
 from crasplab.incontext.answering import answer_pending, graded_answers, in_batches
 from crasplab.incontext.formal_prompts import COPYING_ALPHABET, RETRIEVAL_ALPHABET, cell_items
 from crasplab.incontext.greedy import answer_budget, check_answers_fit
-from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes
+from crasplab.models.memory import check_batch_memory, check_prompt_count, decoding_bytes
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
-from crasplab.results.in_context import families_markdown, report_markdown, summarize, write_report
-from crasplab.results.run_folder import RESULTS_FILE
+from crasplab.reports.in_context import families_markdown, report_markdown, summarize, write_report
+from crasplab.records.run_folder import RESULTS_FILE
 from crasplab.train.allocator import restart_with_huge_page_blocks
 
 TASKS = RETRIEVAL_AND_COPYING

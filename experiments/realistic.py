@@ -57,12 +57,12 @@ from crasplab.incontext.directions import DIRECTIONS
 from crasplab.incontext.git_history import git_items
 from crasplab.incontext.greedy import ContextError, check_answers_fit, check_context, continuation_lines
 from crasplab.incontext.lorem import LoremSettings as LoremText
-from crasplab.incontext.memory import check_batch_memory, check_prompt_count, decoding_bytes
+from crasplab.models.memory import check_batch_memory, check_prompt_count, decoding_bytes
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings, RealisticSettings
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
-from crasplab.results.realistic import report_markdown, write_report
-from crasplab.results.run_folder import RESULTS_FILE
+from crasplab.reports.realistic import report_markdown, write_report
+from crasplab.records.run_folder import RESULTS_FILE
 from crasplab.train.allocator import restart_with_huge_page_blocks
 
 SETTINGS = {"lorem": LoremRunSettings, "git": GitRunSettings}

@@ -1,6 +1,6 @@
 """A sweep with selection, then the verdict: per task, train every configuration of a grid (layers
 x heads x d_model x learning rate, Huang et al.'s by default) on the training lengths, choose one
-configuration by a rule applied identically to every task (crasplab/results/selection.py: fit on
+configuration by a rule applied identically to every task (crasplab/reports/selection.py: fit on
 the training bin, then the best on a validation bin that the verdict never reads, ties to the
 smaller model), then train the verdict seeds of each chosen configuration as a length_gen run.
 
@@ -27,11 +27,11 @@ from crasp.tasks import TASK_CODES
 from crasplab.cli.arguments import add_run_folder_flags, add_tasks_flag, at_least, length_bins, run_from_flags
 from crasplab.cli.experiment import Report
 from crasplab.models.positions import POSITIONS
-from crasplab.results.files import write_json, write_text
-from crasplab.results.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report
-from crasplab.results.protocol import settings_predictions, write_predictions
-from crasplab.results.run_folder import open_run_folder, read_run_config
-from crasplab.results.selection import (
+from crasplab.records.files import write_json, write_text
+from crasplab.reports.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report
+from crasplab.reports.protocol import settings_predictions, write_predictions
+from crasplab.records.run_folder import open_run_folder, read_run_config
+from crasplab.reports.selection import (
     GRIDS,
     SELECTED,
     Configuration,
@@ -41,7 +41,8 @@ from crasplab.results.selection import (
     sweep_folder,
 )
 from crasplab.train.config import PRESETS, ConfigError, RunSettings
-from crasplab.train.engines import EngineSettings, add_engine_flags, engine_settings, run_jobs_on
+from crasplab.cli.engine_flags import add_engine_flags, engine_settings
+from crasplab.train.engines import EngineSettings, run_jobs_on
 from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.runs import check_jobs, make_jobs
 

@@ -8,6 +8,9 @@ Build
     config = preset("smollm2_135m")                       # the shape of a known pretrained model
     model = Transformer(config, rngs=nnx.Rngs(seed))      # same seed -> same parameters
 
+Memory (models.memory): lower bounds of what a batch of a model holds in memory (training,
+decoding), checked against the machine before a run folder is written.
+
 Presets (models.PRESETS): the shapes of known pretrained models, by name (`list(PRESETS)`). The
 from-scratch model sizes and the block each position encoding gets are train.config's
 (`PRESETS["quick"].model.model_config(vocab_size, max_positions)`).

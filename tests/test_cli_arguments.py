@@ -9,8 +9,8 @@ import pytest
 from crasplab.cli import arguments
 from crasplab.cli.experiment import Report
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings, MechanismSettings, PretrainedSettings
-from crasplab.results.settings import ExperimentSettings, SettingsError
-from crasplab.train.finetune_config import PRESETS
+from crasplab.records.settings import ExperimentSettings, SettingsError
+from crasplab.incontext.finetune_config import PRESETS
 from experiments import finetune, mechanism, pretrained, realistic
 
 

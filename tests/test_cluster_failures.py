@@ -24,7 +24,7 @@ import pytest
 
 from tests.tiny import ROOT, comparable, run_worker
 from tests.tiny import TINY_MODEL, tiny_config
-from crasplab.results.files import write_json
+from crasplab.records.files import write_json
 from crasplab.train.engines import PLACEMENTS_FILE
 from crasplab.train.loop import Job
 

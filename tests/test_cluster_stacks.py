@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crasplab.results.files import write_json
+from crasplab.records.files import write_json
 from crasplab.train.checkpoint import save_checkpoint
 from crasplab.train.engines import PLACEMENTS_FILE, EngineSettings, ray_units, run_on_ray
 from crasplab.train.loop import Job, by_resume_step, run_stack

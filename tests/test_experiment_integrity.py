@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from crasplab.results import files
+from crasplab.records import files
 from experiments import finetune, mechanism, pretrained, realistic
 from tests.model_files import answer_records, write_tiny_llama
 

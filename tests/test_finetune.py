@@ -1,4 +1,4 @@
-"""Fine-tuning (experiments/finetune.py, train.finetune*, models.lora, results.finetune) on a tiny
+"""Fine-tuning (experiments/finetune.py, crasplab.incontext.finetune*, models.lora, reports.finetune) on a tiny
 random-weight Llama checkpoint: the batches' loss mask, a step that lowers the loss, LoRA's
 parameter count and starting point, a killed run resuming to the numbers of an uninterrupted one,
 flags refused before a run folder is written, and the report's verdicts."""
@@ -10,18 +10,18 @@ import jax
 import numpy as np
 import pytest
 
-from crasplab.results.protocol import predictions_for, write_predictions
+from crasplab.reports.protocol import predictions_for, write_predictions
 from flax import nnx
 
 from experiments import finetune as experiment
 from crasplab.models.loading import load_pretrained
 from crasplab.models.lora import Frozen, with_lora
 from crasplab.models.params import count_params
-from crasplab.results.finetune import summarize
+from crasplab.reports.finetune import summarize
 from tests.model_files import write_tiny_llama
 from crasplab.train import finetune
-from crasplab.train.finetune_config import FinetuneConfig
-from crasplab.train.finetune_data import token_batch, training_items
+from crasplab.incontext.finetune_config import FinetuneConfig
+from crasplab.incontext.finetune_data import token_batch, training_items
 from crasplab.train.steps import init_stack, make_optimizer, make_train_step
 
 

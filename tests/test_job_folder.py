@@ -1,4 +1,4 @@
-"""The job folder's format (crasplab.results.job_folder) and the trust the lab gives its files: a
+"""The job folder's format (crasplab.records.job_folder) and the trust the lab gives its files: a
 job's records read back as their types, a checkpoint of another job refused, an out_dir in
 job.json that points elsewhere ignored, task names from config.json accepted only from the library."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crasplab.results.job_folder import EvalRecord, JobFolder, JobResult, TrainRecord
+from crasplab.records.job_folder import EvalRecord, JobFolder, JobResult, TrainRecord
 from crasplab.train.checkpoint import CheckpointError
 from crasplab.train.loop import Job, run_job
 
@@ -69,8 +69,8 @@ def test_the_worker_keeps_a_jobs_files_in_its_folder_whatever_job_json_says(
 
 @pytest.mark.parametrize("tasks, message", [(["../../etc"], "does not have"), ("UF", "must be a list of task codes")])
 def test_task_names_from_config_json_come_from_the_library(tmp_path, tasks, message):
-    from crasplab.results.length_gen import summarize
-    from crasplab.results.run_folder import RunFolderError
+    from crasplab.reports.length_gen import summarize
+    from crasplab.records.run_folder import RunFolderError
 
     (tmp_path / "config.json").write_text(json.dumps(dict(preset="quick", tasks=tasks, seeds=[0], model={}, train={})))
     with pytest.raises(RunFolderError, match=message):

@@ -23,7 +23,7 @@ import crasplab.cli.length_gen as length_gen_library
 from crasplab.compiler import compile_text
 from crasplab.compiler.lower import MAX_NESTING, CompileError
 from crasplab.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, command_boundary
-from crasplab.results.files import ResultFileError, append_jsonl, atomic_write, read_jsonl
+from crasplab.records.files import ResultFileError, append_jsonl, atomic_write, read_jsonl
 from crasplab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from crasplab.train.engines import EngineError, check_some_node_fits
 from crasplab.train.loop import Job

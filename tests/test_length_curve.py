@@ -4,8 +4,8 @@ shading), read back from the matplotlib figure the report saves."""
 import numpy as np
 import pytest
 
-import crasplab.results.length_gen as report
-from crasplab.results.length_gen import length_curve
+import crasplab.reports.length_gen as report
+from crasplab.reports.length_gen import length_curve
 
 
 def seed_record(first_bin, second_bin):

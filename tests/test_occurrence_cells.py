@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from crasp.approximations import last_within_window_or_count
 from crasp.check import correct_answers
 from crasp.tasks import get_task
-from crasplab.results.job_folder import BinEval, JobFolder
-from crasplab.results.occurrence_cells import (
+from crasplab.records.job_folder import BinEval, JobFolder
+from crasplab.reports.occurrence_cells import (
     DISCRIMINATING,
     QUADRANTS,
     cells_markdown,

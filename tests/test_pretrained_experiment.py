@@ -15,8 +15,8 @@ from crasp.tasks import COPYING_CODES, RETRIEVAL_CODES
 from crasplab.incontext import formal_prompts, greedy
 from crasplab.incontext.greedy import answer_line
 from crasplab.incontext.settings import PretrainedSettings
-from crasplab.results.in_context import bias_statement, summarize
-from crasplab.results.intervals import difference_interval, wilson_interval
+from crasplab.reports.in_context import bias_statement, summarize
+from crasplab.reports.intervals import difference_interval, wilson_interval
 from crasplab.incontext import answering
 from experiments import pretrained
 from tests.model_files import answer_records, write_byte_level_tokenizer, write_tiny_llama

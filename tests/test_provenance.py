@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from crasplab.results.length_gen import commits_markdown, environments, environments_markdown, job_commits
+from crasplab.reports.length_gen import commits_markdown, environments, environments_markdown, job_commits
 from crasplab.train.provenance import (
     SOURCE_MANIFEST_FILE,
     UncommittedLabError,

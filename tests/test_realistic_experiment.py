@@ -11,7 +11,7 @@ import pytest
 
 from experiments import realistic
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
-from crasplab.results.realistic import summarize_git, summarize_lorem
+from crasplab.reports.realistic import summarize_git, summarize_lorem
 from tests.model_files import answer_records as records_of, write_tiny_llama
 
 

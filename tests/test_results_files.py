@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crasplab.results import files, run_folder
-from crasplab.results.files import (
+from crasplab.records import files, run_folder
+from crasplab.records.files import (
     ResultFileError,
     append_jsonl,
     read_jsonl,
@@ -23,14 +23,14 @@ from crasplab.results.files import (
     write_json,
     write_jsonl,
 )
-from crasplab.results.run_folder import (
+from crasplab.records.run_folder import (
     RunFolderError,
     holding_run_folders,
     open_run_folder,
     read_run_config,
     read_run_settings,
 )
-from crasplab.results.settings import ExperimentSettings, SettingsError
+from crasplab.records.settings import ExperimentSettings, SettingsError
 
 SETTINGS = dict(pe="ape", tasks=["UF"], seeds=[0, 1], threshold=0.9, bins=((1, 10), (11, 20)))
 
@@ -107,7 +107,7 @@ def test_a_corrupt_line_in_the_middle_names_the_file_and_line(tmp_path):
 # --- one process per run folder ---------------------------------------------------------------------
 
 HOLD_THE_LOCK = (
-    "import sys; from crasplab.results.run_folder import lock_run_folder; lock_run_folder(sys.argv[1]); "
+    "import sys; from crasplab.records.run_folder import lock_run_folder; lock_run_folder(sys.argv[1]); "
     "print('locked', flush=True); sys.stdin.read()"
 )
 
@@ -132,7 +132,7 @@ def test_a_second_process_on_a_run_folder_is_refused_until_the_first_ends(tmp_pa
 # --- temporaries left by killed writers ----------------------------------------------------------------
 
 WRITE_FOREVER = (
-    "import sys, time; from crasplab.results.files import atomic_write; "
+    "import sys, time; from crasplab.records.files import atomic_write; "
     "atomic_write(sys.argv[1], lambda f: (f.write(b'x' * 4096), f.flush(), print('writing', flush=True), "
     "time.sleep(600)))"
 )

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from crasplab.results.selection import SELECTED, Configuration, NONE_FITS
+from crasplab.reports.selection import SELECTED, Configuration, NONE_FITS
 from crasplab.train.config import QUICK
 from experiments import sweep
 

@@ -1,4 +1,4 @@
-"""The sweep's selection rule (crasplab.results.selection) on synthetic result files: no training.
+"""The sweep's selection rule (crasplab.reports.selection) on synthetic result files: no training.
 
 Each case writes the result.json files a sweep would leave and checks the choice: the best
 validation accuracy among the configurations that fit, ties to the smaller model whatever the
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crasplab.results.files import ResultFileError, write_json
-from crasplab.results.selection import (
+from crasplab.records.files import ResultFileError, write_json
+from crasplab.reports.selection import (
     GRIDS,
     NONE_FITS,
     PENDING,

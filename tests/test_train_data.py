@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp.tasks import PAD_ID, get_task
-from crasplab.results.files import read_jsonl
+from crasplab.records.files import read_jsonl
 from crasplab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from crasplab.train.config import ConfigError, ModelSettings, TrainConfig, bins_for_train_lengths
 from crasplab.train.data import (

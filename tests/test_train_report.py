@@ -7,9 +7,9 @@ import pytest
 from crasp.prediction import Prediction
 from crasplab.cli.length_gen import default_run_folder, run_settings
 from experiments import length_gen
-from crasplab.results import protocol
-from crasplab.results.job_folder import run_jobs, run_records
-from crasplab.results.length_gen import report_markdown, summarize, write_report
+from crasplab.reports import protocol
+from crasplab.records.job_folder import run_jobs, run_records
+from crasplab.reports.length_gen import report_markdown, summarize, write_report
 from crasplab.train.config import PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig
 from crasplab.train.runs import make_jobs
 from tests.tiny import write_run_records

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from crasp.prediction import predict
-from crasplab.results.protocol import (
+from crasplab.reports.protocol import (
     CONTROLS,
     NOT_RUN,
     _discrimination,
@@ -22,7 +22,7 @@ from crasplab.results.protocol import (
     recipe_rows,
     recipe_text,
 )
-from crasplab.results.verdicts import (
+from crasplab.reports.verdicts import (
     FAILS,
     GENERALIZES,
     INCONCLUSIVE,

@@ -12,8 +12,8 @@ from crasplab.models import (
     ModelConfig,
     Transformer,
 )
-from crasplab.results.files import append_jsonl, write_json
-from crasplab.results.job_folder import JobFolder
+from crasplab.records.files import append_jsonl, write_json
+from crasplab.records.job_folder import JobFolder
 from crasplab.train.config import ModelSettings, TrainConfig
 from flax import nnx
 

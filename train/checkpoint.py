@@ -1,7 +1,7 @@
 """Checkpoints: any pytree of arrays plus a JSON-able dict, in one atomic .npz file.
 
 Loading needs a template of the same structure (a freshly initialised state), so no pickled code
-is ever executed. The file is written next to its place and moved there (results.files), so a
+is ever executed. The file is written next to its place and moved there (crasplab.records.files), so a
 process killed at any moment leaves either the old checkpoint or the new one, never a torn one.
 
 Why not orbax-checkpoint: for the lab's models it is measured worse (benchmarks/checkpoint.py on
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from crasplab.errors import LabError
-from crasplab.results.files import atomic_write
+from crasplab.records.files import atomic_write
 
 
 class CheckpointError(LabError, RuntimeError):

@@ -18,8 +18,8 @@ from crasplab.models.config import DTYPES, ModelConfig
 from crasplab.errors import LabError
 from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import Transformer
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS
-from crasplab.results.run_folder import RunFolderError, read_run_config
+from crasplab.records.job_folder import RUN_SETTINGS_KEYS
+from crasplab.records.run_folder import RunFolderError, read_run_config
 
 SCHEDULES = ("linear", "constant")
 # The block each position encoding gets, as in the official from-scratch setups of the

@@ -26,8 +26,8 @@ from flax import nnx
 
 from crasp.tasks import get_task
 from crasplab.models.positions import SCHEMES
-from crasplab.results.job_folder import BinEval, EvalRecord, JobFolder, JobResult, TrainRecord
-from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_jsonl
+from crasplab.records.job_folder import BinEval, EvalRecord, JobFolder, JobResult, TrainRecord
+from crasplab.records.files import append_jsonl, read_jsonl, write_json, write_jsonl
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from crasplab.train.compile_cache import use_compile_cache

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from crasplab.incontext.memory import FLOAT_BYTES, check_batch_memory, decoding_bytes, training_bytes
-from crasplab.results.files import file_problem
-from crasplab.results.job_folder import JOB_FIX, JobFolder, job_folder, run_jobs
-from crasplab.results.run_folder import check_output_folder
+from crasplab.models.memory import FLOAT_BYTES, check_batch_memory, decoding_bytes, training_bytes
+from crasplab.records.files import file_problem
+from crasplab.records.job_folder import JOB_FIX, JobFolder, job_folder, run_jobs
+from crasplab.records.run_folder import check_output_folder
 from crasplab.train.compile_cache import compile_cache_folder
 from crasplab.train.config import RunSettings
 from crasplab.train.data import sequence_length

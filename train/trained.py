@@ -15,7 +15,7 @@ from flax import nnx
 
 from crasplab.models.transformer import Transformer
 from crasplab.errors import LabError
-from crasplab.results.job_folder import BinEval, JobFolder, job_folder
+from crasplab.records.job_folder import BinEval, JobFolder, job_folder
 from crasplab.train.checkpoint import load_checkpoint
 from crasplab.train.config import RunSettings
 from crasplab.train.evaluate import EvalSet, build_eval_sets, teacher_forced_exact

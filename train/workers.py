@@ -43,7 +43,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from crasplab.errors import LabError, command_boundary
-from crasplab.results.files import write_json
+from crasplab.records.files import write_json
 from crasplab.train.allocator import with_huge_page_blocks
 from crasplab.train.loop import Job, is_done, run_stack, stack_mismatch
 from crasplab.train.runs import read_job

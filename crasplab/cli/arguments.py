@@ -10,12 +10,10 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from crasp.tasks import RETRIEVAL_AND_COPYING
-
-if TYPE_CHECKING:
-    from crasplab.cli.experiment import Report
+from crasplab.cli.experiment import Experiment, Report, run_experiment
 
 S = TypeVar("S")
 
@@ -195,10 +193,6 @@ def run_from_flags(
     """The end of every experiment script's main (crasplab.cli.experiment): run the experiment
     whose settings `settings_from(args)` reads into --out (default: `default_out(settings)`), or
     with --report-only rebuild that folder's report."""
-    # Imported here, not at the top: crasplab.cli.experiment imports the training engines, which
-    # take their flag types from this module.
-    from crasplab.cli.experiment import Experiment, run_experiment
-
     experiment = Experiment(settings=lambda: settings_from(args), default_out=default_out, run=run, report=report)
     run_experiment(experiment, out=args.out, report_only=args.report_only)
 

@@ -6,7 +6,7 @@
 
 `run_from_flags` (crasplab.cli.arguments) builds the Experiment below and runs it into --out, or
 with --report-only rebuilds that folder's report. `settings()` turns the flags into the
-experiment's frozen settings (crasplab.results.settings: validated when built), the one place a
+experiment's frozen settings (crasplab.records.settings: validated when built), the one place a
 Namespace is read; `run(settings, out)` does the work, calls open_run_folder (which locks the
 folder) once everything it can check is checked, and writes config.json from the settings; the
 report module rebuilds summary.json, report.md and the figures from the folder's files. Every
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from crasplab.errors import command_boundary
-from crasplab.results.run_folder import check_output_folder, holding_run_folders
+from crasplab.records.run_folder import check_output_folder, holding_run_folders
 
 S = TypeVar("S")
 

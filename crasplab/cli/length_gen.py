@@ -17,16 +17,16 @@ from pathlib import Path
 from crasp.discrimination import NON_UNIQUE_RETRIEVAL, SAMPLERS, sampler_parameters
 from crasplab.cli.arguments import chosen_preset
 from crasplab.cli.experiment import Experiment, Report, run_experiment
-from crasplab.results.files import append_jsonl
-from crasplab.results.job_folder import run_jobs, run_records
-from crasplab.results.length_gen import (
+from crasplab.records.files import append_jsonl
+from crasplab.records.job_folder import run_jobs, run_records
+from crasplab.reports.length_gen import (
     DEFAULT_THRESHOLD,
     INVOCATIONS_FILE,
     final_evaluations,
     markdown_table,
     write_report,
 )
-from crasplab.results.protocol import (
+from crasplab.reports.protocol import (
     PREDICTIONS_FILE,
     next_seeds,
     protocol_for,
@@ -36,8 +36,8 @@ from crasplab.results.protocol import (
     write_predictions,
     write_protocol,
 )
-from crasplab.results.run_folder import open_run_folder
-from crasplab.results.verdicts import Protocol
+from crasplab.records.run_folder import open_run_folder
+from crasplab.reports.verdicts import Protocol
 from crasplab.train.config import (
     PRESETS,
     PROTOCOL_PRESETS,

@@ -26,7 +26,7 @@ from crasplab.compiler.job import compiled_job, write_compiled_job
 from crasplab.compiler.lower import COMPILED_ENCODINGS, CompileError
 from crasplab.compiler.run import answers_right, output_table, require_dtype_available
 from crasplab.errors import command_boundary
-from crasplab.results.run_folder import check_output_folder
+from crasplab.records.run_folder import check_output_folder
 from crasplab.train.config import PRESETS
 
 DEFAULT_LENGTHS = (10, 100, 1000)

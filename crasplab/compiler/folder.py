@@ -23,7 +23,7 @@ from crasp.syntax import parse
 from crasplab.compiler import CompiledProgram
 from crasplab.errors import LabError
 from crasplab.models import ModelConfig, Transformer
-from crasplab.results.files import read_json_object, write_json, write_text
+from crasplab.records.files import read_json_object, write_json, write_text
 from crasplab.train.checkpoint import encode_checkpoint, load_checkpoint, write_encoded
 
 DESCRIPTION_FILE, CHECKPOINT_FILE, LISTING_FILE = "compiled.json", "checkpoint.npz", "listing.txt"

@@ -29,11 +29,11 @@ from crasp.tasks import get_task
 from crasplab.compiler import CompiledProgram
 from crasplab.compiler.lower import CompileError
 from crasplab.models import ModelConfig, set_params
-from crasplab.results.files import append_jsonl, write_json
-from crasplab.results.job_folder import EvalRecord, JobResult, job_folder
-from crasplab.results.length_gen import DEFAULT_THRESHOLD
-from crasplab.results.protocol import PREDICTIONS_FILE, settings_predictions, write_predictions
-from crasplab.results.run_folder import CONFIG_FILE
+from crasplab.records.files import append_jsonl, write_json
+from crasplab.records.job_folder import EvalRecord, JobResult, job_folder
+from crasplab.reports.length_gen import DEFAULT_THRESHOLD
+from crasplab.reports.protocol import PREDICTIONS_FILE, settings_predictions, write_predictions
+from crasplab.records.run_folder import CONFIG_FILE
 from crasplab.train.checkpoint import encode_checkpoint, write_encoded
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
 from crasplab.train.loop import Job, TaskSetup
@@ -119,7 +119,7 @@ def compiled_job(
 
 def write_compiled_job(compiled: CompiledJob, run_dir: Path) -> None:
     """Write `run_dir`'s config.json and the job folder. The caller has checked that the folder
-    holds nothing but a compile's (crasplab.results.run_folder.check_output_folder)."""
+    holds nothing but a compile's (crasplab.records.run_folder.check_output_folder)."""
     job = compiled.job
     job.folder.mkdir(parents=True, exist_ok=True)
     write_encoded(job.files.checkpoint_file, compiled.checkpoint)

@@ -21,9 +21,9 @@ from crasp.tasks import get_task
 from crasplab.compiler import compile_program
 from crasplab.compiler.run import answers_right, output_table, table_and_definitions
 from crasplab.models.positions import SCHEMES
-from crasplab.results.figures import pyplot, save_figure
-from crasplab.results.files import read_jsonl
-from crasplab.results.run_folder import CONFIG_FILE, RunFolderError, read_run_config
+from crasplab.reports.figures import pyplot, save_figure
+from crasplab.records.files import read_jsonl
+from crasplab.records.run_folder import CONFIG_FILE, RunFolderError, read_run_config
 
 # (task, witness, encodings it is compiled for): the C-RASP[] versions also for NoPE.
 # What every config.json of experiments/compiled.py holds.

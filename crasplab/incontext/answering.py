@@ -9,8 +9,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from crasplab.incontext.greedy import answer_lines
-from crasplab.results.files import read_jsonl, write_jsonl
-from crasplab.results.run_folder import open_run_folder
+from crasplab.records.files import read_jsonl, write_jsonl
+from crasplab.records.run_folder import open_run_folder
 
 
 def answer_pending(

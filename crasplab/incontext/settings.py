@@ -1,7 +1,7 @@
 """The settings of the experiments on pretrained models (experiments/pretrained.py, finetune.py,
 realistic.py, mechanism.py): one frozen dataclass each, checked when built (every error names the
 setting, what was given and what is accepted), written into the run folder's config.json and read
-back from it by the report (crasplab.results.run_folder.read_run_settings).
+back from it by the report (crasplab.records.run_folder.read_run_settings).
 
 Defaults are the scripts' defaults.
 """
@@ -18,8 +18,8 @@ from crasplab.incontext.formal_prompts import Demonstrations, check_prompt_lengt
 from crasplab.incontext.git_history import COMMANDS
 from crasplab.models.analysis import SCORES
 from crasplab.models.config import DTYPES
-from crasplab.results.settings import ExperimentSettings, SettingsError
-from crasplab.train.finetune_config import FinetuneConfig
+from crasplab.records.settings import ExperimentSettings, SettingsError
+from crasplab.incontext.finetune_config import FinetuneConfig
 
 ABLATIONS = ("mean", "zero")
 

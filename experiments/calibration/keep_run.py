@@ -14,7 +14,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from crasplab.results.run_folder import LOCK_FILE
+from crasplab.records.run_folder import LOCK_FILE
 
 LEFT_BEHIND = ("checkpoint.npz", "progress.json", LOCK_FILE)
 

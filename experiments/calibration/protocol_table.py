@@ -7,7 +7,7 @@ hand.
 Each test-bin cell: the task's verdict, how many fitted seeds passed, the range of their
 accuracies, and a mark for agreement with the prediction; a bin that cannot discriminate (a
 bounded program exact on the training lengths passes it), or where the task's control
-(crasplab.results.protocol.CONTROLS, at the same depth) does not generalize or did not run, is
+(crasplab.reports.protocol.CONTROLS, at the same depth) does not generalize or did not run, is
 shown as "not counted". The headline table sets the current recipe's runs side by side, one row
 per task, sampler and depth, one column per position encoding, with the controls applied across
 runs; below it, what the count holds, the scale, and the paper's numbers beside the lab's.
@@ -20,9 +20,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from crasplab.results.length_gen import task_layers
-from crasplab.results.protocol import apply_controls, control_text, counted_agreement, recipe_text
-from crasplab.results.verdicts import GENERALIZES, TOO_FEW
+from crasplab.reports.length_gen import task_layers
+from crasplab.reports.protocol import apply_controls, control_text, counted_agreement, recipe_text
+from crasplab.reports.verdicts import GENERALIZES, TOO_FEW
 from crasplab.train.config import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ import argparse
 import json
 from pathlib import Path
 
-from crasplab.results.length_gen import read_records
-from crasplab.results.protocol import read_protocol, recipe_markdown, recipe_rows, recipe_text
-from crasplab.results.verdicts import Protocol
+from crasplab.reports.length_gen import read_records
+from crasplab.reports.protocol import read_protocol, recipe_markdown, recipe_rows, recipe_text
+from crasplab.reports.verdicts import Protocol
 
 
 def recipe_of(config: dict) -> str:

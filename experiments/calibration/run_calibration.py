@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from crasplab.results.files import read_jsonl, write_json
+from crasplab.records.files import read_jsonl, write_json
 from crasplab.models.positions import POSITIONS
 from crasplab.train.config import ModelSettings, TrainConfig
 from crasplab.train.loop import Job, run_job

@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 from crasplab.models.loading import load_with_tokenizer
-from crasplab.train.finetune import TaskTraining, return_free_memory
-from crasplab.train.finetune_config import PRESETS
+from crasplab.incontext.finetune import TaskTraining, return_free_memory
+from crasplab.incontext.finetune_config import PRESETS
 
 
 def resident(tag: str) -> None:

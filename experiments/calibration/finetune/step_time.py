@@ -16,7 +16,7 @@ import numpy as np
 from crasplab.models.loading import load_pretrained
 from crasplab.models.lora import with_lora
 from crasplab.train.data import make_batch
-from crasplab.train.finetune_config import FinetuneConfig
+from crasplab.incontext.finetune_config import FinetuneConfig
 from crasplab.train.steps import init_stack, make_optimizer, make_train_step
 
 

@@ -1,7 +1,7 @@
 """A length_gen run under the verdict protocol: what it writes before training, which seeds it
 runs, and the per-seed verdict table computed from its files.
 
-Before the first job, the run folder gets `protocol.json` (the rules, crasplab.results.verdicts);
+Before the first job, the run folder gets `protocol.json` (the rules, crasplab.reports.verdicts);
 beside the first invocation's training, helper processes make `predictions.json` (each task's
 prediction and, for a task predicted not to generalize, whether each test bin can tell it from a
 bounded program exact on the training lengths: crasp.discrimination), from the settings alone.
@@ -21,10 +21,10 @@ from pathlib import Path
 from crasp.discrimination import DiscriminationError, Request, bins_discriminating, discriminate
 from crasp.prediction import predict
 from crasp.tasks import get_task
-from crasplab.results.files import file_problem, read_json_object, write_json
-from crasplab.results.job_folder import BinEval
-from crasplab.results.run_folder import RunFolderError
-from crasplab.results.verdicts import (
+from crasplab.records.files import file_problem, read_json_object, write_json
+from crasplab.records.job_folder import BinEval
+from crasplab.records.run_folder import RunFolderError
+from crasplab.reports.verdicts import (
     FAILS,
     GENERALIZES,
     TOO_FEW,

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TextIO
 
 from crasplab.errors import LabError
-from crasplab.results.files import ResultFileError, cannot_write, is_temporary, remove_stale_temporaries, write_json
-from crasplab.results.settings import ExperimentSettings
+from crasplab.records.files import ResultFileError, cannot_write, is_temporary, remove_stale_temporaries, write_json
+from crasplab.records.settings import ExperimentSettings
 
 CONFIG_FILE = "config.json"
 # The records of the experiments that answer prompts (pretrained, realistic, finetune): one line

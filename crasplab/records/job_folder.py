@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from crasplab.results.files import file_problem, read_json_object, read_jsonl
+from crasplab.records.files import file_problem, read_json_object, read_jsonl
 
 # What a report and train.trained read from a run's config.json.
 RUN_SETTINGS_KEYS = ("preset", "tasks", "model", "train")

@@ -9,7 +9,7 @@ Outputs, written atomically into the same folder: `summary.json`, `report.md` an
 
 A bin's accuracy pools its prompts (the same number at every length) with a 95% Wilson interval;
 a gap between two tasks is a difference of accuracies with Newcombe's 95% interval. A fine-tuned
-model below results.length_gen.FIT_THRESHOLD on its training lengths "did not fit": it says
+model below reports.length_gen.FIT_THRESHOLD on its training lengths "did not fit": it says
 nothing about longer inputs, and is kept apart from "learned but did not generalize".
 """
 
@@ -19,16 +19,16 @@ from collections import defaultdict
 from pathlib import Path
 
 from crasp.tasks import LEFT_OR_BACKWARD
-from crasplab.results.figures import pyplot, save_figure, set_title
-from crasplab.results.files import read_jsonl, rebuild_report
-from crasplab.results.in_context import GAPS
+from crasplab.reports.figures import pyplot, save_figure, set_title
+from crasplab.records.files import read_jsonl, rebuild_report
+from crasplab.reports.in_context import GAPS
 from crasp.intervals import wilson_interval
-from crasplab.results.intervals import difference_interval
-from crasplab.results.job_folder import run_jobs, run_records
-from crasplab.results.length_gen import FIT_THRESHOLD, observe
-from crasplab.results.protocol import read_predictions
+from crasplab.reports.intervals import difference_interval
+from crasplab.records.job_folder import run_jobs, run_records
+from crasplab.reports.length_gen import FIT_THRESHOLD, observe
+from crasplab.reports.protocol import read_predictions
 from crasplab.incontext.settings import FinetuneSettings
-from crasplab.results.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
 EXPERIMENT = "experiments/finetune.py"

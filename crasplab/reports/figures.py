@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crasplab.results.files import atomic_write
+from crasplab.records.files import atomic_write
 
 TITLE_WIDTH_SHARE = 0.96  # of the figure's width, a title's line may take (tight_layout keeps a margin)
 LINE_SPACING = 1.2  # matplotlib's, in font sizes

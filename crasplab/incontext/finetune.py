@@ -1,6 +1,6 @@
 """Fine-tune a pretrained model per task on short inputs, and answer test prompts before and after.
 
-    from crasplab.train.finetune import FinetuneRun
+    from crasplab.incontext.finetune import FinetuneRun
     FinetuneRun(run_dir, pretrained, tasks=["UF", "UB"], config=PRESETS["quick"].config, seed=0).run()
 
 A run folder holds `results.jsonl` (one record per test prompt: task, stage "before" or "after",
@@ -10,7 +10,7 @@ length, index, expected, output, correct, seconds) and one folder per task,
 trainable parameters) and `result.json`. The compiled steps are train.steps' (AdamW from
 train.steps.make_optimizer, mean NLL over the answer tokens); what differs from training from
 scratch is the starting point (the pretrained weights, or adapters on them: models.lora), the data
-(train.finetune_data) and the measure, greedy answers read as the in-context experiment reads them
+(crasplab.incontext.finetune_data) and the measure, greedy answers read as the in-context experiment reads them
 (incontext.greedy), so the accuracy before and after fine-tuning is measured alike.
 
 Running again resumes: test prompts already answered are skipped, and an unfinished task
@@ -36,15 +36,15 @@ from tqdm import tqdm
 from crasplab.incontext.formal_prompts import Item
 from crasplab.incontext.greedy import answer_lines
 from crasplab.models.lora import with_lora
-from crasplab.results.files import append_jsonl, read_jsonl, write_json, write_jsonl
-from crasplab.results.run_folder import RESULTS_FILE
-from crasplab.results.job_folder import job_folder
+from crasplab.records.files import append_jsonl, read_jsonl, write_json, write_jsonl
+from crasplab.records.run_folder import RESULTS_FILE
+from crasplab.records.job_folder import job_folder
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.checkpoint import load_checkpoint, save_checkpoint
 from crasplab.train.data import stack_batches
 from crasplab.train.evaluate import unstack
-from crasplab.train.finetune_config import FinetuneConfig
-from crasplab.train.finetune_data import eval_items, token_batch, training_items
+from crasplab.incontext.finetune_config import FinetuneConfig
+from crasplab.incontext.finetune_data import eval_items, token_batch, training_items
 from crasplab.train.steps import (
     check_divisible,
     data_mesh,

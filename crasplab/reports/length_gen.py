@@ -18,11 +18,11 @@ import numpy as np
 
 from crasp.position_encodings import encoding
 from crasp.tasks import TASK_CODES
-from crasplab.results.figures import pyplot, save_figure, set_title
-from crasplab.results.files import read_jsonl, rebuild_report
-from crasplab.results.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
-from crasplab.results.verdicts import Protocol
-from crasplab.results.protocol import (
+from crasplab.reports.figures import pyplot, save_figure, set_title
+from crasplab.records.files import read_jsonl, rebuild_report
+from crasplab.records.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
+from crasplab.reports.verdicts import Protocol
+from crasplab.reports.protocol import (
     discrimination_markdown,
     protocol_markdown,
     protocol_rows,
@@ -31,7 +31,7 @@ from crasplab.results.protocol import (
     recipe_markdown,
     recipe_rows,
 )
-from crasplab.results.run_folder import CONFIG_FILE, RunFolderError, read_run_config
+from crasplab.records.run_folder import CONFIG_FILE, RunFolderError, read_run_config
 from crasplab.train.config import ModelSettings, RunSettings
 from crasplab.train.provenance import bits_key
 

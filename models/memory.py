@@ -3,8 +3,8 @@
 The estimates are lower bounds (float32 activations that a forward pass cannot avoid holding at
 once: the logits over the vocabulary for every position, and the KV cache or, when training, one
 residual stream and MLP activation per layer kept for the backward pass). A batch refused here
-could never have run; one accepted may still run out of memory later (greedy.GenerationMemoryError
-then says what to lower), but no setting that fails for sure reaches config.json.
+could never have run; one accepted may still run out of memory later (crasplab.incontext.greedy's
+GenerationMemoryError then says what to lower), but no setting that fails for sure reaches config.json.
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
-from crasplab.results.figures import pyplot, save_figure, set_title
-from crasplab.results.files import read_jsonl, rebuild_report
+from crasplab.reports.figures import pyplot, save_figure, set_title
+from crasplab.records.files import read_jsonl, rebuild_report
 from crasp.intervals import wilson_interval
-from crasplab.results.intervals import difference_interval
+from crasplab.reports.intervals import difference_interval
 from crasplab.incontext.settings import PretrainedSettings
-from crasplab.results.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
 EXPERIMENT = "experiments/pretrained.py"

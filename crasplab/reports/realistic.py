@@ -26,12 +26,12 @@ from crasp.prediction import predict
 from crasplab.incontext.alignment import ON_TRACK, START, analyze
 from crasplab.incontext.directions import DIRECTIONS, Direction
 from crasplab.incontext.git_history import COMMANDS
-from crasplab.results.figures import pyplot, save_figure, set_title
-from crasplab.results.files import read_jsonl, rebuild_report
+from crasplab.reports.figures import pyplot, save_figure, set_title
+from crasplab.records.files import read_jsonl, rebuild_report
 from crasp.intervals import wilson_interval
-from crasplab.results.intervals import difference_interval
+from crasplab.reports.intervals import difference_interval
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
-from crasplab.results.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
 
 EXPERIMENT = "experiments/realistic.py"
 LOREM_FIGURE = "lorem_by_length.png"

@@ -25,12 +25,12 @@ import numpy as np
 from crasp.prediction import predict, verified_witnesses
 from crasp.tasks import LEFT_OR_BACKWARD
 from crasplab.models.analysis import SCORE_MEANINGS, SCORES, top_heads
-from crasplab.results.figures import pyplot, save_figure, set_title
-from crasplab.results.files import ResultFileError, read_jsonl, write_summary_and_report
+from crasplab.reports.figures import pyplot, save_figure, set_title
+from crasplab.records.files import ResultFileError, read_jsonl, write_summary_and_report
 from crasp.intervals import wilson_interval
-from crasplab.results.intervals import difference_interval
+from crasplab.reports.intervals import difference_interval
 from crasplab.incontext.settings import MechanismSettings
-from crasplab.results.run_folder import read_run_settings
+from crasplab.records.run_folder import read_run_settings
 
 EXPERIMENT = "experiments/mechanism.py"
 SCORES_FILE = "scores.json"

@@ -27,9 +27,9 @@ import itertools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from crasplab.results.files import ResultFileError
-from crasplab.results.job_folder import JobFolder
-from crasplab.results.length_gen import FIT_THRESHOLD
+from crasplab.records.files import ResultFileError
+from crasplab.records.job_folder import JobFolder
+from crasplab.reports.length_gen import FIT_THRESHOLD
 
 # Huang et al. 2025's grid per task; "small" for a CPU.
 GRIDS = {
