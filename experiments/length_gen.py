@@ -125,7 +125,7 @@ def request_from_flags(args: argparse.Namespace) -> RunRequest:
 
 
 def invocation(args: argparse.Namespace) -> Invocation:
-    """The command line read once, validated (ConfigError, TaskError otherwise)."""
+    """The command line read once, validated (SettingsError, TaskError otherwise)."""
     return Invocation.of(request_from_flags(args), engine_settings(args), show_progress=not args.no_progress)
 
 

@@ -86,7 +86,6 @@ from crasplab.records.run_folder import RunFolderError, open_run_folder
 from crasplab.records.settings import SettingsError
 from crasplab.train.allocator import restart_with_huge_page_blocks
 from crasplab.train.checkpoint import CheckpointError, count_saved_leaves
-from crasplab.train.config import ConfigError
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements
 from crasplab.train.runs import read_job
 from crasplab.records.job_folder import JobFolder
@@ -216,7 +215,7 @@ def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSett
         folder = by_seed[f"seed{settings.train_seed}"]
         check_layers_in_checkpoint(folder)
         trained = load_trained_model(folder)
-    except (TrainedModelError, CheckpointError, ConfigError) as error:
+    except (TrainedModelError, CheckpointError, SettingsError) as error:
         raise RunFolderError(str(error)) from None
     examples = settings.examples_per_length or trained.job.train.eval_examples_per_length
     settings = settings.replace(examples_per_length=examples)

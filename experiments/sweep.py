@@ -40,7 +40,8 @@ from crasplab.reports.selection import (
     selection_markdown,
     sweep_folder,
 )
-from crasplab.train.config import PRESETS, ConfigError, RunSettings
+from crasplab.train.config import PRESETS, RunSettings
+from crasplab.records.settings import SettingsError
 from crasplab.cli.engine_flags import add_engine_flags, engine_settings
 from crasplab.train.engines import EngineSettings, run_jobs_on
 from crasplab.train.loop import Job, TaskSetup
@@ -124,10 +125,10 @@ def sweep_config(args: argparse.Namespace) -> dict:
         dims[name] = tuple(flag or dims[name])
     configurations = grid(**dims)
     if not configurations:
-        raise ConfigError(f"the grid {dims} has no configuration whose d_model the heads divide")
+        raise SettingsError(f"the grid {dims} has no configuration whose d_model the heads divide")
     validation = args.validation_bin or preset.train.test_bins[1:2]
     if len(validation) != 1:
-        raise ConfigError(f"--validation-bin takes one LO-HI bin, got {len(validation)}")
+        raise SettingsError(f"--validation-bin takes one LO-HI bin, got {len(validation)}")
     return dict(
         pe=args.pe,
         preset=preset.name,

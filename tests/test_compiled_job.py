@@ -17,7 +17,8 @@ from crasplab.compiler.job import save_compiled_job, task_weights
 from crasplab.models import Transformer, set_params
 from crasplab.models.analysis import AnswerBatch, answer_exact
 from crasplab.models.config import PRESETS as MODEL_PRESETS
-from crasplab.train.config import ConfigError, ModelSettings, TrainConfig
+from crasplab.train.config import ModelSettings, TrainConfig
+from crasplab.records.settings import SettingsError
 from crasplab.train.evaluate import build_eval_sets
 from crasplab.train.loop import Job
 from crasplab.train.trained import job_folders, load_trained_model
@@ -75,7 +76,7 @@ def test_training_settings_are_written_without_an_architecture():
     ],
 )
 def test_an_architecture_that_makes_no_model_is_refused_saying_what_is_accepted(architecture, says):
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(SettingsError) as error:
         ModelSettings.from_dict(dict(pe="nope", n_heads=4, d_model=16, architecture=architecture))
     for words in says:
         assert words in str(error.value)

@@ -19,7 +19,7 @@ from crasplab.models.lora import Frozen, with_lora
 from crasplab.models.params import count_params
 from crasplab.reports.finetune import summarize
 from tests.model_files import write_tiny_llama
-from crasplab.train import finetune
+from crasplab.incontext import finetune
 from crasplab.incontext.finetune_config import FinetuneConfig
 from crasplab.incontext.finetune_data import token_batch, training_items
 from crasplab.train.steps import init_stack, make_optimizer, make_train_step
@@ -52,7 +52,7 @@ def test_the_loss_mask_covers_exactly_the_answer_line(tiny):
 def _steps(model, batch, count, learning_rate=1e-3):
     config = FinetuneConfig(
         train_lengths=(2, 5), test_bins=((2, 5),), learning_rate=learning_rate, warmup_fraction=0.0, max_steps=100
-    ).validate()
+    )
     optimizer = make_optimizer(config.optimizer_config())
     graphdef, rest, params_S, opt_state_S = init_stack([model], optimizer)
     step = make_train_step(graphdef, rest, optimizer)

@@ -28,7 +28,7 @@ TINY_RUN = textwrap.dedent("""
     from crasplab.train.workers import run_on_cpu_cores
     config = TrainConfig(train_lengths=(1, 3), test_bins=((1, 3), (4, 5)), batch_size=8, warmup_steps=1,
                          max_steps=4, eval_every=4, eval_examples_per_length=2, greedy_examples_per_bin=2,
-                         eval_batch_size=8, log_every=2, checkpoint_every=4).validate()
+                         eval_batch_size=8, log_every=2, checkpoint_every=4)
     job = Job(task_code="UR", seed=0, model=ModelSettings(n_layers=1, n_heads=2, d_model=16), train=config,
               task_overrides=dict(alphabet_size=6), out_dir=sys.argv[1])
     run_on_cpu_cores([job], workers=1, show_progress=False)

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crasp.tasks import PAD_ID, get_task
-from crasplab.train.config import ConfigError
+from crasplab.records.settings import SettingsError
 from crasplab.train.data import LengthBuckets, batch_rng, sample_training_batch, stack_batches
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, AcceleratorPathError, accelerator_path
 from crasplab.train.engines import EngineSettings, run_jobs_on
@@ -195,13 +195,13 @@ def test_a_stacked_batch_holds_each_seeds_own_batch_and_only_padding_beside_it(s
     ],
 )
 def test_the_accelerator_settings_are_bounded(changes, message, rehearsal):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(SettingsError, match=message):
         EngineSettings(**changes)
 
 
 def test_the_accelerator_settings_are_refused_where_jobs_run_one_per_core(monkeypatch):
     monkeypatch.delenv(ACCELERATOR_PATH_ENV, raising=False)
-    with pytest.raises(ConfigError, match="applies to the accelerator path only"):
+    with pytest.raises(SettingsError, match="applies to the accelerator path only"):
         EngineSettings(concurrent_stacks=2)
 
 

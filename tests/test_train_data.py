@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from crasp.tasks import PAD_ID, get_task
 from crasplab.records.files import read_jsonl
 from crasplab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from crasplab.train.config import ConfigError, ModelSettings, TrainConfig, bins_for_train_lengths
+from crasplab.train.config import ModelSettings, TrainConfig, bins_for_train_lengths
+from crasplab.records.settings import SettingsError
 from crasplab.train.data import (
     TRAIN_STREAM,
     LengthBuckets,
@@ -114,9 +115,7 @@ def test_every_training_length_keeps_its_share_and_batches_are_tight():
 
 
 def test_schedule_warms_up_then_decays_to_zero():
-    config = TrainConfig(
-        train_lengths=(1, 5), test_bins=((1, 5),), learning_rate=1e-3, warmup_steps=10, max_steps=110
-    ).validate()
+    config = TrainConfig(train_lengths=(1, 5), test_bins=((1, 5),), learning_rate=1e-3, warmup_steps=10, max_steps=110)
     schedule = learning_rate_schedule(config)
     assert float(schedule(0)) == 0.0
     assert float(schedule(5)) == pytest.approx(5e-4)
@@ -146,7 +145,7 @@ def test_clipping_scales_each_models_gradient_by_its_own_global_norm(seed, scale
     rng = np.random.default_rng(seed)
     config = TrainConfig(
         train_lengths=(1, 5), test_bins=((1, 5),), learning_rate=1e-2, schedule="constant", warmup_steps=0
-    ).validate()
+    )
     steps = [
         {
             "a": rng.normal(size=(2, 3)) * np.array([[1.0], [scales[0]]]) ** step,
@@ -166,21 +165,21 @@ def test_clipping_scales_each_models_gradient_by_its_own_global_norm(seed, scale
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-7)
 
 
-def test_config_errors_name_the_setting():
-    with pytest.raises(ConfigError, match="first test bin"):
-        TrainConfig(train_lengths=(1, 5), test_bins=((1, 6), (7, 9))).validate()
-    with pytest.raises(ConfigError, match="max_grad_norm must be >= 0"):
-        TrainConfig(max_grad_norm=-1.0).validate()
-    with pytest.raises(ConfigError, match="unknown TrainConfig setting"):
+def test_an_invalid_setting_cannot_be_built_and_its_error_names_the_setting():
+    with pytest.raises(SettingsError, match="first test bin"):
+        TrainConfig(train_lengths=(1, 5), test_bins=((1, 6), (7, 9)))
+    with pytest.raises(SettingsError, match="max_grad_norm must be >= 0"):
+        TrainConfig(max_grad_norm=-1.0)
+    with pytest.raises(SettingsError, match="unknown TrainConfig setting"):
         TrainConfig().replace(learning_rat=1.0)
-    with pytest.raises(ConfigError, match="unknown ModelSettings setting.*'position'"):
+    with pytest.raises(SettingsError, match="unknown ModelSettings setting.*'position'"):
         ModelSettings.from_dict(dict(position="ape"))
-    with pytest.raises(ConfigError, match="pe must be one of \\('ape', 'rope', 'nope', 'alibi'\\)"):
-        ModelSettings(pe="xpos").validate()
-    with pytest.raises(ConfigError, match="test bin 15-30 starts at or below 20, where the bin before it ends"):
-        TrainConfig(train_lengths=(1, 20), test_bins=((1, 20), (15, 30))).validate()
-    with pytest.raises(ConfigError, match="test bin 21-25 starts at or below 30"):
-        TrainConfig(train_lengths=(1, 20), test_bins=((1, 20), (21, 30), (21, 25))).validate()
+    with pytest.raises(SettingsError, match="pe must be one of \\('ape', 'rope', 'nope', 'alibi'\\)"):
+        ModelSettings(pe="xpos")
+    with pytest.raises(SettingsError, match="test bin 15-30 starts at or below 20, where the bin before it ends"):
+        TrainConfig(train_lengths=(1, 20), test_bins=((1, 20), (15, 30)))
+    with pytest.raises(SettingsError, match="test bin 21-25 starts at or below 30"):
+        TrainConfig(train_lengths=(1, 20), test_bins=((1, 20), (21, 30), (21, 25)))
 
 
 def test_a_length_range_must_lie_within_what_the_sampler_produces():
@@ -209,7 +208,7 @@ def test_bins_follow_new_training_lengths(train_hi, preset_hi, widths):
         preset_bins.append((preset_bins[-1][1] + 1, preset_bins[-1][1] + width))
     bins = bins_for_train_lengths((1, train_hi), tuple(preset_bins))
     assert bins[0] == (1, train_hi) and len(bins) == len(preset_bins)
-    TrainConfig(train_lengths=(1, train_hi), test_bins=bins).validate()  # each beyond the one before
+    TrainConfig(train_lengths=(1, train_hi), test_bins=bins)  # each beyond the one before
     for (lo, hi), (_, preset_bin_hi) in zip(bins[1:], preset_bins[1:]):  # each upper end's ratio kept
         assert hi == max(lo, math.floor(Fraction(preset_bin_hi * train_hi, preset_hi) + Fraction(1, 2)))
     if train_hi == preset_hi:

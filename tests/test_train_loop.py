@@ -188,7 +188,7 @@ import numpy as np
 from crasplab.train.config import ModelSettings, TrainConfig
 from crasplab.train.loop import Job, run_job
 import jax
-config = TrainConfig(**json.loads(sys.argv[1])).validate()
+config = TrainConfig(**json.loads(sys.argv[1]))
 job = Job(task_code="UF", seed=1, model=ModelSettings(pe="rope", n_layers=1, n_heads=2, d_model=16), train=config,
           task_overrides=dict(alphabet_size=8), out_dir=sys.argv[2])
 run_job(job)

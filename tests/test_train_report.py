@@ -10,7 +10,8 @@ from experiments import length_gen
 from crasplab.reports import protocol
 from crasplab.records.job_folder import run_jobs, run_records
 from crasplab.reports.length_gen import report_markdown, summarize, write_report
-from crasplab.train.config import PRESETS, ConfigError, ModelSettings, RunSettings, TrainConfig
+from crasplab.train.config import PRESETS, ModelSettings, RunSettings, TrainConfig
+from crasplab.records.settings import SettingsError
 from crasplab.train.runs import make_jobs
 from tests.tiny import write_run_records
 
@@ -232,7 +233,7 @@ def test_a_sampler_runs_the_non_unique_retrieval_tasks_in_their_own_folder(tmp_p
     assert default_run_folder(settings, "spread").name == "ape-protocol-spread"
     unique = settings_from_flags(parser.parse_args(["--preset", "quick", "--tasks", "UL"]))
     assert unique.task_overrides["UL"] == PRESETS["quick"].overrides_for("UL")  # no sampler, no change
-    with pytest.raises(ConfigError, match="does not apply to UL, NF"):
+    with pytest.raises(SettingsError, match="does not apply to UL, NF"):
         settings_from_flags(parser.parse_args(["--sampler", "spread", "--tasks", "NLLast", "UL", "NF"]))
 
 
@@ -243,7 +244,7 @@ def test_the_official_sampler_draws_the_unique_retrieval_tasks_over_five_symbols
     assert official.task_overrides["UR"] == dict(alphabet_size=5)  # over the preset's 16
     assert official.task_overrides["NLLast"] == dict(occurrences="official")
     assert default_run_folder(official, "official").name == "ape-protocol-official"
-    with pytest.raises(ConfigError, match="does not apply to NF"):
+    with pytest.raises(SettingsError, match="does not apply to NF"):
         settings_from_flags(parser.parse_args(["--sampler", "official", "--tasks", "UR", "NF"]))
 
 
@@ -265,9 +266,9 @@ def test_a_task_whose_model_the_preset_changes_trains_that_model_unless_a_flag_s
     assert {job.model for job in make_jobs(settings, tmp_path)} == {settings.model}
 
     absent = next(code for code in quick.tasks if code not in (task, other))
-    with pytest.raises(ConfigError, match="not among the tasks"):
+    with pytest.raises(SettingsError, match="not among the tasks"):
         RunSettings.from_dict({**settings.to_dict(), "model_overrides": {absent: dict(n_layers=3)}})
-    with pytest.raises(ConfigError, match="unknown ModelSettings setting"):
+    with pytest.raises(SettingsError, match="unknown ModelSettings setting"):
         RunSettings.from_dict({**settings.to_dict(), "model_overrides": {task: dict(layers=3)}})
 
 

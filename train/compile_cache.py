@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jax
 
-from crasplab.train.config import ConfigError
+from crasplab.records.settings import SettingsError
 
 CACHE_ENV = "CRASP_LAB_XLA_CACHE"
 # Programs that compile faster than this are not worth a file (JAX's own helpers, tiny updates).
@@ -36,7 +36,7 @@ def compile_cache_folder() -> Path | None:
     if chosen:
         folder = Path(chosen).expanduser()
         if folder.exists() and not folder.is_dir():
-            raise ConfigError(
+            raise SettingsError(
                 f"{CACHE_ENV}={chosen} names a file, not a folder; give a folder (made if missing) for "
                 "compiled programs, or 'off'"
             )

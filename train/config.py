@@ -15,11 +15,11 @@ from flax import nnx
 from crasp.discrimination import SAMPLERS
 from crasp.tasks import COPYING_CODES, RETRIEVAL_AND_COPYING, RETRIEVAL_CODES
 from crasplab.models.config import DTYPES, ModelConfig
-from crasplab.errors import LabError
 from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import Transformer
 from crasplab.records.job_folder import RUN_SETTINGS_KEYS
 from crasplab.records.run_folder import RunFolderError, read_run_config
+from crasplab.records.settings import SettingsError
 
 SCHEDULES = ("linear", "constant")
 # The block each position encoding gets, as in the official from-scratch setups of the
@@ -33,13 +33,9 @@ SET_ELSEWHERE = ("vocab_size", "max_positions", "n_layers", "n_heads", "d_model"
 ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in SET_ELSEWHERE)
 
 
-class ConfigError(LabError, ValueError):
-    """A setting is out of range or inconsistent with another one."""
-
-
 def require_setting(owner: str, condition: bool, message: str) -> None:
     if not condition:
-        raise ConfigError(f"{owner}: {message}")
+        raise SettingsError(f"{owner}: {message}")
 
 
 def setting_help(text: str) -> dict:
@@ -48,15 +44,23 @@ def setting_help(text: str) -> dict:
 
 
 class Settings:
-    """What every frozen settings dataclass of the lab shares: changes and JSON round trips, each
-    validated on the way in (subclasses define `validate`)."""
+    """What every frozen settings dataclass of training shares: it validates itself when built, so
+    an invalid one cannot exist (subclasses define `validate`), and changes and JSON round trips
+    go through construction."""
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self):
+        """Ranges and relations between settings: a SettingsError naming what is wrong, else self."""
+        return self
 
     def replace(self, **changes):
         known = [f.name for f in dataclasses.fields(self)]
         unknown = set(changes) - set(known)
         if unknown:
-            raise ConfigError(f"unknown {type(self).__name__} setting(s) {sorted(unknown)}; known: {known}")
-        return dataclasses.replace(self, **changes).validate()
+            raise SettingsError(f"unknown {type(self).__name__} setting(s) {sorted(unknown)}; known: {known}")
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -106,7 +110,7 @@ class ModelSettings(Settings):
             d_ff=config.d_ff,
             dtype=config.dtype,
             architecture={name: values[name] for name in ARCHITECTURE_FIELDS},
-        ).validate()
+        )
 
     def to_dict(self) -> dict:
         values = super().to_dict()
@@ -138,7 +142,7 @@ class ModelSettings(Settings):
         try:
             self.model_config(vocab_size=1, max_positions=1)
         except (TypeError, ValueError) as error:
-            raise ConfigError(f"ModelSettings: architecture {self.architecture} makes no model: {error}") from None
+            raise SettingsError(f"ModelSettings: architecture {self.architecture} makes no model: {error}") from None
         return self
 
     def model_config(self, vocab_size: int, max_positions: int) -> ModelConfig:
@@ -343,8 +347,8 @@ class Preset:
 PAPER = Preset(
     name="paper",
     description="Appendix B of the retrieval/copying paper: lengths 1-50, bins to 150, 4x4x256.",
-    train=TrainConfig().validate(),
-    model=ModelSettings(n_layers=4, n_heads=4, d_model=256, d_ff=1024).validate(),
+    train=TrainConfig(),
+    model=ModelSettings(n_layers=4, n_heads=4, d_model=256, d_ff=1024),
     seeds=(0, 1, 2),
 )
 
@@ -373,8 +377,8 @@ QUICK = Preset(
         eval_batch_size=250,
         log_every=100,
         checkpoint_every=500,
-    ).validate(),
-    model=ModelSettings(n_layers=2, n_heads=4, d_model=64, d_ff=256).validate(),
+    ),
+    model=ModelSettings(n_layers=2, n_heads=4, d_model=64, d_ff=256),
     task_overrides={
         "UL": dict(alphabet_size=16),
         "UR": dict(alphabet_size=16),
@@ -427,7 +431,7 @@ PROTOCOL_QUICK = Preset(
         max_grad_norm=1.0,
         eval_examples_per_length=100,
         test_bins_at_stop_only=True,
-    ).validate(),
+    ),
     model=QUICK.model,
     task_overrides={**QUICK.task_overrides, **{code: SAMPLERS["official"][code] for code in ("UL", "UR")}},
     model_overrides=QUICK.model_overrides,
@@ -461,7 +465,7 @@ PROTOCOL_PAPER = Preset(
         stop_after_perfect_evals=2,
         eval_examples_per_length=20,
         test_bins_at_stop_only=True,
-    ).validate(),
+    ),
     model=PAPER.model,
     task_overrides={code: SAMPLERS["official"][code] for code in ("UL", "UR")},
     train_overrides={code: dict(test_bins=((1, 50), (51, 100), (101, 150))) for code in ("UF", "UB")},
@@ -489,8 +493,8 @@ REHEARSAL = Preset(
         eval_batch_size=8,
         log_every=4,
         checkpoint_every=8,
-    ).validate(),
-    model=ModelSettings(n_layers=1, n_heads=2, d_model=16, d_ff=32).validate(),
+    ),
+    model=ModelSettings(n_layers=1, n_heads=2, d_model=16, d_ff=32),
     seeds=(0,),
 )
 
@@ -508,7 +512,7 @@ PROTOCOL_REHEARSAL = Preset(
         eval_batch_size=256,
         stop_after_perfect_evals=2,
         test_bins_at_stop_only=True,
-    ).validate(),
+    ),
     model=REHEARSAL.model,
     task_overrides=QUICK.task_overrides,
     seeds=tuple(range(100, 110)),
@@ -537,14 +541,14 @@ class RunSettings:
 
     def __post_init__(self):
         if len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError(f"--seeds {' '.join(map(str, self.seeds))}: each seed may appear once")
+            raise SettingsError(f"--seeds {' '.join(map(str, self.seeds))}: each seed may appear once")
         if set(self.train) != set(self.tasks) or set(self.task_overrides) != set(self.tasks):
-            raise ConfigError(
+            raise SettingsError(
                 f"RunSettings: training settings and sampler parameters are needed for exactly the "
                 f"tasks {list(self.tasks)}"
             )
         if not set(self.model_overrides) <= set(self.tasks):
-            raise ConfigError(
+            raise SettingsError(
                 f"RunSettings: model changes for {sorted(set(self.model_overrides) - set(self.tasks))}, "
                 f"which are not among the tasks {list(self.tasks)}"
             )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crasp.tasks import MAX_LENGTH, PAD_ID
-from crasplab.train.config import ConfigError
+from crasplab.records.settings import SettingsError
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 
@@ -51,7 +51,7 @@ def effective_range(task, lo: int, hi: int, what: str = "length range") -> tuple
     produce inputs of length hi or nothing is left."""
     shortest, longest = task.min_length(), min(task.max_length(), MAX_LENGTH)
     if hi > longest or max(lo, shortest) > hi:
-        raise ConfigError(
+        raise SettingsError(
             f"task {task.code}, {what} {lo}-{hi}: not within the lengths its sampler produces "
             f"({shortest} to {longest}, with {task.parameter_summary()}); choose lengths in that range"
         )

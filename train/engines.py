@@ -37,7 +37,7 @@ from pathlib import Path
 from crasplab.errors import LabError
 from crasplab.records.job_folder import JobFolder
 from crasplab.records.files import append_jsonl, write_json
-from crasplab.train.config import ConfigError
+from crasplab.records.settings import SettingsError
 from crasplab.train.loop import Job, is_done
 from crasplab.train.accelerator import DeviceSettings, default_sampler_processes, run_on_device
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, accelerator_path, path_name
@@ -96,11 +96,11 @@ class EngineSettings:
 
     def __post_init__(self):
         if self.engine not in ENGINES:
-            raise ConfigError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+            raise SettingsError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.ray_address is not None and self.engine != "ray":
-            raise ConfigError(f"--ray-address {self.ray_address} needs --engine ray")
+            raise SettingsError(f"--ray-address {self.ray_address} needs --engine ray")
         if not 0.0 <= self.gpu_share <= 1.0 or (self.gpu_share and self.engine != "ray"):
-            raise ConfigError(f"--gpu-share must be in [0, 1] and needs --engine ray, got {self.gpu_share}")
+            raise SettingsError(f"--gpu-share must be in [0, 1] and needs --engine ray, got {self.gpu_share}")
         if self.stack_size is not None:
             self._check_stack_size()
         for name, (flag, in_range, accepted) in DEVICE_FLAGS.items():
@@ -109,12 +109,12 @@ class EngineSettings:
 
     def _check_stack_size(self) -> None:
         if self.stack_size < 1:
-            raise ConfigError(
+            raise SettingsError(
                 f"--stack-size must be at least 1 (or left out: all seeds of a task), got {self.stack_size}"
             )
         on_cpu_jobs = not self.gpu_share if self.engine == "ray" else not accelerator_path()
         if on_cpu_jobs:
-            raise ConfigError(
+            raise SettingsError(
                 f"--stack-size {self.stack_size} applies only where seeds train as stacks: with --engine ray "
                 "and --gpu-share above 0, or with --engine local on an accelerator; here each job runs alone "
                 "on a CPU core, so leave it out"
@@ -122,9 +122,9 @@ class EngineSettings:
 
     def _check_device_flag(self, flag: str, value: float, in_range: bool, accepted: str) -> None:
         if not in_range:
-            raise ConfigError(f"{flag} must be {accepted}, got {value:g}")
+            raise SettingsError(f"{flag} must be {accepted}, got {value:g}")
         if self.engine != "local" or not accelerator_path():
-            raise ConfigError(
+            raise SettingsError(
                 f"{flag} applies to the accelerator path only (--engine local on a GPU or TPU, or on a CPU with "
                 f"{ACCELERATOR_PATH_ENV}={REHEARSE}); here jobs run one per CPU core, so leave it out"
             )

@@ -31,7 +31,8 @@ from crasplab.records.files import append_jsonl, read_jsonl, write_json, write_j
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from crasplab.train.compile_cache import use_compile_cache
-from crasplab.train.config import ConfigError, ModelSettings, TrainConfig
+from crasplab.train.config import ModelSettings, TrainConfig
+from crasplab.records.settings import SettingsError
 from crasplab.train.provenance import provenance
 from crasplab.train.sampling import BatchStream, StackBatches
 from crasplab.train.data import LengthBuckets, effective_range, sequence_length
@@ -124,7 +125,7 @@ class TaskSetup:
         longest = sequence_length(task, max(hi for _, hi in bins + [train_range]))
         max_positions = job.train.max_positions or longest
         if max_positions < longest:
-            raise ConfigError(
+            raise SettingsError(
                 f"task {task.code}: max_positions={max_positions} is below the longest "
                 f"string ({longest} tokens); raise max_positions or shorten the test bins"
             )

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import jax
 
-from crasplab.train.config import ConfigError
+from crasplab.records.settings import SettingsError
 
 PROVENANCE_FILE = "provenance.jsonl"
 NUMERIC_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy")
@@ -42,8 +42,8 @@ LAB_CODE = ("crasp/", "crasplab/", "train/", "models/", "experiments/", "pyproje
 SOURCE_MANIFEST_FILE = "lab-source.json"
 
 
-class UncommittedLabError(ConfigError):
-    """A protocol run was asked to start from code that no commit holds (a ConfigError, so that
+class UncommittedLabError(SettingsError):
+    """A protocol run was asked to start from code that no commit holds (a SettingsError, so that
     the scripts print it as the refusal of a setting, without a traceback)."""
 
 

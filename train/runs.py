@@ -47,9 +47,7 @@ def read_job(folder: Path | str) -> Job:
     files = JobFolder(Path(folder))
     values = files.read_job_values()
     try:
-        job = Job.from_dict(values)
-        job.model.validate()
-        job.train.validate()
+        job = Job.from_dict(values)  # its settings validate themselves as they are built
     except (TypeError, KeyError, ValueError) as error:
         raise file_problem(
             files.job_file, f"a job that does not read ({type(error).__name__}: {error})", JOB_FIX

@@ -37,12 +37,12 @@ from crasplab.reports.protocol import (
     write_protocol,
 )
 from crasplab.records.run_folder import open_run_folder
+from crasplab.records.settings import SettingsError
 from crasplab.reports.verdicts import Protocol
 from crasplab.train.config import (
     PRESETS,
     PROTOCOL_PRESETS,
     PROTOCOL_REHEARSAL,
-    ConfigError,
     RunSettings,
     bins_for_train_lengths,
 )
@@ -76,11 +76,11 @@ def run_settings(request: RunRequest) -> RunSettings:
     """config.json of the run: the preset with the request's changes applied (training settings
     per task: the preset's per-task changes first, the request's over them)."""
     if request.protocol and request.preset not in (None, *PROTOCOL_PRESETS):
-        raise ConfigError(
+        raise SettingsError(
             f"--protocol runs one of the presets {', '.join(PROTOCOL_PRESETS)}; --preset {request.preset} is another"
         )
     if request.protocol and request.seeds:
-        raise ConfigError("--protocol chooses its own seeds (fresh ones, until enough fit); leave out --seeds")
+        raise SettingsError("--protocol chooses its own seeds (fresh ones, until enough fit); leave out --seeds")
     default_preset = PRESETS[request.preset or PROTOCOL_PRESETS[0]] if request.protocol else None
     preset = default_preset or chosen_preset(request.preset, PRESETS)
     changes = dict(request.train_changes)
@@ -96,7 +96,7 @@ def run_settings(request: RunRequest) -> RunSettings:
     drawn = (tuple(SAMPLERS[sampler]) or NON_UNIQUE_RETRIEVAL) if sampler else ()
     tasks = tuple(request.tasks or drawn or preset.tasks)
     if sampler and (others := [task for task in tasks if task not in drawn]):
-        raise ConfigError(
+        raise SettingsError(
             f"--sampler {sampler} chooses the sampler of {', '.join(drawn)}; "
             f"it does not apply to {', '.join(others)}: leave them out of --tasks"
         )
@@ -134,7 +134,7 @@ class Invocation:
 
     @classmethod
     def of(cls, request: RunRequest, engine: EngineSettings, show_progress: bool = True) -> Invocation:
-        """The request's settings, validated (ConfigError, TaskError otherwise)."""
+        """The request's settings, validated (SettingsError, TaskError otherwise)."""
         settings = run_settings(request)
         protocol = protocol_for(settings.model.pe, settings.threshold) if request.protocol else None
         return cls(settings, request.sampler, protocol, engine, show_progress)
@@ -149,7 +149,7 @@ def check_protocol_sizes(jobs: list[Job], setups: dict, protocol: Protocol) -> N
         if sizes[0] < protocol.min_train_strings or min(sizes[1:], default=protocol.min_bin_strings) < (
             protocol.min_bin_strings
         ):
-            raise ConfigError(
+            raise SettingsError(
                 f"{job.task_code}: the protocol needs {protocol.min_train_strings} training-length "
                 f"strings and {protocol.min_bin_strings} per test bin; --eval-examples-per-length "
                 f"{per_length} gives {sizes}"

@@ -67,9 +67,6 @@ class FinetuneConfig(Settings):
         default="float32", metadata=setting_help("compute dtype (parameters and optimizer state stay float32)")
     )
 
-    def __post_init__(self):
-        self.validate()  # an invalid FinetuneConfig cannot exist
-
     def optimizer_config(self) -> TrainConfig:
         """The TrainConfig that train.steps.make_optimizer reads (and that checks the shared settings)."""
         return TrainConfig(
@@ -83,7 +80,7 @@ class FinetuneConfig(Settings):
             max_steps=self.max_steps,
             log_every=self.log_every,
             checkpoint_every=self.checkpoint_every,
-        ).validate()
+        )
 
     def validate(self) -> FinetuneConfig:
         require = lambda condition, message: require_setting("FinetuneConfig", condition, message)  # noqa: E731

@@ -173,7 +173,7 @@ def read_run_settings(
     config = read_run_config(path, settings_type.recorded() + facts, experiment, settings_type.upgrade_config)
     try:
         settings_type.from_config(config)
-    except ValueError as error:  # SettingsError, or a check of a nested type (a TaskError, a ConfigError)
+    except ValueError as error:  # SettingsError, or a check of a nested type (a TaskError, a SettingsError)
         raise RunFolderError(
             f"{Path(path) / CONFIG_FILE}: {error}. The file is not as {experiment} wrote it: restore "
             "it, or run the experiment again into another --out"

@@ -66,7 +66,7 @@ def candidate_config(candidate: dict) -> TrainConfig:
         log_every=100,
         checkpoint_every=candidate["steps"],
         max_positions=candidate.get("max_positions", 0),
-    ).validate()
+    )
 
 
 def main() -> None:

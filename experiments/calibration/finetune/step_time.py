@@ -26,7 +26,7 @@ def main() -> None:
     if method.startswith("lora"):
         rank = int(method.removeprefix("lora"))
         model = with_lora(model, rank, 2.0 * rank, seed=0)
-    optimizer = make_optimizer(FinetuneConfig(learning_rate=1e-5, max_steps=100).validate().optimizer_config())
+    optimizer = make_optimizer(FinetuneConfig(learning_rate=1e-5, max_steps=100).optimizer_config())
     graphdef, rest, params_S, opt_state_S = init_stack([model], optimizer)
     del model
     step = make_train_step(graphdef, rest, optimizer)
