@@ -1,13 +1,16 @@
 """A run records what decides its bits, and its report says when its jobs ran under different
 machines or versions (whose numbers for the same seed need not be equal)."""
 
+import os
 import shutil
 import subprocess
 
 import pytest
 
 from crasplab.reports.length_gen import commits_markdown, environments, environments_markdown, job_commits
+from crasplab.train.loop import Job, run_stack
 from crasplab.train.provenance import (
+    RUN_COMMIT_ENV,
     SOURCE_MANIFEST_FILE,
     UncommittedLabError,
     bits_key,
@@ -15,9 +18,12 @@ from crasplab.train.provenance import (
     lab_commit,
     provenance,
     require_committed_lab,
+    require_run_commit,
+    training_at,
     uncommitted_lab_files,
     write_source_manifest,
 )
+from tests.tiny import TINY_MODEL, tiny_config
 
 CPUINFO = """processor\t: 0
 model name\t: Example CPU @ 2.00GHz
@@ -138,3 +144,33 @@ def test_a_report_names_the_commits_that_trained_its_jobs():
     text = commits_markdown(commits)
     assert "- abc: UF seeds 1, 2" in text
     assert "- def+changes (uncommitted changes: no commit holds the code): UF seed 2" in text
+
+
+def test_each_stack_of_a_protocol_run_starts_only_on_the_commit_the_run_started_from(tmp_path):
+    """A worker started late in a run imports the code as it is then: it refuses to train when that
+    is no longer the run's commit, edited or committed since."""
+    repo = _lab_checkout(tmp_path)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    require_run_commit(source=repo)  # outside a protocol run: nothing to check
+    with training_at(head):
+        require_run_commit(source=repo)
+        (repo / "README.md").write_text("edited\n")  # documents do not decide the numbers
+        require_run_commit(source=repo)
+        (repo / "crasp" / "tasks.py").write_text("X = 2\n")
+        with pytest.raises(UncommittedLabError, match=f"started at commit {head}.*uncommitted"):
+            require_run_commit(source=repo)
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "edit")
+        with pytest.raises(
+            UncommittedLabError, match=f"started at commit {head}, and the lab's code is now [0-9a-f]{{40}}"
+        ):
+            require_run_commit(source=repo)
+    assert RUN_COMMIT_ENV not in os.environ
+
+
+def test_a_stack_refuses_to_train_on_another_commit_than_its_runs_before_writing_anything(tmp_path):
+    job = Job(
+        "UF", 0, TINY_MODEL, tiny_config(), task_overrides=dict(alphabet_size=8), out_dir=str(tmp_path / "UF" / "seed0")
+    )
+    with training_at("0" * 40), pytest.raises(UncommittedLabError, match="started at commit 0000"):
+        run_stack([job])
+    assert not (tmp_path / "UF" / "seed0" / "metrics.jsonl").exists()

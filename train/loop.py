@@ -33,7 +33,7 @@ from crasplab.train.checkpoint import CheckpointError, load_checkpoint, read_che
 from crasplab.train.compile_cache import use_compile_cache
 from crasplab.train.config import ModelSettings, TrainConfig
 from crasplab.records.settings import SettingsError
-from crasplab.train.provenance import provenance
+from crasplab.train.provenance import provenance, require_run_commit
 from crasplab.train.sampling import BatchStream, StackBatches
 from crasplab.train.data import LengthBuckets, effective_range, sequence_length
 from crasplab.train.evaluate import build_eval_sets, eval_rows, greedy_disagreements, teacher_forced_exact, unstack
@@ -189,6 +189,7 @@ def run_stack(
         raise ValueError(f"run_stack: the jobs differ in more than the seed: {mismatch}; run them separately")
     pending = [job for job in jobs if not is_done(job)]
     if pending:
+        require_run_commit(pending[0].folder.resolve().parents[1])  # the run folder: task/seed<k> below it
         keep_freed_memory()
         use_compile_cache()
         for same_start in by_resume_step(pending):

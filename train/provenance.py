@@ -8,7 +8,11 @@ the 1e-6 level, then diverge). So every process that trains a job appends one li
 model and its instruction-set flags, and XLA's flags, with the step it started from.
 
 A protocol run (whose jobs a report counts) starts only from a committed checkout
-(`require_committed_lab`), so that each job's commit names the code that trained it. A machine
+(`require_committed_lab`), so that each job's commit names the code that trained it, and every
+stack of its jobs starts only on that same commit (`training_at` and `require_run_commit`): a
+worker process started an hour into a run imports the files as they are then, and three of the
+five jobs of one run (protocol-clip-ape-ub4, 2026-12-04) were trained so while the code was being
+edited, recording "+changes" and three different commits. A machine
 that gets the lab's files without its .git folder (a lent GPU: benchmarks/gpu_run.py) learns its
 commit from lab-source.json, written in the committed checkout before the files travel: the commit
 and a digest of every code file, each checked against the file there. The lab
@@ -19,6 +23,7 @@ provenance of 81 of 190 headline jobs had left open which code trained them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,6 +45,9 @@ LAB_CODE = ("crasp/", "crasplab/", "train/", "models/", "experiments/", "pyproje
 
 
 SOURCE_MANIFEST_FILE = "lab-source.json"
+# The commit a protocol run started from, in the environment of every process that trains its
+# jobs (worker processes inherit it, Ray tasks get it with the workers' environment).
+RUN_COMMIT_ENV = "CRASPLAB_RUN_COMMIT"
 
 
 class UncommittedLabError(SettingsError):
@@ -182,6 +190,41 @@ def require_committed_lab(run_dir: Path | None = None, source: Path = SOURCE) ->
             "and run again"
         )
     return _git(source, "rev-parse", "HEAD").stdout.strip()
+
+
+@contextlib.contextmanager
+def training_at(commit: str):
+    """The jobs trained in this block, here and in the processes it starts, start only on `commit`
+    (require_run_commit)."""
+    before = os.environ.get(RUN_COMMIT_ENV)
+    os.environ[RUN_COMMIT_ENV] = commit
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[RUN_COMMIT_ENV]
+        else:
+            os.environ[RUN_COMMIT_ENV] = before
+
+
+def require_run_commit(run_dir: Path | None = None, source: Path = SOURCE) -> None:
+    """Within `training_at(commit)` (in this process or the one that started it): an
+    UncommittedLabError unless the lab's code is still that commit's, so that a job trained now
+    is trained by the code its run names. Elsewhere, nothing."""
+    expected = os.environ.get(RUN_COMMIT_ENV)
+    if expected is None:
+        return
+    try:
+        now = require_committed_lab(run_dir, source)
+    except UncommittedLabError as error:
+        now = f"uncommitted ({error})"
+    if now != expected:
+        raise UncommittedLabError(
+            f"this protocol run started at commit {expected}, and the lab's code is now {now}: a job trained "
+            f"now would not be trained by the code its run names. Let the run end before changing the code, "
+            "or stop it, commit, and run the same command again (finished jobs are kept, unfinished ones "
+            "resume at the new commit, which their provenance records)"
+        )
 
 
 def cpu_description(cpuinfo: str) -> dict:

@@ -6,6 +6,7 @@ RunRequest and calls these; experiments/paper_grid.py and the benchmarks call th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -48,7 +49,7 @@ from crasplab.train.config import (
 )
 from crasplab.train.engines import EngineError, EngineSettings, run_jobs_on
 from crasplab.train.loop import Job
-from crasplab.train.provenance import require_committed_lab
+from crasplab.train.provenance import require_committed_lab, training_at
 from crasplab.train.runs import check_jobs, make_jobs
 
 
@@ -160,8 +161,10 @@ def run(settings: Invocation, run_dir: Path) -> None:
     """Train what the run folder lacks (resuming unfinished jobs), after checking everything that
     could fail before the first file is written; each invocation's wall time goes to invocations.jsonl.
     A protocol run's discrimination checks are made in helper processes while it trains."""
-    if settings.protocol is not None and settings.run.preset != PROTOCOL_REHEARSAL.name:
-        require_committed_lab(run_dir)  # its jobs are counted: each must name the commit that trained it
+    counted = settings.protocol is not None and settings.run.preset != PROTOCOL_REHEARSAL.name
+    # A counted run's jobs must each name the commit that trained them: it starts only from
+    # committed code, and each of its stacks only on that commit.
+    commit = require_committed_lab(run_dir) if counted else None
     jobs = make_jobs(settings.run, run_dir)
     setups = check_jobs(jobs, run_dir)
     if settings.protocol is not None:
@@ -175,7 +178,10 @@ def run(settings: Invocation, run_dir: Path) -> None:
     start, started = time.monotonic(), datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     finished = False
     try:
-        with settings_predictions_alongside(settings.run, with_discrimination=checking) as predictions:
+        with (
+            training_at(commit) if commit else contextlib.nullcontext(),
+            settings_predictions_alongside(settings.run, with_discrimination=checking) as predictions,
+        ):
             if not checking:
                 write_predictions(run_dir, predictions())  # written once: a no-op for a resumed run
             if settings.protocol is None:
