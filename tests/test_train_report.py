@@ -435,8 +435,9 @@ def test_the_headline_refuses_runs_of_two_recipes():
 
 def test_the_headline_compares_the_model_too_and_controls_each_task_at_its_depth():
     """Runs of another model width are another recipe; NB, trained at 4 layers, counts only where UB
-    at 4 layers generalizes (no run holds it: not counted), NF where UF at its depth does, from
-    whichever run of the encoding holds it."""
+    at 4 layers generalizes (without a run that holds it: not counted, "not run"; with the kept UB
+    run at 4 layers: not counted, for its verdicts), NF where UF at its depth does, from whichever
+    run of the encoding holds it."""
     import copy
 
     from experiments.calibration import protocol_table
@@ -456,6 +457,12 @@ def test_the_headline_compares_the_model_too_and_controls_each_task_at_its_depth
     config["model_overrides"] = {"UB": {"n_layers": 4}}
     cells = protocol_table.headline_cells(deeper)["ape"]
     assert all(b["control"]["verdict"] == "generalizes" for b in cells[("NB", 4, "paper's")]["bins"])
+    with_control = protocol_table.committed_runs(("protocol-clip-ape-nb", "protocol-clip-ape-ub4"))
+    nb_bins = protocol_table.headline_cells(with_control)["ape"][("NB", 4, "paper's")]["bins"]
+    assert [b["control"]["verdict"] for b in nb_bins] == ["mixed", "fails"]
+    assert "NB 21-30: its control UB at 4 layers mixed; NB 31-40: its control UB at 4 layers fails" in (
+        protocol_table.headline(with_control)
+    )
 
 
 def test_a_row_with_too_few_fitted_seeds_reads_alike_whether_none_or_some_fit():

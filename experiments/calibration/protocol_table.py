@@ -35,6 +35,7 @@ CURRENT_RUNS = (
     "protocol-clip-ape",
     "protocol-clip-ape-copying",
     "protocol-clip-ape-nb",
+    "protocol-clip-ape-ub4",
     "protocol-clip-rope-unique",
     "protocol-clip-rope-copying",
     "protocol-clip-rope-nb",
