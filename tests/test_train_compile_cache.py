@@ -4,6 +4,7 @@ numbers as the job that filled it."""
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
+import crasplab.train.compile_cache as compile_cache_module
 from tests.tiny import TINY_MODEL, tiny_config
 from crasplab.train.compile_cache import CACHE_ENV, compile_cache_folder, use_compile_cache
 from crasplab.train.loop import Job, run_job
@@ -22,9 +23,13 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
 
 @pytest.fixture
 def fresh_cache(monkeypatch, tmp_path):
-    """A cache folder of this test's own, used from a pristine cache state, and the state reset after."""
+    """A cache folder of this test's own, used from a pristine cache state, and the state reset
+    after. Every program is stored, however fast it compiles: with the lab's threshold a program
+    compiling near it on a loaded machine is skipped by one job and stored by the next, which
+    this test would read as a miss."""
     folder = tmp_path / "xla"
     monkeypatch.setenv(CACHE_ENV, str(folder))
+    monkeypatch.setattr(compile_cache_module, "MIN_COMPILE_SECONDS", 0.0)
     compilation_cache.reset_cache()
     yield folder
     compilation_cache.reset_cache()
