@@ -148,7 +148,8 @@ def test_a_report_names_the_commits_that_trained_its_jobs():
 
 def test_each_stack_of_a_protocol_run_starts_only_on_the_commit_the_run_started_from(tmp_path):
     """A worker started late in a run imports the code as it is then: it refuses to train when that
-    is no longer the run's commit, edited or committed since."""
+    is no longer the run's code, edited or committed since (a commit of documents alone changes
+    nothing it runs)."""
     repo = _lab_checkout(tmp_path)
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     require_run_commit(source=repo)  # outside a protocol run: nothing to check
@@ -159,6 +160,10 @@ def test_each_stack_of_a_protocol_run_starts_only_on_the_commit_the_run_started_
         (repo / "crasp" / "tasks.py").write_text("X = 2\n")
         with pytest.raises(UncommittedLabError, match=f"started at commit {head}.*uncommitted"):
             require_run_commit(source=repo)
+        (repo / "crasp" / "tasks.py").write_text("X = 1\n")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "documents only")
+        require_run_commit(source=repo)  # a new commit, the same code
+        (repo / "crasp" / "tasks.py").write_text("X = 2\n")
         _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "edit")
         with pytest.raises(
             UncommittedLabError, match=f"started at commit {head}, and the lab's code is now [0-9a-f]{{40}}"

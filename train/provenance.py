@@ -218,13 +218,23 @@ def require_run_commit(run_dir: Path | None = None, source: Path = SOURCE) -> No
         now = require_committed_lab(run_dir, source)
     except UncommittedLabError as error:
         now = f"uncommitted ({error})"
-    if now != expected:
+    if now != expected and not _same_lab_code(expected, now, source):
         raise UncommittedLabError(
             f"this protocol run started at commit {expected}, and the lab's code is now {now}: a job trained "
             f"now would not be trained by the code its run names. Let the run end before changing the code, "
             "or stop it, commit, and run the same command again (finished jobs are kept, unfinished ones "
             "resume at the new commit, which their provenance records)"
         )
+
+
+def _same_lab_code(commit: str, other: str, source: Path) -> bool:
+    """Whether two commits hold the same code files (LAB_CODE): a commit of documents or tests
+    made during a run changes nothing its jobs run. False where git cannot tell."""
+    try:
+        diff = _git(source, "diff", "--quiet", commit, other, "--", *LAB_CODE)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return diff.returncode == 0
 
 
 def cpu_description(cpuinfo: str) -> dict:
