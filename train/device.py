@@ -17,10 +17,10 @@ never the JAX backend directly, so that nothing escapes the rehearsal.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from crasplab.errors import LabError
+from crasplab.train.environment import environment_variable
 
 ACCELERATOR_PATH_ENV = "CRASPLAB_ACCELERATOR_PATH"
 REHEARSE = "rehearse"
@@ -54,15 +54,6 @@ def path_name() -> str:
     return "the accelerator path rehearsed on the CPU" if accelerator_path() else "the CPU"
 
 
-@contextlib.contextmanager
 def rehearsing_accelerator_path():
     """Within the block, and in the processes it starts, take the accelerator's path."""
-    before = os.environ.get(ACCELERATOR_PATH_ENV)
-    os.environ[ACCELERATOR_PATH_ENV] = REHEARSE
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[ACCELERATOR_PATH_ENV]
-        else:
-            os.environ[ACCELERATOR_PATH_ENV] = before
+    return environment_variable(ACCELERATOR_PATH_ENV, REHEARSE)

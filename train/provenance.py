@@ -23,7 +23,6 @@ provenance of 81 of 190 headline jobs had left open which code trained them.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 import jax
 
 from crasplab.records.settings import SettingsError
+from crasplab.train.environment import environment_variable
 
 PROVENANCE_FILE = "provenance.jsonl"
 NUMERIC_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy")
@@ -192,19 +192,10 @@ def require_committed_lab(run_dir: Path | None = None, source: Path = SOURCE) ->
     return _git(source, "rev-parse", "HEAD").stdout.strip()
 
 
-@contextlib.contextmanager
 def training_at(commit: str):
     """The jobs trained in this block, here and in the processes it starts, start only on `commit`
     (require_run_commit)."""
-    before = os.environ.get(RUN_COMMIT_ENV)
-    os.environ[RUN_COMMIT_ENV] = commit
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[RUN_COMMIT_ENV]
-        else:
-            os.environ[RUN_COMMIT_ENV] = before
+    return environment_variable(RUN_COMMIT_ENV, commit)
 
 
 def require_run_commit(run_dir: Path | None = None, source: Path = SOURCE) -> None:

@@ -20,7 +20,6 @@ import contextlib
 import functools
 import json
 import multiprocessing
-import os
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import numpy as np
 
 from crasp.tasks import get_task
 from crasplab.train.data import TRAIN_STREAM, LengthBuckets, batch_rng, sample_training_batch, stack_batches
+from crasplab.train.environment import environment_variable
 
 # Steps sampled ahead of the one being trained: enough to cover a slow sample or a busy pool,
 # few enough that a stack that stops early wastes little.
@@ -101,21 +101,12 @@ class BatchStream:
         self.ahead.clear()
 
 
-@contextlib.contextmanager
-def cpu_only_children() -> Iterator[None]:
+def cpu_only_children():
     """Processes started in this block run JAX on the CPU: a helper that computes with numpy, and
     touched JAX on a GPU machine, would take its own share of the device's memory (JAX takes 75% of
     a GPU in each process). A child copies the environment as it starts; this process's JAX read
     its own at import, so the setting changes nothing here."""
-    before = os.environ.get(JAX_PLATFORMS_ENV)
-    os.environ[JAX_PLATFORMS_ENV] = "cpu"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[JAX_PLATFORMS_ENV]
-        else:
-            os.environ[JAX_PLATFORMS_ENV] = before
+    return environment_variable(JAX_PLATFORMS_ENV, "cpu")
 
 
 @contextlib.contextmanager
