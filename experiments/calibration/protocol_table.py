@@ -45,6 +45,7 @@ CURRENT_RUNS = (
     "protocol-clip-nope-last",
     "protocol-clip-nope-spread",
     "protocol-clip-nope-copying",
+    "protocol-clip-nope-nb",
 )
 EARLIER_RUNS = (
     "protocol16k-ape-unique",
