@@ -425,6 +425,7 @@ class _StackRun:
         return dict(
             task=self.jobs[index].task_code,
             seed=self.jobs[index].seed,
+            folder=str(self.jobs[index].folder),
             step=self.step,
             max_steps=self.config.max_steps,
             loss=float(self.last_losses[index]),

@@ -121,8 +121,9 @@ class TaskBars:
         by_task = defaultdict(list)
         for job in jobs:
             by_task[job.task_code].append(job)
-        self.jobs = {(job.task_code, job.seed): job for job in jobs}
-        self.done: set[tuple[str, int]] = set()
+        # By folder: a sweep trains one task and seed in several configurations, each its own job.
+        self.jobs = {str(job.folder): job for job in jobs}
+        self.done: set[str] = set()
         width = max(len(code) for code in by_task)
         self.bars = {
             code: tqdm(
@@ -151,8 +152,8 @@ class TaskBars:
         """A report from a training job (train.loop); one marked done ends the job's part of its bar."""
         key = (progress["task"], progress["seed"])
         if progress.get("done"):
-            self._finish(self.jobs[key])
-        if key in self.done or self.status.get(key) == progress:
+            self._finish(self.jobs[progress["folder"]])
+        if progress.get("folder") in self.done or self.status.get(key) == progress:
             return
         bar = self.bars[progress["task"]]
         bar.update(progress["step"] - self.steps[key])
@@ -192,9 +193,9 @@ class TaskBars:
 
     def _finish(self, job: Job) -> None:
         key = (job.task_code, job.seed)
-        if key in self.done:  # reported done by the job itself, then by the engine that ran it
+        if str(job.folder) in self.done:  # reported done by the job itself, then by the engine that ran it
             return
-        self.done.add(key)
+        self.done.add(str(job.folder))
         self.bars[job.task_code].update(job.train.max_steps - self.steps[key])
         self.steps[key] = job.train.max_steps
         self.bars[job.task_code].refresh()
