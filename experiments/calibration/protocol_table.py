@@ -39,6 +39,7 @@ CURRENT_RUNS = (
     "protocol-clip-rope-unique",
     "protocol-clip-rope-copying",
     "protocol-clip-rope-nb",
+    "protocol-clip-rope-ub4",
     "protocol-clip-rope",
     "protocol-clip-rope-spread",
     "protocol-clip-nope",
@@ -46,6 +47,7 @@ CURRENT_RUNS = (
     "protocol-clip-nope-spread",
     "protocol-clip-nope-copying",
     "protocol-clip-nope-nb",
+    "protocol-clip-nope-ub4",
 )
 EARLIER_RUNS = (
     "protocol16k-ape-unique",
