@@ -155,7 +155,7 @@ def run(settings: FinetuneSettings, out: Path, show_progress: bool = True) -> No
     open_run_folder(
         out,
         dict(
-            settings.to_config(),
+            settings.to_dict(),
             model_path=str(pretrained.path),
             architecture=pretrained.architecture,
             retrieval_alphabet=RETRIEVAL_ALPHABET,

@@ -344,7 +344,7 @@ def run(settings: MechanismSettings, out: Path) -> None:
         out,
         {
             **subject.description,
-            **settings.to_config(),
+            **settings.to_dict(),
             "position": model_config.position,
             "n_layers": model_config.n_layers,
             "n_heads": model_config.n_heads,

@@ -95,7 +95,7 @@ def run(settings: PretrainedSettings, out: Path) -> None:
     batches = prompt_batches(settings)
     check_batches(pretrained, batches, settings.batch_size)
     config = dict(
-        settings.to_config(),
+        settings.to_dict(),
         model_path=str(pretrained.path),
         architecture=pretrained.architecture,
         retrieval_alphabet=RETRIEVAL_ALPHABET,

@@ -112,7 +112,7 @@ def record_answers(
     known by its `key` fields. config.json holds the settings and the model loaded."""
     answer_pending(
         out,
-        dict(settings.to_config(), model_path=str(pretrained.path), architecture=pretrained.architecture),
+        dict(settings.to_dict(), model_path=str(pretrained.path), architecture=pretrained.architecture),
         [batch for cell in cells for batch in in_batches(cell, settings.batch_size)],
         answer,
         lambda record: tuple(record[field] for field in key),

@@ -9,7 +9,7 @@ import pytest
 from crasplab.cli import arguments
 from crasplab.cli.experiment import Report
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings, MechanismSettings, PretrainedSettings
-from crasplab.records.settings import ExperimentSettings, SettingsError
+from crasplab.records.settings import Settings, SettingsError
 from crasplab.incontext.finetune_config import PRESETS
 from experiments import finetune, mechanism, pretrained, realistic
 
@@ -122,7 +122,7 @@ def test_flags_given_reach_the_settings():
 
 
 @dataclass(frozen=True)
-class Toy(ExperimentSettings):
+class Toy(Settings):
     lengths: tuple[int, ...] = (1, 2)
     seed: int = 0
 

@@ -72,12 +72,12 @@ def test_training_settings_are_written_without_an_architecture():
         ({"vocab_size": 5}, ["architecture sets ['vocab_size']", "may set only n_kv_heads, d_head, block,"]),
         ({"block": "mamba"}, ["makes no model", "block='mamba'", "accepted: ('gpt2', 'llama', 'gemma3')"]),
         ({"d_head": 6, "n_kv_heads": 3}, ["makes no model", "n_heads=4 must be a multiple of n_kv_heads=3"]),
-        ([["block", "llama"]], ["architecture must be a mapping of ModelConfig fields"]),
+        ([["block", "llama"]], ['setting architecture = [["block", "llama"]] is not accepted; expected a JSON object']),
     ],
 )
 def test_an_architecture_that_makes_no_model_is_refused_saying_what_is_accepted(architecture, says):
     with pytest.raises(SettingsError) as error:
-        ModelSettings.from_dict(dict(pe="nope", n_heads=4, d_model=16, architecture=architecture))
+        ModelSettings(pe="nope", n_heads=4, d_model=16, architecture=architecture)
     for words in says:
         assert words in str(error.value)
 

@@ -163,7 +163,7 @@ def test_a_run_folder_that_cannot_be_written_is_an_error_line(tiny, tmp_path, mo
 )
 def test_a_hand_edited_config_json_is_an_error_line_on_report_only(tmp_path, key, value, message):
     settings = finetune.settings_from(finetune.build_parser().parse_args(["--preset", "quick", "--model", "m"]))
-    config = dict(settings.to_config(), architecture="gguf/llama")
+    config = dict(settings.to_dict(), architecture="gguf/llama")
     if value is None:
         del config[key]
     else:

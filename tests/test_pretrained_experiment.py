@@ -108,7 +108,7 @@ def test_intervals_contain_their_estimate_and_stay_in_range(n_a, n_b, data):
 
 def _write_run(folder, accuracy: dict[str, float], n=40):
     settings = PretrainedSettings(model="m", tasks=tuple(accuracy), lengths=(10,), n=n)
-    config = dict(settings.to_config(), architecture="gguf/llama")
+    config = dict(settings.to_dict(), architecture="gguf/llama")
     (folder / "config.json").write_text(json.dumps(config))
     records = [
         dict(task=task, length=10, index=i, correct=i < round(p * n), seconds=0.5)

@@ -194,7 +194,7 @@ def test_report_only_on_a_folder_without_a_run_is_a_clear_error(tmp_path, experi
 
 
 def _write(folder, settings, records: list[dict]):
-    (folder / "config.json").write_text(json.dumps(dict(settings.to_config(), architecture="gguf/llama")))
+    (folder / "config.json").write_text(json.dumps(dict(settings.to_dict(), architecture="gguf/llama")))
     (folder / "results.jsonl").write_text("".join(json.dumps(dict(r, seconds=1.0)) + "\n" for r in records))
 
 

@@ -30,7 +30,7 @@ from crasplab.records.run_folder import (
     read_run_config,
     read_run_settings,
 )
-from crasplab.records.settings import ExperimentSettings, SettingsError
+from crasplab.records.settings import Settings, SettingsError
 
 SETTINGS = dict(pe="ape", tasks=["UF"], seeds=[0, 1], threshold=0.9, bins=((1, 10), (11, 20)))
 
@@ -185,7 +185,7 @@ def test_a_read_only_folder_is_an_error_naming_the_file_not_a_traceback(tmp_path
 
 
 @dataclass(frozen=True)
-class ToySettings(ExperimentSettings):
+class ToySettings(Settings):
     tasks: tuple[str, ...] = ("UF",)
     seed: int = 0
     threshold: float = 0.9
@@ -213,7 +213,7 @@ class ToySettings(ExperimentSettings):
     ids=["missing-seed", "tasks-a-string", "threshold-a-word", "threshold-out-of-range", "seed-a-boolean", "repeated"],
 )
 def test_a_hand_edited_config_is_refused_naming_the_setting(tmp_path, edit, message):
-    config = ToySettings().to_config()
+    config = ToySettings().to_dict()
     del config["batch_size"]  # a setting that does not change the numbers may be absent (older runs)
     assert read_run_settings(_with_config(tmp_path, config), ToySettings, "the toy") == config
     edit(config)
@@ -229,7 +229,7 @@ def _with_config(folder, config: dict):
 @given(lengths=st.lists(st.integers(1, 9), min_size=1, max_size=6))
 def test_a_list_setting_is_accepted_exactly_when_no_value_repeats(lengths):
     @dataclass(frozen=True)
-    class Lengths(ExperimentSettings):
+    class Lengths(Settings):
         lengths: tuple[int, ...] = (1,)
 
     if len(set(lengths)) == len(lengths):

@@ -7,18 +7,20 @@ import json
 
 import pytest
 
+from crasplab.cli.sweep import SweepSettings, sweep_jobs, sweep_settings_of, verdict_settings
+from crasplab.records.run_folder import RunFolderError
 from crasplab.reports.selection import SELECTED, Configuration, NONE_FITS
 from crasplab.train.config import QUICK
 from experiments import sweep
 
 
-def config_for(*flags: str) -> dict:
+def config_for(*flags: str) -> SweepSettings:
     return sweep.sweep_config(sweep.build_parser().parse_args(list(flags)))
 
 
 def test_every_sweep_run_is_evaluated_on_the_training_bin_and_the_validation_bin_only(tmp_path):
     config = config_for("--tasks", "UL", "NF", "--grid", "small", "--lr", "1e-3", "3e-4", "--sweep-seeds", "0", "1")
-    jobs = sweep.sweep_jobs(config, tmp_path)
+    jobs = sweep_jobs(config, tmp_path)
     assert len(jobs) == 2 * 8 * 2 * 2  # tasks x (layers x heads x widths) x learning rates x seeds
     assert {job.train.test_bins for job in jobs} == {((1, 20), (21, 30))}  # quick: the verdict judges on 31-40
     assert {job.train.learning_rate for job in jobs} == {1e-3, 3e-4}
@@ -38,10 +40,10 @@ def test_the_verdict_trains_each_task_s_chosen_configuration_with_the_preset_s_b
         tasks={
             "UL": dict(status=SELECTED, selected=vars(chosen)),
             "NF": dict(status=NONE_FITS, selected=None),
-            "UR": dict(status=SELECTED, selected=vars(Configuration(4, 4, 256, 1e-3))),
+            "UR": dict(status=SELECTED, selected=Configuration(4, 4, 256, 1e-3).to_dict()),
         }
     )
-    settings = sweep.verdict_settings(config, selection)
+    settings = verdict_settings(config, selection)
     assert settings.tasks == ("UL", "UR") and settings.seeds == (0, 1, 2)  # NF: nothing fit, no verdict
     model = settings.model_for("UL")
     assert (model.n_layers, model.n_heads, model.d_model, model.d_ff) == (1, 2, 16, 0)
@@ -81,3 +83,16 @@ def test_a_sweep_selects_trains_its_verdict_and_reports_again_from_its_files(tmp
     before = reports()
     sweep.main(["--report-only", str(out)])
     assert reports() == before
+
+
+def test_the_sweep_s_settings_come_back_from_config_json_and_a_hand_edit_is_refused_by_name(tmp_path):
+    settings = config_for("--tasks", "UL", "--grid", "small", "--max-steps", "300")
+    stored = json.loads(json.dumps(settings.to_dict()))
+    assert SweepSettings.from_dict(stored) == settings
+    (tmp_path / "config.json").write_text(json.dumps({**stored, "configurations": [dict(n_layers=0, n_heads=2)]}))
+    with pytest.raises(RunFolderError) as error:
+        sweep_settings_of(tmp_path)
+    assert "setting configurations: missing Configuration setting(s) d_model, learning_rate" in str(error.value)
+    (tmp_path / "config.json").write_text(json.dumps({**stored, "max_steps": 0}))
+    with pytest.raises(RunFolderError, match="setting max_steps = 0 is not accepted"):
+        sweep_settings_of(tmp_path)

@@ -191,7 +191,7 @@ def test_a_stacked_batch_holds_each_seeds_own_batch_and_only_padding_beside_it(s
         (dict(concurrent_stacks=0), "--concurrent-stacks must be at least 1"),
         (dict(sampler_processes=-1), "--sampler-processes must be at least 0"),
         (dict(time_limit_s=0.0), "--time-limit-minutes must be a number of minutes above 0"),
-        (dict(time_limit_s=float("nan")), "--time-limit-minutes must be a number of minutes above 0"),
+        (dict(time_limit_s=float("nan")), "setting time_limit_s = nan is not accepted; expected a finite number"),
     ],
 )
 def test_the_accelerator_settings_are_bounded(changes, message, rehearsal):

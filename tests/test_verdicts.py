@@ -22,6 +22,7 @@ from crasplab.reports.protocol import (
     recipe_rows,
     recipe_text,
 )
+from crasplab.records.settings import SettingsError
 from crasplab.reports.verdicts import (
     FAILS,
     GENERALIZES,
@@ -100,17 +101,19 @@ def test_agreement_needs_a_prediction_and_a_clear_verdict():
 
 
 @pytest.mark.parametrize(
-    "bad",
+    "bad, says",
     [
-        dict(threshold=math.nan),
-        dict(threshold=1.0),
-        dict(min_fitted_seeds=0),
-        dict(pass_fraction=0.2, fail_fraction=0.2),
+        (dict(threshold=math.nan), "setting threshold = nan is not accepted; expected a finite number"),
+        (dict(threshold=1.0), "setting threshold = 1.0 is not accepted; expected a number strictly between 0 and 1"),
+        (dict(min_fitted_seeds=0), "setting min_fitted_seeds = 0 is not accepted; expected an integer of at least 1"),
+        (dict(pass_fraction=0.2, fail_fraction=0.2), "Protocol: need 0 <= fail_fraction < pass_fraction <= 1"),
+        (dict(z="2"), "setting z = '2' is not accepted; expected a finite number"),
     ],
 )
-def test_protocol_rules_are_validated_when_made(bad):
-    with pytest.raises(ValueError, match="Protocol:"):
+def test_protocol_rules_are_validated_when_made(bad, says):
+    with pytest.raises(SettingsError) as error:
         Protocol(**bad)
+    assert says in str(error.value)
 
 
 def final(seed, train_correct, test_correct, finished=True, step=3000, n_train=2000, n_test=1000):

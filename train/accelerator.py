@@ -26,6 +26,7 @@ import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from crasplab.records.settings import Settings
 from crasplab.train.loop import Job, is_done, run_stack
 from crasplab.train.sampling import sampler_pool
 from crasplab.train.stacks import group_into_stacks, stack_cost
@@ -33,7 +34,7 @@ from crasplab.train.workers import TaskBars
 
 
 @dataclass(frozen=True)
-class DeviceSettings:
+class DeviceSettings(Settings):
     """How the accelerator path uses its device: the most seeds in a stack (None: all seeds of a
     task), stacks trained at once, processes sampling batches ahead (0: none, each thread samples
     its own), and a wall-time budget after which every stack stops unfinished (None: no limit)."""
@@ -42,6 +43,12 @@ class DeviceSettings:
     concurrent_stacks: int = 4
     sampler_processes: int = 0
     deadline_s: float | None = None
+
+    def check(self) -> None:
+        self.require(self.stack_size is None or self.stack_size >= 1, "stack_size", "at least 1, or none")
+        self.require(self.concurrent_stacks >= 1, "concurrent_stacks", "at least 1")
+        self.require(self.sampler_processes >= 0, "sampler_processes", "at least 0")
+        self.require(self.deadline_s is None or self.deadline_s > 0, "deadline_s", "seconds above 0, or none")
 
 
 def default_sampler_processes() -> int:

@@ -19,7 +19,7 @@ from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import Transformer
 from crasplab.records.job_folder import RUN_SETTINGS_KEYS
 from crasplab.records.run_folder import RunFolderError, read_run_config
-from crasplab.records.settings import SettingsError
+from crasplab.records.settings import Settings, SettingsError
 
 SCHEDULES = ("linear", "constant")
 # The block each position encoding gets, as in the official from-scratch setups of the
@@ -33,47 +33,9 @@ SET_ELSEWHERE = ("vocab_size", "max_positions", "n_layers", "n_heads", "d_model"
 ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in SET_ELSEWHERE)
 
 
-def require_setting(owner: str, condition: bool, message: str) -> None:
-    if not condition:
-        raise SettingsError(f"{owner}: {message}")
-
-
 def setting_help(text: str) -> dict:
     """Field metadata: the command line's help for this setting (see command_line_settings)."""
     return dict(help=text)
-
-
-class Settings:
-    """What every frozen settings dataclass of training shares: it validates itself when built, so
-    an invalid one cannot exist (subclasses define `validate`), and changes and JSON round trips
-    go through construction."""
-
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self):
-        """Ranges and relations between settings: a SettingsError naming what is wrong, else self."""
-        return self
-
-    def replace(self, **changes):
-        known = [f.name for f in dataclasses.fields(self)]
-        unknown = set(changes) - set(known)
-        if unknown:
-            raise SettingsError(f"unknown {type(self).__name__} setting(s) {sorted(unknown)}; known: {known}")
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict):
-        """The settings as JSON stored them (length ranges come back as lists)."""
-        values = dict(values)
-        if "train_lengths" in values:
-            values["train_lengths"] = tuple(values["train_lengths"])
-        if "test_bins" in values:
-            values["test_bins"] = tuple(tuple(b) for b in values["test_bins"])
-        return cls().replace(**values)
 
 
 @dataclass(frozen=True)
@@ -82,6 +44,8 @@ class ModelSettings(Settings):
     encoding, the vocabulary and position table from the task). `architecture` sets ModelConfig
     fields (ARCHITECTURE_FIELDS) over what the encoding implies, for a model that no encoding's
     default describes: a compiled C-RASP program (crasplab.compiler.job). Training leaves it empty."""
+
+    ADDED_LATER = ("dtype", "architecture")
 
     pe: str = field(
         default="ape",
@@ -118,17 +82,13 @@ class ModelSettings(Settings):
             del values["architecture"]  # the settings of a trained job stay as they were written before it existed
         return values
 
-    def validate(self) -> ModelSettings:
-        require = lambda condition, message: require_setting("ModelSettings", condition, message)  # noqa: E731
+    def check(self) -> None:
+        require = self.require_that
         require(self.pe in POSITIONS, f"pe must be one of {POSITIONS}, got {self.pe!r}")
         require(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         for name in ("n_layers", "n_heads", "d_model"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(self.d_ff >= 0, f"d_ff must be >= 0 (0: 4 x d_model), got {self.d_ff}")
-        require(
-            isinstance(self.architecture, dict),
-            f"architecture must be a mapping of ModelConfig fields to values, got {self.architecture!r}",
-        )
         unknown = sorted(set(self.architecture) - set(ARCHITECTURE_FIELDS))
         require(
             not unknown,
@@ -143,7 +103,6 @@ class ModelSettings(Settings):
             self.model_config(vocab_size=1, max_positions=1)
         except (TypeError, ValueError) as error:
             raise SettingsError(f"ModelSettings: architecture {self.architecture} makes no model: {error}") from None
-        return self
 
     def model_config(self, vocab_size: int, max_positions: int) -> ModelConfig:
         return ModelConfig(
@@ -172,6 +131,8 @@ class TrainConfig(Settings):
     `task.min_length()` for that task (recorded in the job's task.json). Fields with a help text
     are command-line flags of experiments/length_gen.py.
     """
+
+    ADDED_LATER = ("max_grad_norm", "test_bins_at_stop_only")
 
     train_lengths: tuple[int, int] = (1, 50)
     test_bins: tuple[tuple[int, int], ...] = ((1, 50), (51, 100), (101, 150))
@@ -244,8 +205,8 @@ class TrainConfig(Settings):
         ),
     )
 
-    def validate(self) -> TrainConfig:
-        require = lambda condition, message: require_setting("TrainConfig", condition, message)  # noqa: E731
+    def check(self) -> None:
+        require = self.require_that
         lo, hi = self.train_lengths
         require(1 <= lo <= hi, f"train_lengths must be (lo, hi) with 1 <= lo <= hi, got {self.train_lengths}")
         require(len(self.test_bins) >= 1, "test_bins must hold at least one (lo, hi) bin")
@@ -284,7 +245,6 @@ class TrainConfig(Settings):
             self.warmup_steps < self.max_steps,
             f"warmup_steps ({self.warmup_steps}) must be below max_steps ({self.max_steps})",
         )
-        return self
 
 
 def bins_for_train_lengths(
@@ -526,9 +486,11 @@ PROTOCOL_PRESETS = (PROTOCOL_QUICK.name, PROTOCOL_PAPER.name, PROTOCOL_REHEARSAL
 
 
 @dataclass(frozen=True)
-class RunSettings:
+class RunSettings(Settings):
     """What a run of experiments/length_gen.py trains: its config.json. One model (size and
     position encoding) for every task; training settings and sampler parameters per task."""
+
+    ADDED_LATER = ("model_overrides",)  # runs made before models could differ per task
 
     preset: str
     tasks: tuple[str, ...]
@@ -539,50 +501,22 @@ class RunSettings:
     task_overrides: dict[str, dict]
     model_overrides: dict[str, dict] = field(default_factory=dict)  # task -> ModelSettings changes
 
-    def __post_init__(self):
-        if len(set(self.seeds)) != len(self.seeds):
-            raise SettingsError(f"--seeds {' '.join(map(str, self.seeds))}: each seed may appear once")
-        if set(self.train) != set(self.tasks) or set(self.task_overrides) != set(self.tasks):
-            raise SettingsError(
-                f"RunSettings: training settings and sampler parameters are needed for exactly the "
-                f"tasks {list(self.tasks)}"
-            )
-        if not set(self.model_overrides) <= set(self.tasks):
-            raise SettingsError(
-                f"RunSettings: model changes for {sorted(set(self.model_overrides) - set(self.tasks))}, "
-                f"which are not among the tasks {list(self.tasks)}"
-            )
+    def check(self) -> None:
+        self.require(0 <= self.threshold <= 1, "threshold", "a number from 0 to 1 (an accuracy)")
+        self.require_that(
+            set(self.train) == set(self.tasks) and set(self.task_overrides) == set(self.tasks),
+            f"training settings and sampler parameters are needed for exactly the tasks {list(self.tasks)}",
+        )
+        self.require_that(
+            set(self.model_overrides) <= set(self.tasks),
+            f"model changes for {sorted(set(self.model_overrides) - set(self.tasks))}, which are not among the "
+            f"tasks {list(self.tasks)}",
+        )
         for task in self.model_overrides:
             self.model_for(task)  # an unknown or invalid setting fails here, before anything trains
 
     def model_for(self, task: str) -> ModelSettings:
         return self.model.replace(**self.model_overrides.get(task, {}))
-
-    def to_dict(self) -> dict:
-        return dict(
-            preset=self.preset,
-            tasks=list(self.tasks),
-            seeds=list(self.seeds),
-            threshold=self.threshold,
-            model=self.model.to_dict(),
-            train={task: config.to_dict() for task, config in self.train.items()},
-            task_overrides=self.task_overrides,
-            model_overrides=self.model_overrides,
-        )
-
-    @classmethod
-    def from_dict(cls, values: dict) -> RunSettings:
-        return cls(
-            preset=values["preset"],
-            tasks=tuple(values["tasks"]),
-            seeds=tuple(values["seeds"]),
-            threshold=values["threshold"],
-            model=ModelSettings.from_dict(values["model"]),
-            train={task: TrainConfig.from_dict(config) for task, config in values["train"].items()},
-            task_overrides=values["task_overrides"],
-            # Runs made before models could differ per task have no such entry.
-            model_overrides=values.get("model_overrides", {}),
-        )
 
     @classmethod
     def of_run(cls, run_dir: Path) -> RunSettings:

@@ -37,7 +37,7 @@ from pathlib import Path
 from crasplab.errors import LabError
 from crasplab.records.job_folder import JobFolder
 from crasplab.records.files import append_jsonl, write_json
-from crasplab.records.settings import SettingsError
+from crasplab.records.settings import Settings, SettingsError
 from crasplab.train.loop import Job, is_done
 from crasplab.train.accelerator import DeviceSettings, default_sampler_processes, run_on_device
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, accelerator_path, path_name
@@ -76,7 +76,7 @@ class EngineError(LabError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class EngineSettings:
+class EngineSettings(Settings):
     """How a grid is run: the engine, the Ray cluster's address (None: a private local cluster),
     how many jobs run at once on a private cluster or the local pool (None: one per core), the
     share of a GPU each stack of seeds takes on a cluster with GPUs (0: CPU jobs, one per task),
@@ -94,7 +94,7 @@ class EngineSettings:
     sampler_processes: int | None = None
     time_limit_s: float | None = None
 
-    def __post_init__(self):
+    def check(self) -> None:
         if self.engine not in ENGINES:
             raise SettingsError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.ray_address is not None and self.engine != "ray":

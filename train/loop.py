@@ -32,7 +32,7 @@ from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from crasplab.train.compile_cache import use_compile_cache
 from crasplab.train.config import ModelSettings, TrainConfig
-from crasplab.records.settings import SettingsError
+from crasplab.records.settings import Settings, SettingsError
 from crasplab.train.provenance import provenance, require_run_commit
 from crasplab.train.sampling import BatchStream, StackBatches
 from crasplab.train.data import LengthBuckets, effective_range, sequence_length
@@ -51,7 +51,7 @@ from crasplab.train.steps import (
 
 
 @dataclass(frozen=True)
-class Job:
+class Job(Settings):
     """One model: a task, a seed, the model (with its position encoding), the training settings,
     the task's sampler parameters and where results go."""
 
@@ -61,19 +61,6 @@ class Job:
     train: TrainConfig
     task_overrides: dict = field(default_factory=dict)
     out_dir: str = ""
-
-    def to_dict(self) -> dict:
-        return dict(dataclasses.asdict(self), model=self.model.to_dict())
-
-    @classmethod
-    def from_dict(cls, values: dict) -> Job:
-        return cls(
-            **{
-                **values,
-                "model": ModelSettings.from_dict(values["model"]),
-                "train": TrainConfig.from_dict(values["train"]),
-            }
-        )
 
     def stack_key(self) -> tuple:
         """Jobs with equal keys differ only in seed and can share one compiled step."""

@@ -262,7 +262,7 @@ def summary_markdown(summary: dict) -> str:
     agreement in one line."""
     if summary["protocol"] is not None:
         protocol = summary["protocol"]
-        return protocol_markdown(Protocol(**protocol["rules"]), protocol["rows"])
+        return protocol_markdown(Protocol.from_dict(protocol["rules"]), protocol["rows"])
     seeds = len({seed for row in summary["rows"] for seed in row["seeds"]})
     return (
         f"{markdown_table(summary)}\nagreement: {summary['agreements']} of {summary['judged']}, from {seeds} "

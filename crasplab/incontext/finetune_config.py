@@ -7,12 +7,11 @@ derives; the shared settings are validated there, by TrainConfig's own checks.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass, field
 
 from crasplab.models.config import DTYPES
-from crasplab.train.config import Settings, TrainConfig, require_setting, setting_help
+from crasplab.records.settings import Settings
+from crasplab.train.config import TrainConfig, setting_help
 
 METHODS = ("full", "lora")
 
@@ -82,15 +81,8 @@ class FinetuneConfig(Settings):
             checkpoint_every=self.checkpoint_every,
         )
 
-    def validate(self) -> FinetuneConfig:
-        require = lambda condition, message: require_setting("FinetuneConfig", condition, message)  # noqa: E731
-
-        for setting in dataclasses.fields(self):
-            value = getattr(self, setting.name)
-            require(
-                not isinstance(value, float) or math.isfinite(value),
-                f"{setting.name} must be a finite number, got {value}",
-            )
+    def check(self) -> None:
+        require = self.require_that
         require(self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}")
         require(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         for name in ("demonstrations", "demo_length", "lora_rank", "examples_per_length", "eval_batch_size"):
@@ -104,7 +96,6 @@ class FinetuneConfig(Settings):
             f"checkpoint_every ({self.checkpoint_every}) must be a multiple of log_every ({self.log_every})",
         )
         self.optimizer_config()
-        return self
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crasplab.incontext.directions import Direction
+from crasplab.records.settings import Settings
 
 LATIN_WORDS = tuple(
     """
@@ -136,7 +137,9 @@ class LoremItem:
 
 
 @dataclass(frozen=True)
-class LoremSettings:
+class LoremSettings(Settings):
+    """How the paragraphs are drawn: the part of LoremRunSettings that decides the texts."""
+
     seed: int
     demonstrations: int
     demo_length: int

@@ -18,7 +18,7 @@ from crasplab.incontext.formal_prompts import Demonstrations, check_prompt_lengt
 from crasplab.incontext.git_history import COMMANDS
 from crasplab.models.analysis import SCORES
 from crasplab.models.config import DTYPES
-from crasplab.records.settings import ExperimentSettings, SettingsError
+from crasplab.records.settings import Settings, SettingsError
 from crasplab.incontext.finetune_config import FinetuneConfig
 
 ABLATIONS = ("mean", "zero")
@@ -32,7 +32,7 @@ def _prompt_lengths(tasks, lengths, demonstrations: Demonstrations) -> None:
         raise SettingsError(str(error)) from None
 
 
-class PromptSettings(ExperimentSettings):
+class PromptSettings(Settings):
     """What the four experiments share: the model, the seed and decoding batches."""
 
     RESULTS_UNCHANGED = ("batch_size",)

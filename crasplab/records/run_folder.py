@@ -25,7 +25,7 @@ from typing import TextIO
 
 from crasplab.errors import LabError
 from crasplab.records.files import ResultFileError, cannot_write, is_temporary, remove_stale_temporaries, write_json
-from crasplab.records.settings import ExperimentSettings
+from crasplab.records.settings import Settings
 
 CONFIG_FILE = "config.json"
 # The records of the experiments that answer prompts (pretrained, realistic, finetune): one line
@@ -164,15 +164,13 @@ def read_run_config(path: Path, required: tuple[str, ...], experiment: str, upgr
     return config
 
 
-def read_run_settings(
-    path: Path, settings_type: type[ExperimentSettings], experiment: str, facts: tuple[str, ...] = ()
-) -> dict:
+def read_run_settings(path: Path, settings_type: type[Settings], experiment: str, facts: tuple[str, ...] = ()) -> dict:
     """read_run_config for a run whose settings are `settings_type`: the file must hold each of
     them, of the right kind and in range (a hand-edited file is refused here, not deep in a
     report), and the `facts` the run recorded beside them (such as the model's architecture)."""
     config = read_run_config(path, settings_type.recorded() + facts, experiment, settings_type.upgrade_config)
-    try:
-        settings_type.from_config(config)
+    try:  # config.json holds facts about the run (the model's path, ...) beside its settings
+        settings_type.from_dict({name: value for name, value in config.items() if name in settings_type.names()})
     except ValueError as error:  # SettingsError, or a check of a nested type (a TaskError, a SettingsError)
         raise RunFolderError(
             f"{Path(path) / CONFIG_FILE}: {error}. The file is not as {experiment} wrote it: restore "

@@ -1,8 +1,9 @@
-"""The settings of an experiment run: a frozen dataclass that checks itself when it is built, and
-the config.json of its run folder, written from it and read back through it.
+"""The one base of every settings dataclass of the lab (a model, its training, a run, a job, an
+experiment on a pretrained model): frozen, checked when built, so an invalid one cannot exist, and
+stored as JSON one way, `to_dict`, and read back one way, `from_dict`.
 
     @dataclass(frozen=True)
-    class MySettings(ExperimentSettings):
+    class MySettings(Settings):
         lengths: tuple[int, ...] = (10, 20)
         threshold: float = 0.9
 
@@ -10,11 +11,14 @@ the config.json of its run folder, written from it and read back through it.
             self.require(all(n >= 1 for n in self.lengths), "lengths", "input lengths of at least 1")
 
 Before `check` runs, every field is checked against its annotation (int, float, str, bool, a
-tuple of them, `X | None`, or a nested settings dataclass with `from_dict`): a float must be
-finite, a bool is not an int, a list becomes a tuple (JSON has no tuples), and a list setting may
-not hold the same value twice (it would evaluate the same prompts twice). So a hand-edited
-config.json ("tasks": "UF", "threshold": "high", a missing seed) is refused as clearly as a
-mistyped flag, naming the setting, what was given and what is accepted.
+tuple of them, a dict, `X | None`, or a nested Settings): a float must be finite, a bool is not an
+int, a list becomes a tuple (JSON has no tuples), and a list setting may not hold the same value
+twice (it would evaluate the same prompts twice). So a hand-edited file ("tasks": "UF",
+"threshold": "high", a missing seed, a misspelt name) is refused as clearly as a mistyped flag,
+naming the setting, what was given and what is accepted. SettingsError is the one error.
+
+A file written before a setting existed lacks it: the class names such settings in ADDED_LATER,
+whose defaults are what every run did before them, or upgrades the file in `upgrade_config`.
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ class SettingsError(LabError, ValueError):
     """A setting of the wrong kind or out of range: names it, what was given and what is accepted."""
 
 
-class ExperimentSettings:
-    """Base of an experiment's frozen settings dataclass; subclasses add `check()`."""
+class Settings:
+    """Base of a frozen settings dataclass; subclasses add `check()`."""
 
     # Settings that change how a run goes but not its numbers (how many prompts are decoded
-    # together): a resumed run may change them, and a config.json written before they were
-    # recorded is read with their defaults.
+    # together): a resumed run may change them, and a file written before they were recorded is
+    # read with their defaults.
     RESULTS_UNCHANGED: ClassVar[tuple[str, ...]] = ()
+    # Settings added after runs were kept whose defaults are what those runs did: a file without
+    # one is read with its default.
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
@@ -49,41 +56,73 @@ class ExperimentSettings:
         self.check()
 
     def check(self) -> None:
-        """Ranges and relations between settings; call self.require for each."""
+        """Ranges and relations between settings; call self.require or self.require_that for each."""
 
     def require(self, condition: bool, name: str, accepted: str) -> None:
+        """A check of one setting: the error shows its value and what is accepted."""
         if not condition:
             raise SettingsError(f"setting {name} = {_shown(getattr(self, name))} is not accepted; expected {accepted}")
 
+    def require_that(self, condition: bool, message: str) -> None:
+        """A check of several settings together: the error is `message`, under the class's name."""
+        if not condition:
+            raise SettingsError(f"{type(self).__name__}: {message}")
+
     def replace(self, **changes):
+        unknown = set(changes) - set(self.names())
+        if unknown:
+            raise SettingsError(
+                f"unknown {type(self).__name__} setting(s) {sorted(unknown)}; known: {list(self.names())}"
+            )
         return dataclasses.replace(self, **changes)
 
-    def to_config(self) -> dict:
-        """The settings as config.json stores them (tuples become lists)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+    def to_dict(self) -> dict:
+        """The settings as JSON stores them (tuples become lists, nested settings their to_dict)."""
+        return {field.name: _stored(getattr(self, field.name)) for field in dataclasses.fields(self)}
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(field.name for field in dataclasses.fields(cls))
 
     @classmethod
     def recorded(cls) -> tuple[str, ...]:
-        """The settings every config.json of this experiment holds."""
-        return tuple(field.name for field in dataclasses.fields(cls) if field.name not in cls.RESULTS_UNCHANGED)
+        """The settings every stored copy holds."""
+        optional = set(cls.RESULTS_UNCHANGED) | set(cls.ADDED_LATER)
+        return tuple(name for name in cls.names() if name not in optional)
 
     @classmethod
     def upgrade_config(cls, values: dict) -> dict:
-        """A config.json that an earlier version of the experiment wrote, as this one writes it
-        (an experiment whose settings changed says how; unchanged here)."""
+        """Settings that an earlier version of the lab stored, as this one stores them (a class whose
+        settings changed in another way than ADDED_LATER says how; unchanged here)."""
         return values
 
     @classmethod
-    def from_config(cls, values: dict):
-        """The settings a config.json holds (other keys, such as the model's path, are ignored)."""
+    def from_dict(cls, values: dict):
+        """The settings `to_dict` stored, checked as they are built."""
+        if not isinstance(values, dict):
+            raise SettingsError(f"{_shown(values)} is not {cls.__name__}'s settings; expected a JSON object")
+        values = cls.upgrade_config(values)
+        unknown = sorted(set(values) - set(cls.names()))
+        if unknown:
+            raise SettingsError(f"unknown {cls.__name__} setting(s) {unknown}; known: {list(cls.names())}")
         missing = [name for name in cls.recorded() if name not in values]
         if missing:
-            raise SettingsError(f"missing setting(s) {', '.join(missing)}")
-        return cls(**{field.name: values[field.name] for field in dataclasses.fields(cls) if field.name in values})
+            raise SettingsError(f"missing {cls.__name__} setting(s) {', '.join(missing)}")
+        return cls(**values)
 
 
 def _shown(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, tuple)) else repr(value)
+
+
+def _stored(value: Any) -> Any:
+    if isinstance(value, Settings):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_stored(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _stored(item) for key, item in value.items()}
+    return value
 
 
 def _conform(value: Any, kind: Any, name: str) -> Any:
@@ -95,17 +134,10 @@ def _conform(value: Any, kind: Any, name: str) -> Any:
         (kind,) = [option for option in options if option is not type(None)]
     if typing.get_origin(kind) is tuple:
         return _conform_tuple(value, typing.get_args(kind), name)
-    if isinstance(kind, type) and hasattr(kind, "from_dict"):  # a nested settings dataclass
-        if isinstance(value, kind):
-            return value
-        if not isinstance(value, dict):
-            raise SettingsError(
-                f"setting {name} = {_shown(value)} is not accepted; expected a JSON object of {kind.__name__} settings"
-            )
-        try:
-            return kind.from_dict(value)
-        except (ValueError, TypeError) as error:
-            raise SettingsError(f"setting {name}: {error}") from None
+    if kind is dict or typing.get_origin(kind) is dict:
+        return _conform_dict(value, typing.get_args(kind), name)
+    if isinstance(kind, type) and issubclass(kind, Settings):
+        return _conform_settings(value, kind, name)
     accepted = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}[kind]
     fits = (
         isinstance(value, bool)
@@ -117,6 +149,31 @@ def _conform(value: Any, kind: Any, name: str) -> Any:
     if not fits:
         raise SettingsError(f"setting {name} = {_shown(value)} is not accepted; expected {accepted}")
     return float(value) if kind is float else value
+
+
+def _conform_settings(value: Any, kind: type[Settings], name: str) -> Settings:
+    if isinstance(value, kind):
+        return value
+    if not isinstance(value, dict):
+        raise SettingsError(
+            f"setting {name} = {_shown(value)} is not accepted; expected a JSON object of {kind.__name__} settings"
+        )
+    try:
+        return kind.from_dict(value)
+    except (ValueError, TypeError) as error:
+        raise SettingsError(f"setting {name}: {error}") from None
+
+
+def _conform_dict(value: Any, items: tuple, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise SettingsError(f"setting {name} = {_shown(value)} is not accepted; expected a JSON object")
+    if not items:
+        return value
+    key_kind, value_kind = items
+    return {
+        _conform(key, key_kind, f"{name} (a key)"): _conform(item, value_kind, f"{name}[{key!r}]")
+        for key, item in value.items()
+    }
 
 
 def _conform_tuple(value: Any, items: tuple, name: str) -> tuple:

@@ -31,7 +31,7 @@ from crasplab.reports.protocol import (
     recipe_markdown,
     recipe_rows,
 )
-from crasplab.records.run_folder import CONFIG_FILE, RunFolderError, read_run_config
+from crasplab.records.run_folder import RunFolderError, read_run_config
 from crasplab.train.config import ModelSettings, RunSettings
 from crasplab.train.provenance import bits_key
 
@@ -44,20 +44,13 @@ DEFAULT_THRESHOLD = 0.9
 
 
 def read_settings(run_dir: Path) -> dict:
-    """A length_gen run's config.json, validated: every setting as RunSettings reads it, and the
-    threshold a number from 0 to 1 as --threshold accepts it (a hand-edited "high" or 5 is refused
-    here instead of failing in numpy or turning every verdict into "does not generalize")."""
+    """A length_gen run's config.json, validated: every setting as RunSettings reads it (a
+    hand-edited threshold of "high" or 5 is refused here instead of failing in numpy or turning
+    every verdict into "does not generalize")."""
     run_dir = Path(run_dir)
     config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
     check_task_names(config, run_dir)
     RunSettings.of_run(run_dir)
-    threshold = config["threshold"]
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-        raise RunFolderError(
-            f"{run_dir / CONFIG_FILE}: threshold {threshold!r}, where a run's threshold is a number from 0 to 1 "
-            f"(an accuracy); restore the file (the run's threshold, {DEFAULT_THRESHOLD} unless --threshold "
-            "gave another), or give --threshold with --report-only"
-        )
     return config
 
 
@@ -355,7 +348,7 @@ def report_markdown(summary: dict) -> str:
     ]
     if summary.get("protocol"):
         parts += [
-            protocol_markdown(Protocol(**summary["protocol"]["rules"]), summary["protocol"]["rows"]),
+            protocol_markdown(Protocol.from_dict(summary["protocol"]["rules"]), summary["protocol"]["rows"]),
             "\n" + recipe_markdown(summary["protocol"]["recipe"]) + "\n",
             discrimination_markdown(summary["protocol"].get("discrimination", {})),
         ]

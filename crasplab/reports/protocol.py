@@ -77,7 +77,7 @@ def read_protocol(run_dir: Path) -> Protocol | None:
         return None
     rules = read_json_object(path, PROTOCOL_FIX, required=("rules",))["rules"]
     try:
-        return Protocol(**rules)
+        return Protocol.from_dict(rules)
     except (TypeError, ValueError) as error:  # not an object, an unknown rule, or a rule out of its bounds
         raise file_problem(path, f"rules that do not read ({error})", PROTOCOL_FIX) from None
 

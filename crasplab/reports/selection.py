@@ -24,11 +24,12 @@ holds its final evaluation per bin.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from crasplab.records.files import ResultFileError
 from crasplab.records.job_folder import JobFolder
+from crasplab.records.settings import Settings
 from crasplab.reports.length_gen import FIT_THRESHOLD
 
 # Huang et al. 2025's grid per task; "small" for a CPU.
@@ -40,13 +41,19 @@ SELECTED, NONE_FITS, PENDING = "selected", "none fits", "pending"
 
 
 @dataclass(frozen=True, order=True)
-class Configuration:
+class Configuration(Settings):
     """One point of the sweep grid: a model size and a peak learning rate."""
 
     n_layers: int
     n_heads: int
     d_model: int
     learning_rate: float
+
+    def check(self) -> None:
+        for name in ("n_layers", "n_heads", "d_model"):
+            self.require(getattr(self, name) >= 1, name, "an integer of at least 1")
+        self.require(self.d_model % self.n_heads == 0, "d_model", f"a multiple of n_heads ({self.n_heads})")
+        self.require(self.learning_rate > 0, "learning_rate", "a number above 0")
 
     @property
     def name(self) -> str:
@@ -55,10 +62,6 @@ class Configuration:
     def size_order(self) -> tuple:
         """Rule 3's order: smaller models first."""
         return (self.n_layers * self.d_model**2, self.n_layers, self.n_heads, self.learning_rate)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> Configuration:
-        return cls(**values)
 
 
 def grid(n_layers, n_heads, d_model, learning_rate) -> list[Configuration]:
@@ -154,7 +157,7 @@ def select_per_task(
             train_bin=list(train_bin),
             validation_bin=list(validation_bin),
             status=status,
-            selected=None if chosen is None else asdict(chosen.configuration),
+            selected=None if chosen is None else chosen.configuration.to_dict(),
             closest_on_training_bin=None if closest is None else closest.configuration.name,
             candidates=[
                 dict(

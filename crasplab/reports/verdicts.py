@@ -18,9 +18,10 @@ average to numbers no model has):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from crasp.intervals import Z_95, wilson_interval
+from crasplab.records.settings import Settings
 
 GENERALIZES, FAILS, MIXED, INCONCLUSIVE, TOO_FEW = (
     "generalizes",
@@ -33,7 +34,7 @@ PASS, FAIL, UNSURE = "pass", "fail", "inconclusive"
 
 
 @dataclass(frozen=True)
-class Protocol:
+class Protocol(Settings):
     threshold: float = 0.9
     min_train_strings: int = 500
     min_bin_strings: int = 1000
@@ -42,24 +43,15 @@ class Protocol:
     fail_fraction: float = 0.2  # 1 of 5
     z: float = Z_95
 
-    def __post_init__(self):
-        checks = [
-            (0 < self.threshold < 1, f"threshold must lie in (0, 1), got {self.threshold!r}"),
-            (self.min_train_strings >= 1, f"min_train_strings must be >= 1, got {self.min_train_strings!r}"),
-            (self.min_bin_strings >= 1, f"min_bin_strings must be >= 1, got {self.min_bin_strings!r}"),
-            (self.min_fitted_seeds >= 1, f"min_fitted_seeds must be >= 1, got {self.min_fitted_seeds!r}"),
-            (
-                0 <= self.fail_fraction < self.pass_fraction <= 1,
-                f"need 0 <= fail_fraction < pass_fraction <= 1, got {self.fail_fraction!r}, {self.pass_fraction!r}",
-            ),
-            (self.z > 0, f"z must be > 0, got {self.z!r}"),
-        ]
-        for holds, message in checks:
-            if not (isinstance(holds, bool) and holds):  # NaN compares False everywhere
-                raise ValueError(f"Protocol: {message}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def check(self) -> None:
+        self.require(0 < self.threshold < 1, "threshold", "a number strictly between 0 and 1")
+        for name in ("min_train_strings", "min_bin_strings", "min_fitted_seeds"):
+            self.require(getattr(self, name) >= 1, name, "an integer of at least 1")
+        self.require_that(
+            0 <= self.fail_fraction < self.pass_fraction <= 1,
+            f"need 0 <= fail_fraction < pass_fraction <= 1, got {self.fail_fraction!r}, {self.pass_fraction!r}",
+        )
+        self.require(self.z > 0, "z", "a number above 0")
 
     def text(self) -> str:
         """The rules in words, as every report prints them."""
