@@ -405,4 +405,18 @@ def test_a_seed_reported_done_shows_one_line_and_its_bar_stays_at_its_end(tmp_pa
     bars.close()
     lines = [line for line in capsys.readouterr().err.splitlines() if "done at step" in line]
     assert len(lines) == 1 and "seed 0 done at step 8" in lines[0]
-    assert bars.steps[("UF", 0)] == 8
+    assert bars.steps[str(job.folder)] == 8
+
+
+def test_two_jobs_of_one_task_and_seed_count_their_steps_apart_on_the_task_s_bar(tmp_path):
+    """A sweep trains one task and seed in several configurations: each job's steps add to the bar."""
+    from crasplab.train.workers import TaskBars
+
+    config = tiny_config(max_steps=400)
+    jobs = [Job("UF", 0, TINY_MODEL, config, out_dir=str(tmp_path / name / "seed0")) for name in ("L1", "L2")]
+    bars = TaskBars(jobs, enabled=True)  # a disabled bar counts no steps
+    for job, step in ((jobs[0], 100), (jobs[1], 50), (jobs[0], 200)):
+        report = dict(task="UF", seed=0, folder=str(job.folder), step=step, max_steps=400, loss=1.0)
+        bars.update(dict(report, train_bin_accuracy=None))
+    assert bars.bars["UF"].n == 250 and bars.steps == {str(jobs[0].folder): 200, str(jobs[1].folder): 50}
+    bars.close()

@@ -121,7 +121,7 @@ class TaskBars:
         by_task = defaultdict(list)
         for job in jobs:
             by_task[job.task_code].append(job)
-        # By folder: a sweep trains one task and seed in several configurations, each its own job.
+        # Jobs by folder: a sweep trains one task and seed in several configurations, each its own job.
         self.jobs = {str(job.folder): job for job in jobs}
         self.done: set[str] = set()
         width = max(len(code) for code in by_task)
@@ -140,8 +140,8 @@ class TaskBars:
         self.lines = not enabled
         self.started = time.monotonic()
         self.last_line: dict[str, float] = {}
-        self.steps = defaultdict(int)
-        self.status = {}
+        self.steps = defaultdict(int)  # folder -> the job's last reported step
+        self.status = {}  # folder -> the job's last report
         self.lock = threading.Lock()  # stacks training in threads of one process report to one set of bars
 
     def update(self, progress: dict) -> None:
@@ -150,16 +150,16 @@ class TaskBars:
 
     def _update(self, progress: dict) -> None:
         """A report from a training job (train.loop); one marked done ends the job's part of its bar."""
-        key = (progress["task"], progress["seed"])
+        key = progress["folder"]
         if progress.get("done"):
-            self._finish(self.jobs[progress["folder"]])
-        if progress.get("folder") in self.done or self.status.get(key) == progress:
+            self._finish(self.jobs[key])
+        if key in self.done or self.status.get(key) == progress:
             return
         bar = self.bars[progress["task"]]
         bar.update(progress["step"] - self.steps[key])
         self.steps[key] = progress["step"]
         self.status[key] = progress
-        seeds = [p for (task, _), p in self.status.items() if task == progress["task"]]
+        seeds = [p for p in self.status.values() if p["task"] == progress["task"]]
         accuracies = [p["train_bin_accuracy"] for p in seeds if p["train_bin_accuracy"] is not None]
         loss = f"{sum(p['loss'] for p in seeds) / len(seeds):.3f}"
         accuracy = "-" if not accuracies else f"{sum(accuracies) / len(accuracies):.3f}"
@@ -171,7 +171,8 @@ class TaskBars:
             self._line(progress["task"], f"loss {loss}, training-bin accuracy {accuracy}")
 
     def _line(self, task: str, text: str) -> None:
-        steps = sum(count for (code, _), count in self.steps.items() if code == task)  # a disabled bar counts none
+        # Summed here, not read from the bar: a disabled bar counts none.
+        steps = sum(count for folder, count in self.steps.items() if self.jobs[folder].task_code == task)
         self.last_line[task] = now = time.monotonic()
         print(
             f"[{now - self.started:7.1f} s] {task}: {steps}/{self.bars[task].total} steps, {text}",
@@ -192,10 +193,10 @@ class TaskBars:
             self._finish(job)
 
     def _finish(self, job: Job) -> None:
-        key = (job.task_code, job.seed)
-        if str(job.folder) in self.done:  # reported done by the job itself, then by the engine that ran it
+        key = str(job.folder)
+        if key in self.done:  # reported done by the job itself, then by the engine that ran it
             return
-        self.done.add(str(job.folder))
+        self.done.add(key)
         self.bars[job.task_code].update(job.train.max_steps - self.steps[key])
         self.steps[key] = job.train.max_steps
         self.bars[job.task_code].refresh()

@@ -12,8 +12,8 @@ from pathlib import Path
 from crasp.tasks import TASK_CODES
 from crasplab.models.positions import POSITIONS
 from crasplab.records.files import write_json, write_text
-from crasplab.records.run_folder import RunFolderError, open_run_folder, read_run_config
-from crasplab.records.settings import Settings, SettingsError
+from crasplab.records.run_folder import open_run_folder, read_run_settings
+from crasplab.records.settings import Settings
 from crasplab.reports.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report
 from crasplab.reports.protocol import settings_predictions, write_predictions
 from crasplab.reports.selection import SELECTED, Configuration, select_per_task, selection_markdown, sweep_folder
@@ -177,14 +177,7 @@ def write_sweep_report(run_dir: Path) -> dict:
 
 def sweep_settings_of(run_dir: Path) -> SweepSettings:
     """The settings a sweep's run folder holds; a hand-edited config.json is refused here."""
-    values = read_run_config(run_dir, SweepSettings.recorded(), "experiments/sweep.py")
-    try:
-        return SweepSettings.from_dict(values)
-    except SettingsError as error:
-        raise RunFolderError(
-            f"{run_dir}/config.json: {error}. The file is not as experiments/sweep.py wrote it: restore it, or "
-            "sweep again into another --out"
-        ) from None
+    return SweepSettings.from_dict(read_run_settings(run_dir, SweepSettings, "experiments/sweep.py"))
 
 
 def sweep_markdown(summary: dict) -> str:
