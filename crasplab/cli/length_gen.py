@@ -18,11 +18,10 @@ from pathlib import Path
 from crasp.discrimination import NON_UNIQUE_RETRIEVAL, SAMPLERS, sampler_parameters
 from crasplab.cli.arguments import chosen_preset
 from crasplab.cli.experiment import Experiment, Report, run_experiment
-from crasplab.records.files import append_jsonl
+from crasplab.records.invocations import InvocationRecord, recorded_invocation
 from crasplab.records.job_folder import run_jobs, run_records
 from crasplab.reports.length_gen import (
     DEFAULT_THRESHOLD,
-    INVOCATIONS_FILE,
     final_evaluations,
     markdown_table,
     write_report,
@@ -175,9 +174,7 @@ def run(settings: Invocation, run_dir: Path) -> None:
     # What the interpreter predicts at the run's start is what the report will show, whenever it is
     # rebuilt: a resumed run keeps the predictions.json it has.
     checking = settings.protocol is not None and not (run_dir / PREDICTIONS_FILE).exists()
-    start, started = time.monotonic(), datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    finished = False
-    try:
+    with recorded_invocation(run_dir, settings.engine.describe()) as invocation:
         with (
             training_at(commit) if commit else contextlib.nullcontext(),
             settings_predictions_alongside(settings.run, with_discrimination=checking) as predictions,
@@ -185,45 +182,35 @@ def run(settings: Invocation, run_dir: Path) -> None:
             if not checking:
                 write_predictions(run_dir, predictions())  # written once: a no-op for a resumed run
             if settings.protocol is None:
-                finished = run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
+                invocation.jobs = len(jobs)
+                invocation.finished = run_jobs_on(settings.engine, jobs, show_progress=settings.show_progress)
             else:
-                jobs, finished = run_protocol_rounds(settings, run_dir)
+                invocation.finished = run_protocol_rounds(settings, run_dir, invocation)
             if checking:
                 write_predictions(run_dir, predictions())
-    finally:  # an interrupted invocation (Ctrl-C, a failed job) keeps its time too
-        wall_s = time.monotonic() - start
-        append_jsonl(
-            run_dir / INVOCATIONS_FILE,
-            dict(
-                started=started,
-                wall_s=round(wall_s, 1),
-                jobs=len(jobs),
-                workers=settings.engine.describe(),
-                finished=finished,
-            ),
-        )
-    print(f"\n{run_dir}: {len(jobs)} jobs, wall time of this invocation {wall_s / 60:.1f} min\n", file=sys.stderr)
-    if not finished:
+    minutes = invocation.wall_s / 60
+    print(f"\n{run_dir}: {invocation.jobs} jobs, wall time of this invocation {minutes:.1f} min\n", file=sys.stderr)
+    if not invocation.finished:
         print(
             f"{run_dir}: the time limit stopped unfinished jobs; run the same command again to resume them",
             file=sys.stderr,
         )
 
 
-def run_protocol_rounds(settings: Invocation, run_dir: Path) -> tuple[list[Job], bool]:
+def run_protocol_rounds(settings: Invocation, run_dir: Path, invocation: InvocationRecord) -> bool:
     """Seeds in rounds: the first ones for every task, then fresh ones only for tasks with fewer
     fitted seeds than the protocol needs (decided on the training bin alone), until each task has
-    enough or its candidate seeds run out. Returns every job run, and False when the engine's time
-    limit (one budget for all rounds) stopped the rounds with jobs unfinished."""
+    enough or its candidate seeds run out. Each round's jobs are counted in `invocation` as it
+    starts; False when the engine's time limit (one budget for all rounds) stopped the rounds with
+    jobs unfinished."""
     tasks, candidates = settings.run.tasks, settings.run.seeds
     limit_s, start = settings.engine.time_limit_s, time.monotonic()
-    done: list[Job] = []
     previous = None
     while True:
         finals = final_evaluations(run_records(run_dir, run_jobs(tasks, candidates)))
         plan = next_seeds(settings.protocol, candidates, finals, tasks)
         if not plan:
-            return done, True
+            return True
         if plan == previous:
             raise EngineError(f"jobs {plan} did not finish in the round that ran them; see their worker.log")
         previous = plan
@@ -232,9 +219,9 @@ def run_protocol_rounds(settings: Invocation, run_dir: Path) -> tuple[list[Job],
         engine = settings.engine
         if limit_s is not None:
             engine = dataclasses.replace(engine, time_limit_s=max(limit_s - (time.monotonic() - start), 1e-3))
-        done += jobs
+        invocation.jobs += len(jobs)
         if not run_jobs_on(engine, jobs, show_progress=settings.show_progress):
-            return done, False
+            return False
 
 
 def first_round_jobs(settings: Invocation, run_dir: Path) -> list[Job]:

@@ -7,7 +7,8 @@ the format has one owner:
     <run>/config.json           the run's settings (train.config.RunSettings), written once
     <run>/predictions.json      what the interpreter predicted when the run started
     <run>/protocol.json         the verdict rules of a --protocol run
-    <run>/invocations.jsonl     the wall time of each invocation that trained
+    <run>/invocations.jsonl     the wall time of each invocation that trained, kept current while
+                                it trains (crasplab.records.invocations)
     <run>/<task>/seed<k>/       one job:
         job.json                everything that defines the job (train.loop.Job)
         task.json               the task's effective lengths, position table and vocabulary size

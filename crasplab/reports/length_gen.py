@@ -21,6 +21,7 @@ from crasp.tasks import TASK_CODES
 from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.records.files import read_jsonl, rebuild_report
 from crasplab.records.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
+from crasplab.records.invocations import INVOCATIONS_FILE
 from crasplab.reports.verdicts import Protocol
 from crasplab.reports.protocol import (
     discrimination_markdown,
@@ -38,7 +39,6 @@ from crasplab.train.provenance import bits_key
 FIGURE_FILE = "accuracy_by_length.png"
 # One line per invocation of experiments/length_gen.py that trained: its wall time, so that the
 # time a report states is read from the run's files.
-INVOCATIONS_FILE = "invocations.jsonl"
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
 DEFAULT_THRESHOLD = 0.9
 
@@ -406,10 +406,16 @@ def invocations_markdown(invocations: list[dict]) -> str:
     total = sum(record["wall_s"] for record in invocations)
     parts = ", ".join(
         f"{record['started']}: {record['wall_s'] / 60:.1f} min, {record['jobs']} jobs on {record['workers']}"
-        + ("" if record.get("finished", True) else ", stopped before its end")
+        + invocation_end(record)
         for record in invocations
     )
     return f"Wall time: {total / 60:.1f} min over {len(invocations)} invocation(s) ({parts}).\n"
+
+
+def invocation_end(record: dict) -> str:
+    if record.get("in_progress"):
+        return ", no end recorded (killed, or still running): its time up to its last heartbeat"
+    return "" if record.get("finished", True) else ", stopped before its end"
 
 
 def environments_markdown(groups: list[dict]) -> str:
