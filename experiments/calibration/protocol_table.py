@@ -36,10 +36,12 @@ CURRENT_RUNS = (
     "protocol-clip-ape-copying",
     "protocol-clip-ape-nb",
     "protocol-clip-ape-ub4",
+    "protocol-clip-ape-uf4",
     "protocol-clip-rope-unique",
     "protocol-clip-rope-copying",
     "protocol-clip-rope-nb",
     "protocol-clip-rope-ub4",
+    "protocol-clip-rope-uf4",
     "protocol-clip-rope",
     "protocol-clip-rope-spread",
     "protocol-clip-nope",
@@ -48,6 +50,7 @@ CURRENT_RUNS = (
     "protocol-clip-nope-copying",
     "protocol-clip-nope-nb",
     "protocol-clip-nope-ub4",
+    "protocol-clip-nope-uf4",
 )
 EARLIER_RUNS = (
     "protocol16k-ape-unique",
