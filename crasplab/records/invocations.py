@@ -20,6 +20,8 @@ from pathlib import Path
 
 from crasplab.records.files import read_jsonl, write_jsonl
 
+# One line per invocation of experiments/length_gen.py that trained, so that the time a report
+# states is read from the run's files.
 INVOCATIONS_FILE = "invocations.jsonl"
 # How often a running invocation rewrites its record: the most time a killed one can lose.
 HEARTBEAT_S = 60.0

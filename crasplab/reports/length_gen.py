@@ -37,8 +37,6 @@ from crasplab.train.config import ModelSettings, RunSettings
 from crasplab.train.provenance import bits_key
 
 FIGURE_FILE = "accuracy_by_length.png"
-# One line per invocation of experiments/length_gen.py that trained: its wall time, so that the
-# time a report states is read from the run's files.
 # A task generalizes when the mean exact match of its last (longest) bin reaches this.
 DEFAULT_THRESHOLD = 0.9
 
