@@ -92,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
         "for other encodings), per-seed verdicts with intervals and the discrimination check of each test bin, "
         "all in the report",
     )
+    parser.add_argument(
+        "--seed-block",
+        type=at_least(0),
+        default=0,
+        metavar="K",
+        help="with --protocol: draw the candidate seeds from the preset's K-th block of fresh ones (0: its own; "
+        "protocol: 5000-5009, block 1: 5010-5019), for a run whose recipe or bins a run on the preset's seeds "
+        "already informed (default 0)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)
     model = parser.add_argument_group(
@@ -115,6 +124,7 @@ def request_from_flags(args: argparse.Namespace) -> RunRequest:
         seeds=tuple(args.seeds or ()),
         threshold=args.threshold,
         protocol=args.protocol,
+        seed_block=args.seed_block,
         train_lengths=None if args.train_lengths is None else tuple(args.train_lengths),
         test_bins=args.test_bins,
         model_changes={

@@ -24,6 +24,7 @@ from crasplab.train.data import (
     sample_training_batch,
     sequence_length,
 )
+from crasplab.train.loop import Job, TaskSetup
 from crasplab.train.steps import learning_rate_schedule, make_optimizer
 
 TASKS = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
@@ -243,3 +244,21 @@ def test_torn_last_line_of_metrics_is_ignored(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"ste')
     assert read_jsonl(path) == [{"step": 1}, {"step": 2}]
+
+
+@pytest.mark.parametrize("task_code", ["UF", "NLLast", "Majority"])
+def test_a_longer_test_bin_within_the_position_reach_leaves_the_positions_trained_unchanged(task_code):
+    """The recipe's position reach, not the test bins, sizes APE's table and its random offsets:
+    a job tested to 40 and one tested to 30 train the same positions; without a reach (runs made
+    before it) the table follows the longest bin, as it did."""
+    overrides = dict(alphabet_size=64) if task_code == "UF" else {}
+
+    def setup(bins, reach):
+        train = TrainConfig(train_lengths=(1, 20), test_bins=bins, position_reach=reach)
+        return TaskSetup.for_job(Job(task_code, 0, ModelSettings(), train, overrides))
+
+    short, longer = ((1, 20), (21, 30)), ((1, 20), (21, 30), (31, 40))
+    assert setup(short, 40).max_positions == setup(longer, 40).max_positions == setup(longer, 0).max_positions
+    assert setup(short, 0).max_positions < setup(longer, 0).max_positions
+    with pytest.raises(SettingsError, match="goes beyond position_reach=30.*raise position_reach"):
+        TrainConfig(train_lengths=(1, 20), test_bins=longer, position_reach=30)

@@ -222,6 +222,29 @@ def test_training_lengths_alone_move_the_presets_test_bins_with_them():
     }
 
 
+def test_training_lengths_move_the_recipes_position_reach_and_a_bin_beyond_it_is_refused():
+    """The positions trained belong to the recipe: --train-lengths 1 30 moves the quick preset's
+    reach of 40 to 60 as it moves its last bin, and --test-bins beyond the reach is an error that
+    names the flag, not a larger table chosen silently."""
+    parser = length_gen.build_parser()
+    moved = settings_from_flags(parser.parse_args(["--preset", "quick", "--tasks", "UF", "--train-lengths", "1", "30"]))
+    assert moved.train["UF"].position_reach == 60
+    with pytest.raises(SettingsError, match="goes beyond position_reach=40"):
+        settings_from_flags(parser.parse_args(["--preset", "quick", "--tasks", "UF", "--test-bins", "1-20,41-50"]))
+    longer = parser.parse_args(["--preset", "quick", "--tasks", "UF", "--test-bins", "1-20,41-50"])
+    longer.position_reach = 50
+    assert settings_from_flags(longer).train["UF"].test_bins[-1] == (41, 50)
+
+
+def test_a_seed_block_gives_a_protocol_run_fresh_candidate_seeds():
+    parser = length_gen.build_parser()
+    assert settings_from_flags(parser.parse_args(["--protocol", "--tasks", "UF"])).seeds == tuple(range(5000, 5010))
+    block = settings_from_flags(parser.parse_args(["--protocol", "--tasks", "UF", "--seed-block", "1"]))
+    assert block.seeds == tuple(range(5010, 5020))
+    with pytest.raises(SettingsError, match="--seed-block chooses a protocol run's candidate seeds"):
+        settings_from_flags(parser.parse_args(["--preset", "quick", "--tasks", "UF", "--seed-block", "1"]))
+
+
 def test_a_sampler_runs_the_non_unique_retrieval_tasks_in_their_own_folder(tmp_path):
     parser = length_gen.build_parser()
     settings = settings_from_flags(parser.parse_args(["--protocol", "--sampler", "spread"]))
@@ -302,7 +325,7 @@ def test_bad_bins_are_refused(capsys):
         (["--workers", "0"], "argument --workers: must be at least 1, got 0"),  # 0 used to mean the default
         (["--seeds", "-1"], "argument --seeds: must be at least 0, got -1"),
         (
-            ["--tasks", "UF", "--test-bins", "1-20,400-500"],
+            ["--tasks", "UF", "--test-bins", "1-20,400-500", "--position-reach", "500"],
             "task UF, test bin 400-500: not within the lengths its sampler produces (1 to 64, with alphabet_size=64)",
         ),
         # The quick preset's UF has 64 symbols: 1-80 used to be cut silently to 1-64.

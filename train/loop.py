@@ -110,7 +110,9 @@ class TaskSetup:
         train_range = effective_range(task, *job.train.train_lengths, what="training lengths")
         bins = [effective_range(task, lo, hi, what="test bin") for lo, hi in job.train.test_bins]
         longest = sequence_length(task, max(hi for _, hi in bins + [train_range]))
-        max_positions = job.train.max_positions or longest
+        reach = job.train.position_reach
+        covered = sequence_length(task, min(reach, task.max_length())) if reach else longest
+        max_positions = job.train.max_positions or covered
         if max_positions < longest:
             raise SettingsError(
                 f"task {task.code}: max_positions={max_positions} is below the longest "

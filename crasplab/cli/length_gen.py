@@ -45,6 +45,7 @@ from crasplab.train.config import (
     PROTOCOL_REHEARSAL,
     RunSettings,
     bins_for_train_lengths,
+    scaled_length,
 )
 from crasplab.train.engines import EngineError, EngineSettings, run_jobs_on
 from crasplab.train.loop import Job
@@ -66,6 +67,7 @@ class RunRequest:
     seeds: tuple[int, ...] = ()
     threshold: float | None = None
     protocol: bool = False
+    seed_block: int = 0  # a protocol run's candidate seeds: the preset's, shifted by this many blocks of them
     train_lengths: tuple[int, int] | None = None
     test_bins: tuple[tuple[int, int], ...] | None = None
     model_changes: dict = field(default_factory=dict)
@@ -80,7 +82,12 @@ def run_settings(request: RunRequest) -> RunSettings:
             f"--protocol runs one of the presets {', '.join(PROTOCOL_PRESETS)}; --preset {request.preset} is another"
         )
     if request.protocol and request.seeds:
-        raise SettingsError("--protocol chooses its own seeds (fresh ones, until enough fit); leave out --seeds")
+        raise SettingsError(
+            "--protocol chooses its own seeds (fresh ones, until enough fit; --seed-block K for another block of "
+            "them); leave out --seeds"
+        )
+    if request.seed_block and not request.protocol:
+        raise SettingsError("--seed-block chooses a protocol run's candidate seeds; without --protocol give --seeds")
     default_preset = PRESETS[request.preset or PROTOCOL_PRESETS[0]] if request.protocol else None
     preset = default_preset or chosen_preset(request.preset, PRESETS)
     changes = dict(request.train_changes)
@@ -91,6 +98,10 @@ def run_settings(request: RunRequest) -> RunSettings:
         changes["test_bins"] = request.test_bins or bins_for_train_lengths(
             request.train_lengths, preset.train.test_bins
         )
+        if preset.train.position_reach and "position_reach" not in changes:
+            changes["position_reach"] = scaled_length(
+                preset.train.position_reach, request.train_lengths, preset.train.test_bins
+            )
     model_changes = dict(request.model_changes, pe=request.pe)
     sampler = request.sampler
     drawn = (tuple(SAMPLERS[sampler]) or NON_UNIQUE_RETRIEVAL) if sampler else ()
@@ -103,7 +114,7 @@ def run_settings(request: RunRequest) -> RunSettings:
     return RunSettings(
         preset=preset.name,
         tasks=tasks,
-        seeds=tuple(request.seeds or preset.seeds),
+        seeds=tuple(request.seeds or protocol_seeds(preset.seeds, request.seed_block)),
         threshold=DEFAULT_THRESHOLD if request.threshold is None else request.threshold,
         model=preset.model.replace(**model_changes),
         train={task: preset.train_for(task, **changes) for task in tasks},
@@ -115,6 +126,11 @@ def run_settings(request: RunRequest) -> RunSettings:
             task: changed for task in tasks if (changed := preset.model_changes_for(task, **model_changes))
         },
     )
+
+
+def protocol_seeds(seeds: tuple[int, ...], block: int) -> tuple[int, ...]:
+    """A preset's seeds shifted by `block` blocks of as many: block 1 of 5000-5009 is 5010-5019."""
+    return tuple(seed + block * len(seeds) for seed in seeds)
 
 
 def default_run_folder(settings: RunSettings, sampler: str | None) -> Path:

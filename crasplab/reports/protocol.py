@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from crasp.discrimination import DiscriminationError, Request, bins_discriminating, discriminate
+from crasp.discrimination import DEFAULT_STRINGS, DiscriminationError, Request, bins_discriminating, discriminate
 from crasp.prediction import predict
 from crasp.tasks import get_task
 from crasplab.records.files import file_problem, read_json_object, write_json
@@ -34,7 +34,7 @@ from crasplab.reports.verdicts import (
     seed_fits,
     task_verdict,
 )
-from crasplab.train.config import PROTOCOL_REHEARSAL, RunSettings
+from crasplab.train.config import PROTOCOL_REHEARSAL, RunSettings, TrainConfig
 from crasplab.train.sampling import cpu_only_children
 
 PROTOCOL_FILE, PREDICTIONS_FILE = "protocol.json", "predictions.json"
@@ -111,6 +111,7 @@ def predictions_alongside(
     threshold: float,
     with_discrimination: bool,
     search_seconds: float = SEARCH_SECONDS,
+    bin_strings: dict | None = None,
 ) -> Iterator[Callable[[], dict]]:
     """For each task its prediction and, with `with_discrimination`, for a task predicted not to
     generalize, per test bin, whether the bin discriminates (no bounded approximation exact on the
@@ -119,7 +120,8 @@ def predictions_alongside(
     task checked, while the `with` block runs: a protocol run trains meanwhile instead of waiting
     minutes before its first step. The function it yields waits for the checks and returns the
     predictions; leaving the block stops any check still running. The predictions depend on the
-    settings alone, never on training."""
+    settings alone, never on training. `bin_strings`: task -> strings per bin the bounded programs
+    are scored on (default DEFAULT_STRINGS)."""
     checked = [task for task in tasks if with_discrimination and predict(task, pe).generalizes is False]
     pool = None
     if checked:
@@ -130,6 +132,7 @@ def predictions_alongside(
             task: pool.apply_async(
                 _discrimination,
                 (task, train_lengths[task], test_bins[task][1:], task_overrides[task], threshold, search_seconds),
+                dict(strings=(bin_strings or {}).get(task, DEFAULT_STRINGS)),
             )
             for task in checked
         }
@@ -168,7 +171,15 @@ def settings_predictions_alongside(settings: RunSettings, with_discrimination: b
         settings.threshold,
         with_discrimination,
         SEARCH_SECONDS_OF_PRESET.get(settings.preset, SEARCH_SECONDS),
+        {task: strings_per_bin(train) for task, train in settings.train.items()},
     )
+
+
+def strings_per_bin(train: TrainConfig) -> int:
+    """Strings the discrimination check scores per bin: at least as many at each length as the
+    models are scored on (a bounded program is judged with an interval no wider than a seed's)."""
+    widest = max(hi - lo + 1 for lo, hi in train.test_bins[1:]) if len(train.test_bins) > 1 else 1
+    return max(DEFAULT_STRINGS, train.eval_examples_per_length * widest)
 
 
 def write_predictions(run_dir: Path, predictions: dict) -> None:
@@ -180,7 +191,13 @@ def write_predictions(run_dir: Path, predictions: dict) -> None:
 
 
 def _discrimination(
-    task: str, train_lengths, bins, overrides: dict, threshold: float, search_seconds: float = SEARCH_SECONDS
+    task: str,
+    train_lengths,
+    bins,
+    overrides: dict,
+    threshold: float,
+    search_seconds: float = SEARCH_SECONDS,
+    strings: int = DEFAULT_STRINGS,
 ) -> dict:
     try:
         request = Request(
@@ -189,6 +206,7 @@ def _discrimination(
             tuple(map(tuple, bins)),
             threshold=threshold,
             search_seconds=search_seconds,
+            strings=strings,
         )
     except DiscriminationError as error:
         return dict(checked=False, why=str(error))
@@ -233,6 +251,7 @@ def recheck_discrimination(run_dir: Path, tasks, today: str, search_seconds: flo
                 settings.task_overrides[task],
                 settings.threshold,
                 search_seconds,
+                strings_per_bin(train),
             ),
             rechecked=f"rechecked on {today}, after the run, with the approximations of that day",
         )
@@ -467,12 +486,15 @@ def recipe_text(train: dict) -> str:
     )
     clipping = train.get("max_grad_norm", 0.0)
     stop = train["stop_after_perfect_evals"]
+    # Runs made before the recipe fixed its positions trained those of their longest test bin.
+    reach = train.get("position_reach", 0)
     return (
         f"batches of {train['batch_size']}, AdamW with weight decay {train['weight_decay']:g}, "
         f"learning rate {train['learning_rate']:g} after {train['warmup_steps']} warmup steps, {after_warmup}, "
         + (f"gradients clipped to norm {clipping:g}" if clipping > 0 else "no gradient clipping")
         + (f", stop after {stop} perfect evaluations in a row" if stop else ", no early stop")
         + f" (an evaluation every {train['eval_every']} steps)"
+        + (f", positions trained for inputs up to {reach}" if reach else "")
     )
 
 
