@@ -24,10 +24,13 @@ may have learned one of them instead of the task (crasp.discrimination scores th
 Copying has bounded approximations of another kind, which a copying head can learn:
 KGramLookup answers each token with the input token that follows (forward) or precedes
 (backward) an occurrence of the answer's last k tokens, among occurrences within w positions
-back; with the first or the last such occurrence. It reads tokens at most w back, so it is in
-C-RASP[local] in principle (one comparison of k tokens per distance up to w), but its program
-would hold a term per symbol, distance and key position: it is computed in numpy instead
-(`correct`), not as a Program.
+back or anywhere in the input (no window); with the first or the last such occurrence. Windowed,
+it reads tokens at most w back: C-RASP[local] (one comparison of k tokens per distance up to w).
+Without a window it is C-RASP[local] too: the key is k local comparisons at each input position,
+and "the first occurrence" is the nested count "= 1" of the lab's UF witness (crasp.witnesses);
+"the last" counts the occurrences after it. Either way its program would hold a term per symbol,
+distance and key position, so it is computed in numpy instead (`correct`), not as a Program.
+docs/discrimination.md says why these families are the ones a reviewer would try first.
 """
 
 from __future__ import annotations
@@ -213,21 +216,23 @@ class KGramLookup:
     """
 
     k: int
-    window: int
+    window: int | None  # None: every occurrence in the input, however far back
     occurrence: str
     backward: bool
 
     def __post_init__(self):
         _check_bound("k", self.k, 1, "tokens of the key, the answer's start counted as one")
-        _check_bound("window", self.window, 1, "positions looked back")
+        if self.window is not None:
+            _check_bound("window", self.window, 1, "positions looked back (or None: no window)")
         if self.occurrence not in OCCURRENCES:
             raise ValueError(f"occurrence must be one of {OCCURRENCES}, got {self.occurrence!r}")
 
     def text(self) -> str:
         direction = "precedes" if self.backward else "follows"
+        where = "in the input" if self.window is None else f"within {self.window} positions back"
         return (
             f"answer the input token that {direction} the {self.occurrence} occurrence of the answer's last "
-            f"{self.k} tokens within {self.window} positions back"
+            f"{self.k} tokens {where}"
         )
 
     def correct(self, tokens: np.ndarray, prompt_lengths: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -261,7 +266,8 @@ class KGramLookup:
             for back in range(size):
                 match &= framed[:, ends_at - back] == so_far[:, [step - 1 - back]]
             distance = (m + step) - position[ends_at]  # the current position is m + step
-            match &= (distance <= self.window)[None, :]
+            if self.window is not None:
+                match &= (distance <= self.window)[None, :]
             nearness = np.where(match, -distance[None, :] if self.occurrence == "last" else distance[None, :], -np.inf)
             chosen = ends_at[np.argmax(nearness, axis=1)]
             answered = framed[np.arange(n), chosen + 1]
@@ -270,17 +276,21 @@ class KGramLookup:
 
 
 def kgram_lookups(bound: int, backward: bool) -> tuple[tuple[str, KGramLookup], ...]:
-    """The lookups the discrimination check scores for copying trained up to length `bound` (L):
-    keys of 1 and 3 tokens (a copying head's usual reach) and of L + 1 (the whole answer so far
-    at every training length, so that no repeat in the input can mislead it there); windows of
-    the distance the training lengths need (L forward; 2L + 1 backward, where step r reads 2r - 1
-    back) and of 2L + 1, the farthest any two positions of a training string lie apart."""
-    windows = sorted({2 * bound + 1 if backward else bound, 2 * bound + 1})
+    """The lookups the discrimination check scores for copying trained up to length `bound` (L),
+    a family complete for what the check claims: every key length k from 1 to L + 1 (L + 1 holds
+    the whole answer so far at every training length, anchored at its start, so no repeat in a
+    training input can mislead it; a longer key reads nothing more there), the first and the last
+    occurrence, each with the window the training lengths need (L forward; 2L + 1 backward, where
+    step r reads 2r - 1 back), with 2L + 1 (the farthest any two positions of a training string lie
+    apart) and with no window at all. Which members are exact on the training lengths, the check
+    verifies; only those can keep a bin from discriminating."""
+    windows = sorted({2 * bound + 1 if backward else bound, 2 * bound + 1}) + [None]
     lookups = []
-    for k in (1, 3, bound + 1):
+    for k in range(1, bound + 2):
         for window in windows:
             for occurrence in OCCURRENCES:
-                name = f"{k}-gram lookup, {occurrence} occurrence, window {window}"
+                where = "no window" if window is None else f"window {window}"
+                name = f"{k}-gram lookup, {occurrence} occurrence, {where}"
                 lookups.append((name, KGramLookup(k, window, occurrence, backward)))
     return tuple(lookups)
 

@@ -55,7 +55,11 @@ SAMPLERS = {
         **{code: {"alphabet_size": OFFICIAL_ALPHABET_SIZE} for code in ("UL", "UR")},
     },
     "spread": {code: {"occurrences": "spread"} for code in NON_UNIQUE_RETRIEVAL},
+    # Copying with repeats trained on i.i.d. strings and tested on the repeat-break shape (a long
+    # periodic stretch, then a break: crasp.tasks.copying), beyond the training lengths only.
+    "repeat-break": {"NF": {}, "NB": {}},
 }
+REPEAT_BREAK = "repeat-break"
 
 
 class DiscriminationError(CraspError, ValueError):
@@ -165,15 +169,23 @@ class Request:
         return tuple(length for length in range(lo, hi + 1) if self.task.length_problem(length) is None)
 
 
-def sampler_parameters(code: str, sampler: str) -> dict:
+def sampler_parameters(code: str, sampler: str, longest_training: int | None = None) -> dict:
     """The task parameters a named sampler sets for `code`: none for "paper" (the task's own
-    sampler); for "official" and "spread" those of SAMPLERS, an error for a task they do not draw."""
+    sampler); for the others those of SAMPLERS, an error for a task they do not draw. The
+    repeat-break sampler draws its shape from the first length beyond `longest_training`."""
     if sampler not in SAMPLERS:
         raise DiscriminationError(f"unknown sampler {sampler!r}; accepted: {', '.join(SAMPLERS)}")
     table = SAMPLERS[sampler]
     if table and code not in table:
         raise DiscriminationError(f"sampler {sampler!r} exists for {_and_list(table)}, not for {code}")
-    return dict(table.get(code, {}))
+    parameters = dict(table.get(code, {}))
+    if sampler == REPEAT_BREAK:
+        if longest_training is None:
+            raise DiscriminationError(
+                "the repeat-break sampler draws its shape beyond the training lengths: give the longest of them"
+            )
+        parameters["repeat_break_from"] = longest_training + 1
+    return parameters
 
 
 def _and_list(codes) -> str:
@@ -181,9 +193,9 @@ def _and_list(codes) -> str:
     return f"{', '.join(rest)} and {last}" if rest else last
 
 
-def task_with_sampler(code: str, sampler: str) -> Task:
+def task_with_sampler(code: str, sampler: str, longest_training: int | None = None) -> Task:
     """The task drawn by a named sampler (sampler_parameters)."""
-    return get_task(code, **sampler_parameters(code, sampler))
+    return get_task(code, **sampler_parameters(code, sampler, longest_training))
 
 
 def discriminate(request: Request, progress: Callable[[str], None] = lambda line: None) -> list[Row]:

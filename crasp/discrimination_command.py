@@ -53,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="paper: the task's own sampler; official: the official code's (UL and UR over 5 symbols; "
         "for NLFirst, NRFirst, NLLast, NRLast i.i.d. contexts, NLLast's last occurrence never the final "
         "slot); spread (NLFirst, NRFirst, NLLast, NRLast): k uniform in 2..n/2 occurrences, the "
-        "retrieved one at a uniform distance D from its end (default paper)",
+        "retrieved one at a uniform distance D from its end; repeat-break (NF, NB): beyond the training "
+        "lengths, a periodic stretch, a token that breaks the period, then up to 4 i.i.d. tokens "
+        "(default paper)",
     )
     parser.add_argument(
         "--far-cells",
@@ -91,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     request = Request(
-        task_with_sampler(args.task, args.sampler),
+        task_with_sampler(args.task, args.sampler, args.train_lengths[1]),
         tuple(args.train_lengths),
         tuple(args.bins),
         threshold=args.threshold,

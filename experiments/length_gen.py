@@ -64,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(UL and UR over 5 symbols; the four i.i.d., with NLLast strings whose last occurrence is "
         "the final slot rejected); spread spreads the number of occurrences and the distance of "
         "the retrieved one, so that a bin at 3x-4x the training length holds strings no bounded "
-        "program exact on the training lengths gets right. Without --tasks it runs the tasks the "
+        "program exact on the training lengths gets right; repeat-break trains NF and NB on i.i.d. "
+        "strings and tests them on a periodic stretch that then breaks, the strings on which no "
+        "k-gram lookup exact on the training lengths copies (their controls UF and UB may join the "
+        "run on their own sampler). Without --tasks it runs the tasks the "
         "sampler draws (paper: the four); the run folder's default name ends in -<sampler>",
     )
     parser.add_argument(

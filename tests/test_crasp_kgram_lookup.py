@@ -26,7 +26,7 @@ def reference(lookup: KGramLookup, inputs: list[int], answer: list[int]) -> bool
             if framed[end - len(key) + 1 : end + 1] == key:
                 read = end + 1
                 position = m + 1 - read if lookup.backward else read
-                if (m + step) - position <= lookup.window:
+                if lookup.window is None or (m + step) - position <= lookup.window:
                     found.append(((m + step) - position, framed[read]))
         if not found:
             return False
@@ -46,7 +46,7 @@ def _framed(examples, row: int) -> tuple[list[int], list]:
 lookups = st.builds(
     KGramLookup,
     k=st.integers(1, 12),
-    window=st.integers(1, 30),
+    window=st.none() | st.integers(1, 30),
     occurrence=st.sampled_from(OCCURRENCES),
     backward=st.booleans(),
 )
@@ -117,23 +117,42 @@ def test_a_key_as_long_as_the_answer_is_anchored_at_its_start_and_repeats_cannot
         assert not unigram.correct(tokens, examples.prompt_lengths, examples.lengths).any()
 
 
-def test_a_window_over_the_training_strings_passes_forward_copying_to_twice_the_length_but_not_backward():
-    """What the discrimination check finds at the lab's scale (L = 20): the (L+1)-gram lookup
-    within 2L + 1 positions copies forward up to length 2L + 1 and no further, while backward its
-    <eos> lies 2m + 1 back, out of reach past L."""
-    for code, passes in (("NF", (True, False)), ("NB", (False, False))):
-        request = Request(get_task(code), (1, 20), ((31, 41), (42, 50)), strings=200, training_samples=20)
-        rows = [row for row in discriminate(request) if row.approximation.startswith("21-gram")]
-        assert rows and all(row.exact_on_training for row in rows)
-        best = tuple(max(row.scores[k].accuracy for row in rows) >= 0.9 for k in range(2))
-        assert best == passes
-        assert bins_discriminating(rows, request) == tuple(not p for p in passes)
+@pytest.mark.parametrize("code", ["NF", "NB"])
+def test_on_iid_strings_an_unwindowed_lookup_exact_on_training_copies_every_bin_so_none_discriminates(code):
+    """The audit's finding (issue 59): the (L+1)-gram lookup at the first occurrence, with no window,
+    is exact on the training lengths (its key holds the answer's start there) and copies i.i.d.
+    strings over 5 symbols at any length, forward and backward: no copying bin of i.i.d. strings
+    can tell copying from it. The check said the contrary while its windows stopped at 2L + 1."""
+    request = Request(get_task(code), (1, 20), ((31, 41), (51, 64)), strings=100, training_samples=10)
+    rows = [row for row in discriminate(request) if row.approximation.startswith("21-gram")]
+    unwindowed = [row for row in rows if row.approximation.endswith("no window")]
+    assert unwindowed and all(row.exact_on_training for row in rows)
+    assert all(score.accuracy >= 0.95 for row in unwindowed for score in row.scores)
+    assert bins_discriminating(rows, request) == (False, False)
+
+
+@pytest.mark.parametrize("code", ["NF", "NB"])
+def test_on_repeat_break_strings_every_lookup_exact_on_training_fails_beyond_twice_the_length(code):
+    """The repeat-break sampler (a periodic stretch, then a break) is drawn so that every k-gram
+    lookup with k <= L + 1, windowed or not, at the first or last occurrence, is misled: at
+    lengths 31-40 after training at 1-20, every member of the family exact on the training lengths
+    scores far below the threshold, and the bins discriminate."""
+    task = get_task(code, repeat_break_from=21)
+    request = Request(task, (1, 20), ((21, 30), (31, 40)), strings=100, training_samples=10)
+    rows = discriminate(request)
+    exact = [row for row in rows if row.exact_on_training]
+    assert {row.approximation.split("-gram")[0] for row in exact} >= {"21", "12", "8"}
+    assert max(row.scores[1].accuracy for row in exact) < 0.3
+    assert bins_discriminating(rows, request) == (True, True)
 
 
 @pytest.mark.parametrize("backward", [False, True])
-def test_the_checked_lookups_include_one_exact_on_every_training_string(backward):
-    names = [name for name, lookup in kgram_lookups(20, backward) if lookup.k == 21]
-    assert names and all("window 41" in name or "window 20" in name for name in names)
+def test_the_checked_family_holds_every_key_length_occurrence_and_window_including_none(backward):
+    family = [lookup for _, lookup in kgram_lookups(20, backward)]
+    needed = 41 if backward else 20
+    assert {(lookup.k, lookup.window, lookup.occurrence) for lookup in family} == {
+        (k, window, occurrence) for k in range(1, 22) for window in {needed, 41, None} for occurrence in OCCURRENCES
+    }
 
 
 def test_a_lookup_refuses_a_bound_out_of_range():

@@ -1,7 +1,8 @@
 """The spread sampler of the non-unique retrieval tasks (occurrences="spread"): k uniform in
 2..n//2, the retrieved occurrence at a uniform distance D from its end, the others beyond it;
 (D, k) recovered from any batch by occurrence_cells; the paper's samplers unchanged; and the
-official code's (NLLast without a last occurrence in the final slot, UL and UR over 5 symbols)."""
+official code's (NLLast without a last occurrence in the final slot, UL and UR over 5 symbols);
+and the repeat-break sampler of copying with repeats."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crasp.approximations import KGramLookup
 from crasp.discrimination import task_with_sampler
 from crasp.tasks import ParameterError, SamplerError, get_task
+from crasp.tasks.copying import MAX_PERIOD, MAX_TAIL
 
 CODES = ("NLFirst", "NRFirst", "NLLast", "NRLast")
 # The end slot is excluded where the retrieved occurrence's answer would leave the context.
@@ -164,3 +167,59 @@ def test_the_official_sampler_draws_unique_retrieval_over_five_symbols_with_the_
         assert set(inputs) <= set(official.symbols) and len(official.symbols) == 5
         assert inputs.count(query) == 1
         assert answer == official.answer(inputs, query)
+
+
+def _shape(string: list[int]) -> tuple[int, int] | None:
+    """(period, stretch) of a repeat-break string in copy order: the longest periodic prefix
+    (period <= MAX_PERIOD) followed by a token that breaks it; None if there is none."""
+    for stretch in range(len(string) - 1, 0, -1):
+        for period in range(1, min(MAX_PERIOD, stretch) + 1):
+            prefix = string[:stretch]
+            if all(prefix[i] == prefix[i - period] for i in range(period, stretch)):
+                if string[stretch] != string[stretch - period]:
+                    return period, stretch
+    return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    backward=st.booleans(),
+    length=st.integers(2, 60),
+    start=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_repeat_break_strings_hold_a_broken_period_from_their_length_on_and_mislead_every_long_lookup(
+    backward, length, start, seed
+):
+    """Below `repeat_break_from` the sampler draws what the i.i.d. one draws, bit for bit; from
+    it on, every input (in copy order) is a periodic stretch and a token that breaks the period,
+    with at most MAX_TAIL tokens after it; and where the stretch holds k + period tokens, the
+    k-gram lookup with no window answers wrong at the first occurrence (and, for the longest such
+    key, at the last)."""
+    code = "NB" if backward else "NF"
+    shaped, plain = get_task(code, repeat_break_from=start), get_task(code)
+    examples = shaped.sample(np.random.default_rng(seed), 12, length)
+    if length < start:
+        assert np.array_equal(examples.tokens, plain.sample(np.random.default_rng(seed), 12, length).tokens)
+        return
+    for row in range(12):
+        inputs = examples.tokens[row, 1 : 1 + length].tolist()
+        found = _shape(inputs[::-1] if backward else inputs)
+        assert found is not None
+        period, stretch = found
+        assert length - 1 - stretch <= MAX_TAIL
+        one = slice(row, row + 1)
+
+        def right(k: int, occurrence: str) -> bool:
+            lookup = KGramLookup(k, None, occurrence, backward)
+            return lookup.correct(examples.tokens[one], examples.prompt_lengths[one], examples.lengths[one])[0]
+
+        # The key before the break recurs `period` tokens earlier: its first occurrence reads the
+        # period's token where the break stands.
+        for k in sorted({1, (stretch - period + 1) // 2, stretch - period}) if stretch > period else ():
+            assert not right(k, "first")
+        # The key ending `period` before the break recurs last right before it, and reads the
+        # break; an occurrence ending after the break would hold the break, where the key is periodic.
+        tail = length - 1 - stretch
+        if stretch - period >= period + tail + 1:
+            assert not right(stretch - period, "last")

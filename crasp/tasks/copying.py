@@ -4,6 +4,15 @@
 distinct symbols (a uniform random arrangement), so n <= alphabet_size; the others draw i.i.d.
 uniform symbols, which repeat often over the small default alphabet. Repeat copy (Huang et al.)
 is forward copying over {a, b}.
+
+Copying with repeats can also draw inputs that defeat copying by lookup (`repeat_break_from`): in
+copy order (the input read backward for NB), a periodic stretch, a token that breaks the period,
+then a few i.i.d. tokens. A lookup that answers the token after an occurrence of the answer's last
+k tokens is misled there as soon as the stretch is k + period tokens long: the key recurs every
+period tokens, and the occurrences disagree on what follows (the break, or the period's next
+token), so both the first and the last occurrence answer wrong somewhere (crasp.approximations).
+I.i.d. strings over 5 symbols hold no long repeat, so on them a long enough k-gram lookup copies
+every string, at any length: this is the shape on which a copying test bin can discriminate.
 """
 
 from dataclasses import dataclass
@@ -78,11 +87,47 @@ class UniqueCopyBackward(UniqueCopy):
     literature = literature.unique_copy()
 
 
+# The repeat-break shape: the period's length and the i.i.d. tokens after the break, each uniform
+# from 1 to these, so that a stretch of k + period tokens fits inputs of k + 9 tokens and more.
+MAX_PERIOD, MAX_TAIL = 4, 4
+
+
+def repeat_break_strings(rng: np.random.Generator, n: int, length: int, alphabet_size: int) -> np.ndarray:
+    """n inputs in copy order: a periodic stretch (period p uniform in 1..MAX_PERIOD, its first p
+    tokens i.i.d.), one token that differs from what the period predicts there, then t i.i.d. tokens
+    (t uniform in 0..MAX_TAIL), p and t shrunk to fit short inputs (the stretch keeps p + 1 tokens
+    where it can, so that the period is seen to repeat)."""
+    tail = np.minimum(rng.integers(0, MAX_TAIL + 1, size=n), max(length - 2, 0))
+    stretch = length - 1 - tail  # tokens before the break (>= 1 where length >= 2)
+    period = np.minimum(rng.integers(1, MAX_PERIOD + 1, size=n), np.maximum((stretch - 1), 1))
+    block = rng.integers(alphabet_size, size=(n, MAX_PERIOD))
+    column = np.arange(length)[None, :]
+    strings = np.take_along_axis(block, column % period[:, None], axis=1)
+    rows = np.arange(n)
+    breaks = stretch < length  # an input of one token has no break
+    predicted = strings[rows, np.minimum(stretch, length - 1)]
+    shift = rng.integers(1, alphabet_size, size=n)  # any other symbol, uniformly
+    strings[rows[breaks], stretch[breaks]] = (predicted[breaks] + shift[breaks]) % alphabet_size
+    after = column > stretch[:, None]
+    strings[after] = rng.integers(alphabet_size, size=int(after.sum()))
+    return strings
+
+
 @dataclass(frozen=True)
 class NonUniqueCopy(Copy):
     alphabet_size: int = 5
+    # Inputs of at least this many tokens are drawn in the repeat-break shape (0: none): a run sets
+    # it above its training lengths, so that it trains on i.i.d. strings and is tested on the shape.
+    repeat_break_from: int = 0
+
+    def _check_parameters(self) -> None:
+        super()._check_parameters()
+        self._require_int("repeat_break_from", 0)
 
     def _draw(self, rng: np.random.Generator, n: int, length: int) -> Draw:
+        if self.repeat_break_from and length >= self.repeat_break_from:
+            in_copy_order = repeat_break_strings(rng, n, length, self.alphabet_size)
+            return self._answer_draw(in_copy_order[:, ::-1] if self.backward else in_copy_order)
         return self._answer_draw(rng.integers(self.alphabet_size, size=(n, length)))
 
 

@@ -27,6 +27,7 @@ from crasplab.reports.length_gen import (
     write_report,
 )
 from crasplab.reports.protocol import (
+    CONTROLS,
     PREDICTIONS_FILE,
     next_seeds,
     protocol_for,
@@ -106,11 +107,21 @@ def run_settings(request: RunRequest) -> RunSettings:
     sampler = request.sampler
     drawn = (tuple(SAMPLERS[sampler]) or NON_UNIQUE_RETRIEVAL) if sampler else ()
     tasks = tuple(request.tasks or drawn or preset.tasks)
-    if sampler and (others := [task for task in tasks if task not in drawn]):
+    # A control trains beside its task on its own sampler: the protocol counts a task's verdict
+    # only where its control generalizes (unique copying for copying with repeats).
+    controls = {CONTROLS[task] for task in drawn if task in CONTROLS} - set(drawn)
+    if sampler and (others := [task for task in tasks if task not in drawn and task not in controls]):
         raise SettingsError(
-            f"--sampler {sampler} chooses the sampler of {', '.join(drawn)}; "
-            f"it does not apply to {', '.join(others)}: leave them out of --tasks"
+            f"--sampler {sampler} chooses the sampler of {', '.join(drawn)}"
+            + (f" (their controls {', '.join(sorted(controls))} keep their own)" if controls else "")
+            + f"; it does not apply to {', '.join(others)}: leave them out of --tasks"
         )
+
+    def sampler_of(task: str) -> dict:
+        if task not in drawn:
+            return {}
+        return sampler_parameters(task, sampler, preset.train_for(task, **changes).train_lengths[1])
+
     return RunSettings(
         preset=preset.name,
         tasks=tasks,
@@ -118,10 +129,7 @@ def run_settings(request: RunRequest) -> RunSettings:
         threshold=DEFAULT_THRESHOLD if request.threshold is None else request.threshold,
         model=preset.model.replace(**model_changes),
         train={task: preset.train_for(task, **changes) for task in tasks},
-        task_overrides={
-            task: {**preset.overrides_for(task), **(sampler_parameters(task, sampler) if sampler else {})}
-            for task in tasks
-        },
+        task_overrides={task: {**preset.overrides_for(task), **sampler_of(task)} for task in tasks},
         model_overrides={
             task: changed for task in tasks if (changed := preset.model_changes_for(task, **model_changes))
         },
