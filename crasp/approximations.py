@@ -194,6 +194,7 @@ def parity_up_to_count(bound: int) -> Maker:
 
 
 OCCURRENCES = ("first", "last")
+NO_ANSWER = -1  # KGramLookup.answers where no occurrence of the key is found
 # The input's ends in the lookup's aligned view (below): where the answer starts and where it ends.
 _START, _END = -1, -2
 
@@ -239,14 +240,25 @@ class KGramLookup:
         """One bool per string (<bos> input <sep> answer <eos>, right-padded): the lookup, fed the
         right answer so far at each step, answers every answer token and the final <eos>."""
         tokens, prompt_lengths, lengths = np.asarray(tokens), np.asarray(prompt_lengths), np.asarray(lengths)
-        right = np.zeros(len(tokens), dtype=bool)
+        answered = self.answers(tokens, prompt_lengths, lengths)
+        steps = np.arange(answered.shape[1])[None, :]
+        at = np.minimum(prompt_lengths[:, None] + steps, tokens.shape[1] - 1)
+        targets = np.take_along_axis(tokens, at, axis=1)
+        return ((answered == targets) | (steps >= (lengths - prompt_lengths)[:, None])).all(axis=1)
+
+    def answers(self, tokens: np.ndarray, prompt_lengths: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The token id the lookup answers at each answer step (the final <eos> included), fed the
+        right answer so far: [strings, longest answer], NO_ANSWER where no occurrence is found and
+        after a string's answer ends."""
+        tokens, prompt_lengths, lengths = np.asarray(tokens), np.asarray(prompt_lengths), np.asarray(lengths)
+        answered = np.full((len(tokens), int((lengths - prompt_lengths).max(initial=0))), NO_ANSWER, dtype=np.int64)
         shapes = np.stack([prompt_lengths, lengths - prompt_lengths], axis=1)
         for prompt, answer in {tuple(shape) for shape in shapes.tolist()}:
             rows = np.flatnonzero((prompt_lengths == prompt) & (lengths - prompt_lengths == answer))
-            right[rows] = self._correct_group(tokens[rows], prompt - 2, answer)
-        return right
+            answered[rows, :answer] = self._answers_of_group(tokens[rows], prompt - 2, answer)
+        return answered
 
-    def _correct_group(self, tokens: np.ndarray, m: int, answer: int) -> np.ndarray:
+    def _answers_of_group(self, tokens: np.ndarray, m: int, answer: int) -> np.ndarray:
         """Strings of one input length m and one answer length (its <eos> included)."""
         n = len(tokens)
         inputs = tokens[:, 1 : 1 + m]
@@ -258,7 +270,7 @@ class KGramLookup:
         # Where the token after a key ending at framed index j (in copy order) sits in the string.
         read = np.arange(1, m + 2)
         position = (m + 1 - read) if self.backward else read
-        right = np.ones(n, dtype=bool)
+        answered = np.full((n, answer), NO_ANSWER, dtype=np.int64)
         for step in range(1, answer + 1):
             size = min(self.k, step)
             ends_at = np.arange(size - 1, m + 1)  # key end j: its next token framed[j + 1] exists
@@ -270,9 +282,9 @@ class KGramLookup:
                 match &= (distance <= self.window)[None, :]
             nearness = np.where(match, -distance[None, :] if self.occurrence == "last" else distance[None, :], -np.inf)
             chosen = ends_at[np.argmax(nearness, axis=1)]
-            answered = framed[np.arange(n), chosen + 1]
-            right &= match.any(axis=1) & (answered == targets[:, step - 1])
-        return right
+            token = framed[np.arange(n), chosen + 1]
+            answered[:, step - 1] = np.where(match.any(axis=1), np.where(token == _END, EOS_ID, token), NO_ANSWER)
+        return answered
 
 
 def kgram_lookups(bound: int, backward: bool) -> tuple[tuple[str, KGramLookup], ...]:

@@ -112,3 +112,16 @@ def evaluate_every_bin(trained: TrainedModel) -> tuple[BinEval, ...]:
             )
         )
     return tuple(bins)
+
+
+def teacher_forced_argmax(trained: TrainedModel, eval_set: EvalSet, chunk: int = 500) -> np.ndarray:
+    """argmax_NxT: the token the model predicts after each position of the bin's strings, fed the
+    strings themselves (teacher forcing), `chunk` strings at a time. A string's answer is right
+    exactly where this equals its next token at every answer position (exact_as_training_computes)."""
+    batch = eval_set.batch
+    parts = []
+    for start in range(0, len(batch.tokens_BxT), chunk):
+        rows = slice(start, start + chunk)
+        output = trained.model(batch.tokens_BxT[rows], batch.positions_BxT[rows], batch.valid_BxT[rows])
+        parts.append(np.asarray(output.logits_BxTxV.argmax(axis=-1)))
+    return np.concatenate(parts)
