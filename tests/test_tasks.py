@@ -397,7 +397,7 @@ def test_bad_task_requests_name_the_task_and_parameter(code, params, pattern):
             {},
             10**9,
             r"task NF: cannot sample length=1000000000: inputs have at most MAX_LENGTH=16384 symbols; "
-            r"accepted lengths with alphabet_size=5: 1 to 16384",
+            r"accepted lengths with alphabet_size=5, repeat_break_from=0: 1 to 16384",
         ),
     ],
 )

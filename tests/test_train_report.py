@@ -479,9 +479,9 @@ def test_the_headline_compares_the_model_too_and_controls_each_task_at_its_depth
     summary, config = deeper["protocol-clip-ape-copying"]
     config["model_overrides"] = {"UB": {"n_layers": 4}}
     cells = protocol_table.headline_cells(deeper)["ape"]
-    assert all(b["control"]["verdict"] == "generalizes" for b in cells[("NB", 4, "paper's")]["bins"])
+    assert all(b["control"]["verdict"] == "generalizes" for b in cells[("NB", 4, "paper's", 40)]["bins"])
     with_control = protocol_table.committed_runs(("protocol-clip-ape-nb", "protocol-clip-ape-ub4"))
-    nb_bins = protocol_table.headline_cells(with_control)["ape"][("NB", 4, "paper's")]["bins"]
+    nb_bins = protocol_table.headline_cells(with_control)["ape"][("NB", 4, "paper's", 40)]["bins"]
     assert [b["control"]["verdict"] for b in nb_bins] == ["mixed", "fails"]
     assert "NB 21-30: its control UB at 4 layers mixed; NB 31-40: its control UB at 4 layers fails" in (
         protocol_table.headline(with_control)

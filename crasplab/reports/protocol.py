@@ -486,15 +486,12 @@ def recipe_text(train: dict) -> str:
     )
     clipping = train.get("max_grad_norm", 0.0)
     stop = train["stop_after_perfect_evals"]
-    # Runs made before the recipe fixed its positions trained those of their longest test bin.
-    reach = train.get("position_reach", 0)
     return (
         f"batches of {train['batch_size']}, AdamW with weight decay {train['weight_decay']:g}, "
         f"learning rate {train['learning_rate']:g} after {train['warmup_steps']} warmup steps, {after_warmup}, "
         + (f"gradients clipped to norm {clipping:g}" if clipping > 0 else "no gradient clipping")
         + (f", stop after {stop} perfect evaluations in a row" if stop else ", no early stop")
         + f" (an evaluation every {train['eval_every']} steps)"
-        + (f", positions trained for inputs up to {reach}" if reach else "")
     )
 
 

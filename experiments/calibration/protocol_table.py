@@ -23,6 +23,7 @@ from pathlib import Path
 from crasplab.reports.length_gen import task_layers
 from crasplab.reports.protocol import apply_controls, control_text, counted_agreement, recipe_text
 from crasplab.reports.verdicts import GENERALIZES, TOO_FEW
+from crasplab.reports.what_learned import NONE_OF_THEM, behaviour
 from crasplab.train.config import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,7 @@ EVIDENCE = ROOT / "evidence"  # the kept runs
 CURRENT_RUNS = (
     "protocol-clip-ape-unique",
     "protocol-clip-ape-spread",
+    "protocol-clip-ape-last-55-64",
     "protocol-clip-ape",
     "protocol-clip-ape-copying",
     "protocol-clip-ape-nb",
@@ -138,17 +140,24 @@ def model_width(config: dict) -> str:
     )
 
 
+# Settings a run's tasks may differ in without being two recipes: the positions follow each task's
+# longest test string (or the recipe's reach), and how many strings score a bin changes no model.
+PER_TASK_SETTINGS = ("max_positions", "position_reach", "test_bins", "eval_examples_per_length")
+
+
 def recipe_line(config: dict) -> str:
     """The recipe the run trained under, from its config.json: the part that differs between the
     protocol's recipes (a table is only comparable with tables of the same recipe), training
-    settings and the model's width."""
-    # max_positions follows each task's longest test string; every other setting is the recipe's
-    trains = [{k: v for k, v in t.items() if k != "max_positions"} for t in config["train"].values()]
+    settings and the model's width. The test bins, and so the positions trained, are each row's."""
+    trains = [{k: v for k, v in t.items() if k not in PER_TASK_SETTINGS} for t in config["train"].values()]
     if any(t != trains[0] for t in trains):
         raise ValueError("the tasks of a protocol run trained under different settings: not one recipe")
+    return f"Recipe: {recipe_text(trains[0])}; models of {model_width(config)}"
+
+
+def seed_range(config: dict) -> str:
     seeds = config["seeds"]
-    train = trains[0]
-    return f"Recipe: {recipe_text(train)}; models of {model_width(config)}; seeds {seeds[0]}-{seeds[-1]}."
+    return f"{seeds[0]}-{seeds[-1]}"
 
 
 def test_bins(summary: dict) -> list[str]:
@@ -173,7 +182,7 @@ def table(summary: dict, config: dict) -> str:
     rows = summary["protocol"]["rows"]
     bins = test_bins(summary)
     lines = [
-        recipe_line(config),
+        f"{recipe_line(config)}; seeds {seed_range(config)}.",
         "",
         "| task | layers | predicted | fitted of seeds run | " + " | ".join(bins) + " |",
         "|---|---|---|---|" + "---|" * len(bins),
@@ -196,7 +205,36 @@ def committed_runs(runs=RUNS) -> dict[str, tuple[dict, dict]]:
 
 
 def sampler_of(config: dict, task: str) -> str:
-    return "spread" if config["task_overrides"].get(task, {}).get("occurrences") == "spread" else "paper's"
+    """The sampler a task drew its strings from in a run: spread, repeat-break (copying with
+    repeats, tested on the repeat-break shape) or the paper's."""
+    overrides = config["task_overrides"].get(task, {})
+    if overrides.get("occurrences") == "spread":
+        return "spread"
+    return "repeat-break" if overrides.get("repeat_break_from") else "paper's"
+
+
+def run_sampler(config: dict) -> str:
+    """The sampler a run is set beside others by: the one its tasks draw other than the paper's (a
+    control that runs beside them on its own sampler goes with them), else the paper's."""
+    return next((name for task in config["tasks"] if (name := sampler_of(config, task)) != "paper's"), "paper's")
+
+
+def positions(config: dict, task: str) -> int:
+    """The longest input whose positions the task's models trained: the recipe's reach, or for a
+    run made before the recipe fixed it, the longest test bin's."""
+    train = config["train"][task]
+    return train.get("position_reach") or train["test_bins"][-1][1]
+
+
+def row_key(config: dict, task: str) -> tuple:
+    """A headline row: the task, its depth, its run's sampler and the positions it trained. A
+    task's control is the row of the control task with the same rest of the key."""
+    return task, task_layers(config, task), run_sampler(config), positions(config, task)
+
+
+def sampler_text(config: dict, task: str) -> str:
+    own = sampler_of(config, task)
+    return own if own == run_sampler(config) else f"{own} (control, beside {run_sampler(config)})"
 
 
 def verdict_word(b: dict) -> str:
@@ -211,16 +249,17 @@ def verdict_word(b: dict) -> str:
 
 
 def headline_cells(runs: dict[str, tuple[dict, dict]]) -> dict[str, dict[tuple, dict]]:
-    """encoding -> (task, layers, sampler) -> its row, with each bin's agreement counted afresh:
-    the discrimination check as the run's summary holds it, and the control (CONTROLS) of the
-    same encoding, depth and sampler, from whichever run holds it."""
+    """encoding -> row_key -> its row, with each bin's agreement counted afresh: the discrimination
+    check as the run's summary holds it, and the control (CONTROLS) of the same encoding, depth,
+    sampler and positions, from whichever run holds it."""
     cells = defaultdict(dict)
     for summary, config in runs.values():
         for row in summary["protocol"]["rows"]:
-            key = (row["task"], task_layers(config, row["task"]), sampler_of(config, row["task"]))
+            key = row_key(config, row["task"])
             if key in cells[summary["pe"]]:
                 raise ValueError(
-                    f"{key[0]} at {key[1]} layers on the {key[2]} sampler under {summary['pe']} is in two runs"
+                    f"{key[0]} at {key[1]} layers on the {key[2]} sampler, positions to {key[3]}, under "
+                    f"{summary['pe']} is in two runs"
                 )
             row = copy.deepcopy(row)
             for b in row["bins"]:
@@ -248,14 +287,17 @@ def headline(runs: dict[str, tuple[dict, dict]]) -> str:
     if len(recipes) != 1:
         raise ValueError(f"the headline sets side by side runs of one recipe; these have {len(recipes)}")
     cells = headline_cells(runs)
-    bins = {}
+    bins, samplers = {}, {}
     for summary, config in runs.values():
         for row in summary["protocol"]["rows"]:
-            key = (row["task"], task_layers(config, row["task"]), sampler_of(config, row["task"]))
+            key = row_key(config, row["task"])
             bins.setdefault(key, " / ".join(test_bins(summary)))
-    keys = sorted(bins, key=lambda key: (key[2] != "paper's", TASK_ORDER.index(key[0]), key[1]))
+            samplers.setdefault(key, sampler_text(config, row["task"]))
+    keys = sorted(bins, key=lambda key: (key[2] != "paper's", key[2], TASK_ORDER.index(key[0]), key[1], key[3]))
+    seeds = sorted({seed_range(config) for _, config in runs.values()})
     lines = [
-        next(iter(recipes)),
+        f"{next(iter(recipes))}; seeds {', '.join(seeds)}"
+        + (" (each run its own block of fresh seeds)." if len(seeds) > 1 else "."),
         "",
         "| task | layers | sampler | test bins | APE predicted | APE | RoPE | NoPE predicted | NoPE |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -265,10 +307,13 @@ def headline(runs: dict[str, tuple[dict, dict]]) -> str:
         ape_predicted = predicted.get("ape") or predicted.get("rope", "").replace(" (no theorem)", "")
         shown = [_cell(cells[pe][key]) if key in cells[pe] else "not run" for pe in ENCODINGS]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {bins[key]} | {ape_predicted} | {shown[0]} | {shown[1]} | "
+            f"| {key[0]} | {key[1]} | {samplers[key]} | {bins[key]} | {ape_predicted} | {shown[0]} | {shown[1]} | "
             f"{predicted.get('nope', '·')} | {shown[2]} |"
         )
-    return "\n".join(lines + [""] + count_lines(cells) + ["", scale_line(runs)])
+    learned = learned_lines(runs)
+    return "\n".join(
+        lines + [""] + count_lines(cells) + [""] + learned + ([""] if learned else []) + [scale_line(runs)]
+    )
 
 
 def count_lines(cells: dict[str, dict[tuple, dict]]) -> list[str]:
@@ -279,7 +324,7 @@ def count_lines(cells: dict[str, dict[tuple, dict]]) -> list[str]:
         counted = defaultdict(list)  # prediction's label -> tasks with a counted bin
         reasons = defaultdict(list)  # why a "no" bin is not counted -> "task (sampler, layers) bin"
         agree = judged = 0
-        for (task, layers, sampler), row in sorted(cells.get(pe, {}).items()):
+        for (task, layers, sampler, _), row in sorted(cells.get(pe, {}).items()):
             for b in row["bins"]:
                 where = f"{task} {b['lo']}-{b['hi']}" + (f" ({sampler})" if sampler != "paper's" else "")
                 if b["agrees"] is not None:
@@ -308,6 +353,38 @@ def count_lines(cells: dict[str, dict[tuple, dict]]) -> list[str]:
         + (". ".join(left_out) or "none")
         + ".",
     ]
+
+
+def learned_lines(runs) -> list[str]:
+    """What the fitted seeds of each kept run's tasks predicted not to generalize learned
+    (what_learned.json, experiments/what_learned.py): per task and bin, how many behave like none
+    of the bounded programs exact on training, and the range of their closest member's agreement."""
+    lines = []
+    for run in runs:
+        path = EVIDENCE / run / "what_learned.json"
+        if not path.exists():
+            continue
+        learned = json.loads(path.read_text())
+        for task, entry in learned["tasks"].items():
+            by_bin = defaultdict(list)
+            for seed in entry["seeds"]:
+                for b in seed["bins"]:
+                    by_bin[b["bin"]].append(b["members"])
+            for bin_, seeds in by_bin.items():
+                like_none = [
+                    members for members in seeds if behaviour(members, learned["threshold"]).startswith(NONE_OF_THEM)
+                ]
+                closest = defaultdict(list)
+                for members in like_none:
+                    name, cell = max(members.items(), key=lambda item: item[1]["agreeing"] / item[1]["total"])
+                    closest[name].append(cell["agreeing"] / cell["total"])
+                nearest = "; ".join(f"{name} at {min(v):.2f}-{max(v):.2f}" for name, v in closest.items())
+                lines.append(
+                    f"{task} {bin_} ({run}): {len(like_none)} of {len(seeds)} fitted seeds agree with no bounded "
+                    f"program exact on training on {learned['threshold']:g} of the strings"
+                    + (f" (the closest: {nearest})" if nearest else "")
+                )
+    return [f'What the models of a prediction "does not generalize" learned: {". ".join(lines)}.'] if lines else []
 
 
 def scale_line(runs: dict[str, tuple[dict, dict]]) -> str:
@@ -349,7 +426,7 @@ def paper_table(runs: dict[str, tuple[dict, dict]]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for task in PAPER_FIGURE:
-        key = (task, preset_depth(task), "paper's")
+        key = (task, preset_depth(task), "paper's", PROTOCOL_PRESET.train.position_reach)
         rows = {pe: by_key[key] for pe, by_key in cells.items() if key in by_key}
         lab = {pe: _accuracies(rows[pe]) if pe in rows else "not run" for pe in ENCODINGS}
         paper = {}
