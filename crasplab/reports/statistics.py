@@ -26,6 +26,9 @@ from crasplab.reports.intervals import difference_interval
 ALPHA = 0.05
 BOOTSTRAP_DRAWS = 10_000
 BOOTSTRAP_SEED = 0
+# A percentile bootstrap over fewer clusters than this draws from a handful of distinct values: its
+# interval means nothing (one paragraph with one ambiguous transition gives [0, 0]).
+MIN_CLUSTERS = 5
 _LARGEST_Z = 40.0  # a two-sided p-value below 1e-300: as good as 0 for any family size
 
 
@@ -128,12 +131,13 @@ def cluster_difference(clusters: Sequence[tuple[int, int, int, int]], seed: int 
     return bootstrap(gap, [table], seed=seed)
 
 
-def correct_family(entries: list[dict], key: str = "p") -> None:
-    """Adds to each entry (a dict with `gap` and a p-value under `key`) its Holm-adjusted p-value
-    (`p_holm`) over the whole list, the family, and the corrected reading (`corrected`)."""
-    for entry, adjusted in zip(entries, holm([entry[key] for entry in entries])):
+def correct_family(entries: list[dict], estimate: str = "gap") -> None:
+    """Adds to each entry (a dict with its estimate under `estimate` and its p-value under `p`) its
+    Holm-adjusted p-value (`p_holm`) over the whole list, the family, and the corrected reading
+    (`corrected`)."""
+    for entry, adjusted in zip(entries, holm([entry["p"] for entry in entries])):
         entry["p_holm"] = adjusted
-        entry["corrected"] = corrected_side(entry["gap"], adjusted)
+        entry["corrected"] = corrected_side(entry[estimate], adjusted)
 
 
 def corrected_side(gap: float, adjusted_p: float) -> str:
