@@ -133,3 +133,27 @@ def test_a_unique_tasks_answer_is_not_its_floor():
     copying = [dict(prompt=i.prompt, expected=i.expected) for i in cell_items("UF", 3, 20, 0, 5, 5)]
     # Three distinct letters of a length-3 input, each drawn with probability 1/3.
     assert floors.task_floor("UF", copying)["accuracy"] == pytest.approx(1 / 27)
+
+
+def test_paired_change_variance_is_the_variance_of_the_per_prompt_differences():
+    differences = np.array([1] * 8 + [-1] * 2 + [0] * 10)  # 8 gained, 2 lost of 20
+    assert statistics.paired_change_variance(8 / 20, 2 / 20) == pytest.approx(differences.var())
+
+
+@given(gap=st.floats(0.05, 0.5), variance=st.floats(0.05, 2), family=st.integers(1, 20))
+def test_prompts_to_resolve_is_the_smallest_n_with_the_asked_power(gap, variance, family):
+    def power(n):
+        z = statistics.NormalDist().inv_cdf(1 - statistics.ALPHA / (2 * family))
+        return statistics.NormalDist().cdf(gap / math.sqrt(variance / n) - z)
+
+    n = statistics.prompts_to_resolve(gap, variance, family)
+    assert power(n) >= 0.8 - 1e-9 and (n == 1 or power(n - 1) < 0.8 + 1e-9)
+
+
+def test_the_power_preset_holds_the_prompts_a_gap_of_0_2_needs():
+    from crasplab.incontext.finetune_config import PRESETS
+
+    config = PRESETS["power"].config
+    beyond = sum(hi - lo + 1 for lo, hi in config.test_bins if lo > config.train_lengths[1])
+    # Worst-case variance of a difference of two independent accuracies (0.25 + 0.25), Holm over three gaps.
+    assert beyond * config.examples_per_length >= statistics.prompts_to_resolve(0.2, 0.5, family=3)

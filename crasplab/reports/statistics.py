@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from statistics import NormalDist
 
 import numpy as np
 
@@ -129,6 +130,25 @@ def cluster_difference(clusters: Sequence[tuple[int, int, int, int]], seed: int 
     if sums[1] == 0 or sums[3] == 0:
         raise ValueError("cluster_difference: one of the two proportions has no items in any cluster")
     return bootstrap(gap, [table], seed=seed)
+
+
+def paired_change_variance(gained: float, lost: float) -> float:
+    """Per-prompt variance of one task's change in accuracy on the same prompts, from the shares of
+    prompts that become right (`gained`) and wrong (`lost`)."""
+    return gained + lost - (gained - lost) ** 2
+
+
+def prompts_to_resolve(gap: float, variance: float, family: int = 1, power: float = 0.8) -> int:
+    """Prompts per task so that an estimate whose variance is `variance` / n resolves a true `gap`:
+    its two-sided interval at level ALPHA / family (Holm's strictest step) excludes 0 with
+    probability `power` (normal approximation)."""
+    if not (gap > 0 and variance > 0 and family >= 1 and 0 < power < 1):
+        raise ValueError(
+            f"prompts_to_resolve: gap {gap} and variance {variance} must be > 0, family {family} >= 1 "
+            f"and power {power} in (0, 1)"
+        )
+    z = NormalDist().inv_cdf(1 - ALPHA / (2 * family)) + NormalDist().inv_cdf(power)
+    return math.ceil(variance * (z / gap) ** 2)
 
 
 def correct_family(entries: list[dict], estimate: str = "gap") -> None:
