@@ -31,7 +31,7 @@ from crasplab.records.files import read_jsonl, rebuild_report
 from crasplab.reports.in_context import GAPS
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
-from crasplab.reports.statistics import bootstrap, correct_family, paired_change
+from crasplab.reports.statistics import bootstrap, correct_family, p_value_text, paired_change
 from crasplab.records.job_folder import run_jobs, run_records
 from crasplab.reports.length_gen import FIT_THRESHOLD, observe
 from crasplab.reports.protocol import read_predictions
@@ -258,8 +258,19 @@ def gap_table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _p_value(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+def _task_change_row(task: str, c: dict) -> str:
+    return (
+        f"| {task} | {c['before']:.2f} | {c['after']:.2f} | {_gap_cell(c)} | "
+        f"{c['gained']} / {c['lost']} of {c['pairs']} | {p_value_text(c['p'])} |"
+    )
+
+
+def _gap_change_row(gap: dict) -> str:
+    c = gap["change"]
+    return (
+        f"| {gap['name']} ({gap['kind']}) | {_gap_cell(gap['before']['beyond'])} | {_gap_cell(gap['after']['beyond'])} "
+        f"| {_gap_cell(c)} | {p_value_text(c['p_holm'])} | {c['corrected']} |"
+    )
 
 
 def change_table(summary: dict) -> str:
@@ -268,29 +279,11 @@ def change_table(summary: dict) -> str:
     lines = [
         "| task | before | after | change (paired bootstrap 95%) | gained / lost | McNemar p |",
         "|---|---|---|---|---|---|",
-    ]
-    for row in summary["rows"]:
-        change = row["change_beyond"]
-        if change is None:
-            continue
-        lines.append(
-            f"| {row['task']} | {change['before']:.2f} | {change['after']:.2f} | {_gap_cell(change)} | "
-            f"{change['gained']} / {change['lost']} of {change['pairs']} | "
-            f"{_p_value(change['p'])} |"
-        )
-    lines += [
+        *(_task_change_row(row["task"], row["change_beyond"]) for row in summary["rows"] if row["change_beyond"]),
         "\n| gap | before | after | change of the gap (paired bootstrap 95%) | Holm p | after correction |",
         "|---|---|---|---|---|---|",
+        *(_gap_change_row(gap) for gap in summary["gaps"] if gap["change"]),
     ]
-    for gap in summary["gaps"]:
-        change = gap["change"]
-        if change is None:
-            continue
-        lines.append(
-            f"| {gap['name']} ({gap['kind']}) | {_gap_cell(gap['before']['beyond'])} | "
-            f"{_gap_cell(gap['after']['beyond'])} | {_gap_cell(change)} | {_p_value(change['p_holm'])} | "
-            f"{change['corrected']} |"
-        )
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,7 @@ from crasplab.reports.floors import at_floor, task_floor
 from crasplab.records.files import read_jsonl, rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
-from crasplab.reports.statistics import correct_family, difference_p_value
+from crasplab.reports.statistics import correct_family, difference_p_value, p_value_text
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
 
@@ -158,10 +158,6 @@ def _corrected_side(gap: dict) -> str:
     )
 
 
-def _p_value(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
 def _floor_note(gap: dict) -> str:
     """Which side of a gap is at its floor: a gap between two such tasks measures no retrieval or
     copying, one with a single such side measures the other task alone."""
@@ -290,7 +286,7 @@ def report_markdown(summary: dict) -> str:
         ]
         lines.append(
             f"| {gap['kind']} | {gap['name']} | {_interval(gap['gap'], gap['low'], gap['high'], signed=True)} | "
-            f"{_p_value(gap['p_holm'])} | {gap['corrected']}{_floor_note(gap)} | " + " | ".join(cells) + " |"
+            f"{p_value_text(gap['p_holm'])} | {gap['corrected']}{_floor_note(gap)} | " + " | ".join(cells) + " |"
         )
     lines.append(f"\n{bias_statement(summary)}\n")
     uniqueness = [gap for gap in summary["gaps"] if gap["kind"] == "uniqueness"]

@@ -34,7 +34,7 @@ from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.records.files import ResultFileError, read_jsonl, write_summary_and_report
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
-from crasplab.reports.statistics import correct_family, difference_p_value
+from crasplab.reports.statistics import correct_family, difference_p_value, p_value_text
 from crasplab.incontext.settings import MechanismSettings
 from crasplab.records.run_folder import read_run_settings
 
@@ -335,11 +335,7 @@ def _judgement_text(j: dict) -> str:
     verdict = VERDICTS[j["verdict"]]
     if "p_holm" not in j:
         return f"{text}: **{verdict}**"
-    return f"{text}: **{verdict}**; Holm p {_p_value(j['p_holm'])}: {_corrected(j)}"
-
-
-def _p_value(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+    return f"{text}: **{verdict}**; Holm p {p_value_text(j['p_holm'])}: {_corrected(j)}"
 
 
 def _corrected(j: dict) -> str:

@@ -160,6 +160,11 @@ def correct_family(entries: list[dict], estimate: str = "gap") -> None:
         entry["corrected"] = corrected_side(entry[estimate], adjusted)
 
 
+def p_value_text(p: float) -> str:
+    """A p-value as the reports print it."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def corrected_side(gap: float, adjusted_p: float) -> str:
     if adjusted_p < ALPHA and gap > 0:
         return "above 0 after correction"
