@@ -4,6 +4,8 @@ inexpressible non-unique ones drop, and does the directional bias seen in contex
 
     python experiments/finetune.py --model smollm2                      # quick preset on a CPU (UF UB NF NB)
     python experiments/finetune.py --model smollm2 --preset paper       # for a GPU
+    python experiments/finetune.py --model smollm2 --preset power --seed 1 --out runs/finetune/smollm2-power-seed1
+                                                                        # sized for a gap of 0.2 (CPU, ~25 min a seed)
     python experiments/finetune.py --model smollm2 --tasks UF UB --method lora --learning-rate 1e-3
     python experiments/finetune.py --report-only runs/finetune/smollm2-quick
 

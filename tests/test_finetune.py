@@ -283,6 +283,12 @@ def test_the_report_keeps_did_not_fit_apart_and_measures_the_gaps(tmp_path):
     assert gap["before"]["beyond"]["gap"] == pytest.approx(0.8) and gap["before"]["beyond"]["low"] > 0
     assert gap["after"]["beyond"]["low"] < 0 < gap["after"]["beyond"]["high"]
     assert summary["answered"] == {"before": 160, "after": 160} and summary["planned"] == 160
+    # Before and after are the same prompts: UF loses 28 of its 32 right answers beyond training
+    # (16 + 16 -> 4 + 0, all among them), UB gains 4; the gap's change is paired, one family of one.
+    assert (rows["UF"]["change_beyond"]["gained"], rows["UF"]["change_beyond"]["lost"]) == (0, 28)
+    assert rows["UF"]["change_beyond"]["p"] < 1e-6 and rows["UB"]["change_beyond"]["gained"] == 4
+    assert gap["change"]["gap"] == pytest.approx(-0.8) and gap["change"]["high"] < 0
+    assert gap["change"]["corrected"] == "below 0 after correction"
 
 
 def test_help_explains_every_flag(capsys):

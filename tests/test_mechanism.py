@@ -210,6 +210,9 @@ def test_the_report_judges_each_claim_from_the_counts(whole_run):
             assert judgement["verdict"] == "untestable"
         elif judgement["verdict"].startswith("drop"):
             assert change["change_high"] < 0
+        if "p_holm" in judgement:  # Holm over the testable judgements; a corrected drop is an uncorrected one
+            assert judgement["p_holm"] >= judgement["p"]
+            assert judgement["corrected"] != "below 0 after correction" or judgement["verdict"] == "drop"
     random_pooled = [
         r for r in summary["rows"] if r["ablation"] == "random" and r["draw"] == "pooled" and "pooled" in r
     ]

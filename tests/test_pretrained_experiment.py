@@ -110,10 +110,19 @@ def _write_run(folder, accuracy: dict[str, float], n=40):
     settings = PretrainedSettings(model="m", tasks=tuple(accuracy), lengths=(10,), n=n)
     config = dict(settings.to_dict(), architecture="gguf/llama")
     (folder / "config.json").write_text(json.dumps(config))
+    # The real prompts of each cell, so the report's floors are computed as on a run.
     records = [
-        dict(task=task, length=10, index=i, correct=i < round(p * n), seconds=0.5)
+        dict(
+            task=task,
+            length=10,
+            index=i,
+            correct=i < round(p * n),
+            seconds=0.5,
+            prompt=item.prompt,
+            expected=item.expected,
+        )
         for task, p in accuracy.items()
-        for i in range(n)
+        for i, item in enumerate(formal_prompts.cell_items(task, 10, n, 0, *settings.demonstrations.for_task(task)))
     ]
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
@@ -127,6 +136,32 @@ def test_summary_gaps_and_bias_statement_follow_the_counts(tmp_path):
     assert gaps["UF - UB"]["low"] < 0 < gaps["UF - UB"]["high"]
     assert "1 of 2 pairs (UR - UL)" in bias_statement(summary)
     assert summary["prompts_per_second"] == pytest.approx(2.0)
+    assert {gap["name"]: gap["corrected"] for gap in summary["gaps"]} == {
+        "UR - UL": "above 0 after correction",
+        "UF - UB": "not resolved after correction",
+        "UR - NRFirst": "above 0 after correction",
+    }
+
+
+def test_a_gap_above_0_alone_is_not_above_0_after_correction_over_its_family(tmp_path):
+    # 0.30 against 0.10 on 40 prompts each: Newcombe's 95% interval lies above 0 (p about 0.03), but
+    # Holm over three comparisons asks p < 0.05 / 3 of the smallest.
+    _write_run(tmp_path, {"UR": 0.3, "UL": 0.1, "UF": 0.5, "UB": 0.5, "NRFirst": 0.3})
+    gaps = {gap["name"]: gap for gap in summarize(tmp_path)["gaps"]}
+    assert gaps["UR - UL"]["low"] > 0 and 0.05 / 3 < gaps["UR - UL"]["p"] < 0.05
+    assert gaps["UR - UL"]["corrected"] == "not resolved after correction"
+    assert "no directional bias" in bias_statement(summarize(tmp_path))
+
+
+def test_tasks_at_their_floor_mark_their_gaps(tmp_path):
+    # Non-unique retrieval at 0: its trivial strategy (the token after a random occurrence) does better.
+    _write_run(tmp_path, {"UR": 0.9, "NRFirst": 0.0, "NRLast": 0.0, "NLLast": 0.0})
+    summary = summarize(tmp_path)
+    assert summary["floors"]["NRFirst"]["strategy"] == "after an occurrence"
+    assert summary["floors"]["NRFirst"]["at_floor"] and not summary["floors"]["UR"]["at_floor"]
+    gaps = {gap["name"]: gap for gap in summary["gaps"]}
+    assert gaps["NRLast - NLLast"]["at_floor"] == ["NRLast", "NLLast"]
+    assert gaps["UR - NRFirst"]["at_floor"] == ["NRFirst"]
 
 
 def test_an_interrupted_run_resumes_to_the_same_records(tmp_path, monkeypatch):
@@ -286,5 +321,5 @@ def test_families_table_sets_runs_side_by_side_with_the_papers_pattern(tmp_path,
     rows = {line.split(" | ")[1]: line.split(" | ") for line in capsys.readouterr().out.splitlines() if " - " in line}
     assert rows["UR - UL"][2].startswith("above 0") and "(above 0)" in rows["UR - UL"][3]
     assert "(below 0)" in rows["UR - UL"][4]  # the second run opposes the paper's pattern
-    assert "(includes 0)" in rows["UF - UB"][3] and "(above 0)" in rows["UF - UB"][4]
+    assert "(not resolved)" in rows["UF - UB"][3] and "(above 0)" in rows["UF - UB"][4]
     assert rows["UF - NF"][2].startswith("near 0") and rows["UF - NF"][4].strip(" |") == "-"  # no NF run

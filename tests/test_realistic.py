@@ -222,3 +222,15 @@ def test_revert_lists_the_log_in_order_and_cherry_pick_in_reverse_with_the_same_
         assert forward_blocks[-1].endswith("Hashes:") and forward_blocks[1:-1] != backward_blocks[1:-1]
     assert revert == git_items("revert", 6, 2, seed=5, examples=3, example_commits=4)
     assert revert != git_items("revert", 6, 2, seed=6, examples=3, example_commits=4)
+
+
+def test_the_paragraph_gap_resamples_prompts_and_needs_enough_of_them():
+    from crasplab.reports.realistic import _paragraph_gap
+    from crasplab.reports.statistics import MIN_CLUSTERS
+
+    # One prompt reaches ambiguous transitions: a bootstrap over it would draw one value.
+    few = [(9, 10, 0, 0)] * (MIN_CLUSTERS + 3) + [(9, 10, 3, 4)] * (MIN_CLUSTERS - 1)
+    assert _paragraph_gap(few) is None
+    enough = [(19, 20, 6, 10)] * MIN_CLUSTERS + [(18, 20, 9, 10)] * MIN_CLUSTERS
+    entry = _paragraph_gap(enough)
+    assert entry["value"] == pytest.approx(37 / 40 - 15 / 20) and entry["low"] <= entry["value"] <= entry["high"]

@@ -8,7 +8,12 @@ Outputs, written atomically into the same folder: `summary.json`, `report.md` an
 `accuracy_by_length.png`.
 
 A bin's accuracy pools its prompts (the same number at every length) with a 95% Wilson interval;
-a gap between two tasks is a difference of accuracies with Newcombe's 95% interval. A fine-tuned
+a gap between two tasks is a difference of accuracies with Newcombe's 95% interval (two tasks'
+prompts are independent). Before and after are the same prompts, so what fine-tuning changed is
+paired (reports.statistics): each task's change beyond the training lengths with McNemar's exact
+test and a paired bootstrap interval, and each gap's change (after minus before) with a bootstrap
+that resamples each task's prompt pairs; the gap changes are the family the report concludes from,
+corrected by Holm. A fine-tuned
 model below reports.length_gen.FIT_THRESHOLD on its training lengths "did not fit": it says
 nothing about longer inputs, and is kept apart from "learned but did not generalize".
 """
@@ -18,12 +23,15 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 from crasp.tasks import LEFT_OR_BACKWARD
 from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.records.files import read_jsonl, rebuild_report
 from crasplab.reports.in_context import GAPS
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
+from crasplab.reports.statistics import bootstrap, correct_family, p_value_text, paired_change
 from crasplab.records.job_folder import run_jobs, run_records
 from crasplab.reports.length_gen import FIT_THRESHOLD, observe
 from crasplab.reports.protocol import read_predictions
@@ -65,6 +73,25 @@ def _difference(counts: dict, first: str, second: str, stage: str, lengths) -> d
     return dict(gap=gap, low=low, high=high)
 
 
+def _pairs(answers: list[dict], task: str, lengths) -> np.ndarray:
+    """(prompts, 2): each prompt's correctness before and after fine-tuning, for the prompts answered in both."""
+    by_stage = {
+        stage: {
+            (r["length"], r["index"]): bool(r["correct"])
+            for r in answers
+            if r["task"] == task and r["stage"] == stage and r["length"] in lengths
+        }
+        for stage in STAGES
+    }
+    keys = sorted(by_stage["before"].keys() & by_stage["after"].keys())
+    return np.array([[by_stage["before"][key], by_stage["after"][key]] for key in keys], dtype=float).reshape(-1, 2)
+
+
+def _gap_change(first: np.ndarray, second: np.ndarray) -> float:
+    """(after - before) of (first - second), each task's prompts paired before and after."""
+    return (first[:, 1].mean() - second[:, 1].mean()) - (first[:, 0].mean() - second[:, 0].mean())
+
+
 def _training(records: list[dict], task: str) -> dict | None:
     """The task's training result with its last training loss; None while it trains."""
     result = next((r for r in records if r["kind"] == "result" and r["task"] == task), None)
@@ -98,6 +125,17 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         prediction = predictions[task]["prediction"]
         judged = complete and observed != "did not fit" and prediction["generalizes"] is not None
         lengths = sorted({n for (t, _, n) in counts if t == task})
+        pairs = _pairs(answers, task, beyond)
+        change = (
+            dict(
+                paired_change(pairs[:, 0], pairs[:, 1]),
+                before=float(pairs[:, 0].mean()),
+                after=float(pairs[:, 1].mean()),
+                pairs=len(pairs),
+            )
+            if len(pairs)
+            else None
+        )
         rows.append(
             dict(
                 task=task,
@@ -107,6 +145,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                 observed=observed,
                 agrees=prediction["generalizes"] == (observed == "generalizes") if judged else None,
                 training=_training(metrics, task),
+                change_beyond=change,
                 curve=dict(
                     lengths=lengths,
                     **{
@@ -122,6 +161,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     gaps = []
     for kind, first, second in GAPS:
         if first in config["tasks"] and second in config["tasks"]:
+            pairs = [_pairs(answers, task, beyond) for task in (first, second)]
             gaps.append(
                 dict(
                     kind=kind,
@@ -135,8 +175,10 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                         )
                         for stage in STAGES
                     },
+                    change=bootstrap(_gap_change, pairs) if all(len(p) for p in pairs) else None,
                 )
             )
+    correct_family([gap["change"] for gap in gaps if gap["change"] is not None])
     seconds = {stage: sum(r["seconds"] for r in answers if r["stage"] == stage) for stage in STAGES}
     trained = [row["training"] for row in rows if row["training"]]
     examples = settings["examples_per_length"]
@@ -216,6 +258,35 @@ def gap_table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _task_change_row(task: str, c: dict) -> str:
+    return (
+        f"| {task} | {c['before']:.2f} | {c['after']:.2f} | {_gap_cell(c)} | "
+        f"{c['gained']} / {c['lost']} of {c['pairs']} | {p_value_text(c['p'])} |"
+    )
+
+
+def _gap_change_row(gap: dict) -> str:
+    c = gap["change"]
+    return (
+        f"| {gap['name']} ({gap['kind']}) | {_gap_cell(gap['before']['beyond'])} | {_gap_cell(gap['after']['beyond'])} "
+        f"| {_gap_cell(c)} | {p_value_text(c['p_holm'])} | {c['corrected']} |"
+    )
+
+
+def change_table(summary: dict) -> str:
+    """What fine-tuning changed beyond the training lengths, each task on its own prompt pairs and
+    each gap with its paired bootstrap and Holm's reading over the gap changes."""
+    lines = [
+        "| task | before | after | change (paired bootstrap 95%) | gained / lost | McNemar p |",
+        "|---|---|---|---|---|---|",
+        *(_task_change_row(row["task"], row["change_beyond"]) for row in summary["rows"] if row["change_beyond"]),
+        "\n| gap | before | after | change of the gap (paired bootstrap 95%) | Holm p | after correction |",
+        "|---|---|---|---|---|---|",
+        *(_gap_change_row(gap) for gap in summary["gaps"] if gap["change"]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def direction_statement(summary: dict) -> str:
     """One line per directional pair: where its gap beyond the training lengths lies, before and after."""
     lines = [
@@ -271,6 +342,10 @@ def report_markdown(summary: dict) -> str:
         gap_table(summary),
         "\nDirectional gaps beyond the training lengths:\n\n",
         direction_statement(summary),
+        "\nWhat fine-tuning changed beyond the training lengths, on the same prompts before and after "
+        "(reports.statistics; bootstrap: 10,000 draws, seed 0). The family corrected by Holm: the changes of the "
+        f"{sum(gap['change'] is not None for gap in summary['gaps'])} gaps below.\n\n",
+        change_table(summary),
         "\nTraining:\n\n",
         training_table(summary),
     ]

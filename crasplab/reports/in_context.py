@@ -6,7 +6,11 @@ same folder: `summary.json`, `report.md` and `accuracy_by_length.png`.
 
 Intervals are 95%: Wilson score intervals for an accuracy, Newcombe's hybrid score interval
 (his method 10, built from the two Wilson intervals) for a difference of two independent
-accuracies. Gaps are computed per length and pooled over all lengths (the counts summed).
+accuracies (two tasks' prompts are drawn independently). Gaps are computed per length and pooled
+over all lengths (the counts summed). The conclusions are drawn from the pooled gaps, so they are
+the family that reports.statistics corrects (Holm): a report's 10 pooled gaps, or every pooled
+gap of the models compared side by side; the per-length gaps are descriptive. Beside each task,
+its floor (reports.floors): the best trivial strategy's accuracy on the same prompts.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from pathlib import Path
 from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
 from crasplab.reports.figures import pyplot, save_figure, set_title
+from crasplab.reports.floors import at_floor, task_floor
 from crasplab.records.files import read_jsonl, rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
+from crasplab.reports.statistics import correct_family, difference_p_value, p_value_text
 from crasplab.incontext.settings import PretrainedSettings
 from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
 
@@ -66,6 +72,7 @@ def _gap(kind: str, first: str, second: str, counts: dict, lengths: list[int]) -
         return None
     difference, low, high = difference_interval(*pooled(first), *pooled(second))
     return dict(
+        p=difference_p_value(*pooled(first), *pooled(second)),
         kind=kind,
         first=first,
         second=second,
@@ -83,6 +90,11 @@ def summarize(run_dir: Path) -> dict:
     records = read_jsonl(run_dir / RESULTS_FILE)
     counts = _counts(records)
     lengths = list(config["lengths"])
+    floors = {
+        task: task_floor(task, [record for record in records if record["task"] == task])
+        for task in config["tasks"]
+        if any(record["task"] == task for record in records)
+    }
     cells = []
     for task in config["tasks"]:
         for length in lengths:
@@ -107,6 +119,15 @@ def summarize(run_dir: Path) -> dict:
         for gap in [_gap(kind, first, second, counts, lengths)]
         if gap is not None
     ]
+    correct_family(gaps)
+    pooled = {}
+    for task in floors:
+        correct, total = map(sum, zip(*[counts[(task, n)] for n in lengths if (task, n) in counts]))
+        low, high = wilson_interval(correct, total)
+        pooled[task] = dict(correct=correct, total=total, accuracy=correct / total, low=low, high=high)
+        floors[task]["at_floor"] = at_floor(low, floors[task]["accuracy"])
+    for gap in gaps:
+        gap["at_floor"] = [task for task in (gap["first"], gap["second"]) if floors[task]["at_floor"]]
     seconds = sum(record["seconds"] for record in records)
     return dict(
         model=config["model"],
@@ -116,6 +137,9 @@ def summarize(run_dir: Path) -> dict:
         planned=len(config["tasks"]) * len(lengths) * config["n"],
         evaluated=len(records),
         cells=cells,
+        pooled=pooled,
+        floors=floors,
+        family=f"the {len(gaps)} pooled gaps of this report",
         gaps=gaps,
         predictions={task: dataclasses.asdict(predict(task, "ape")) for task in config["tasks"]},
         generation_seconds=seconds,
@@ -128,37 +152,44 @@ def _interval(value: float, low: float, high: float, signed: bool = False) -> st
     return f"{value:+.3f} [{low:+.3f}, {high:+.3f}]" if signed else f"{value:.2f} [{low:.2f}, {high:.2f}]"
 
 
-def _side(gap: dict) -> str:
-    if gap["low"] > 0:
-        return "above 0"
-    if gap["high"] < 0:
-        return "below 0"
-    return "includes 0"
+def _corrected_side(gap: dict) -> str:
+    return {"above 0 after correction": "above 0", "below 0 after correction": "below 0"}.get(
+        gap["corrected"], "not resolved"
+    )
+
+
+def _floor_note(gap: dict) -> str:
+    """Which side of a gap is at its floor: a gap between two such tasks measures no retrieval or
+    copying, one with a single such side measures the other task alone."""
+    if len(gap["at_floor"]) == 2:
+        return " (both tasks at their floor)"
+    return f" ({gap['at_floor'][0]} at its floor)" if gap["at_floor"] else ""
 
 
 def bias_statement(summary: dict) -> str:
-    """A plain sentence on the directional bias, from the pooled directional gaps' intervals."""
+    """A plain sentence on the directional bias, from the pooled directional gaps after Holm's
+    correction over the report's family."""
     directional = [gap for gap in summary["gaps"] if gap["kind"] == "direction"]
     if not directional:
         return "No directional gap could be computed (a task pair is missing)."
-    above = [gap["name"] for gap in directional if _side(gap) == "above 0"]
-    below = [gap["name"] for gap in directional if _side(gap) == "below 0"]
+    above = [gap["name"] for gap in directional if _corrected_side(gap) == "above 0"]
+    below = [gap["name"] for gap in directional if _corrected_side(gap) == "below 0"]
     if len(above) == len(directional):
         verdict = "shows the directional bias the paper reports (right/forward beats left/backward) on every pair"
     elif above and not below:
         verdict = (
             f"shows the paper's directional bias on {len(above)} of {len(directional)} pairs ({', '.join(above)}); "
-            "the other intervals include 0"
+            "the others are not resolved"
         )
     elif below and not above:
         verdict = (
-            f"shows the opposite of the paper's directional bias on {', '.join(below)}; the other intervals include 0"
+            f"shows the opposite of the paper's directional bias on {', '.join(below)}; the others are not resolved"
         )
     elif above and below:
         verdict = f"is mixed: right/forward better on {', '.join(above)}, left/backward better on {', '.join(below)}"
     else:
-        verdict = "shows no directional bias that these samples can resolve (every pooled interval includes 0)"
-    return f"{summary['model']} {verdict}."
+        verdict = "shows no directional bias that these samples can resolve"
+    return f"{summary['model']} {verdict} (Holm over {summary['family']}, at the 0.05 level)."
 
 
 # What the paper reports for Llama-3 and Qwen2.5 about each gap (its section 4.1, in words: it gives
@@ -173,10 +204,15 @@ PAPER_EXCEPTIONS = {"UF - NF": "near 0 (NF stays high)"}
 
 def families_markdown(summaries: list[dict]) -> str:
     """The pooled gaps of several runs (one column per model) beside the paper's pattern, and
-    whether each model's interval agrees with it (above 0), opposes it (below 0) or cannot tell."""
+    whether each model's gap agrees with it (above 0), opposes it (below 0) or cannot tell, after
+    Holm's correction over every pooled gap in the table (the family its reading is drawn from)."""
     models = [summary["model"] for summary in summaries]
-    gaps = [{gap["name"]: gap for gap in summary["gaps"]} for summary in summaries]
+    gaps = [{gap["name"]: dict(gap) for gap in summary["gaps"]} for summary in summaries]
+    family = [gap for by_name in gaps for gap in by_name.values()]
+    correct_family(family)
     lines = [
+        f"Reading after Holm's correction over the table's {len(family)} pooled gaps (family-wise level 0.05); "
+        "`both at floor`: neither task's accuracy can be told from its best trivial strategy (reports.floors).\n",
         "| kind | gap | paper (Llama-3, Qwen2.5) | " + " | ".join(models) + " |",
         "|---|---|---|" + "---|" * len(models),
     ]
@@ -185,7 +221,7 @@ def families_markdown(summaries: list[dict]) -> str:
         paper = PAPER_EXCEPTIONS.get(name, PAPER_PATTERN[kind])
         cells = [
             f"{_interval(by_name[name]['gap'], by_name[name]['low'], by_name[name]['high'], signed=True)} "
-            f"({_side(by_name[name])})"
+            f"({_corrected_side(by_name[name])}{', both at floor' if len(by_name[name]['at_floor']) == 2 else ''})"
             if name in by_name
             else "-"
             for by_name in gaps
@@ -207,8 +243,8 @@ def report_markdown(summary: dict) -> str:
         "Few-shot prompts, greedy decoding, exact match of the stripped answer line. Accuracy with its 95% "
         "Wilson interval; `predicted` is the interpreter's APE prediction (theory for trained-from-scratch "
         "models, shown for comparison).\n",
-        "| task | predicted | " + " | ".join(f"length {length}" for length in lengths) + " |",
-        "|---|---|" + "---|" * len(lengths),
+        "| task | predicted | " + " | ".join(f"length {length}" for length in lengths) + " | pooled | floor |",
+        "|---|---|" + "---|" * len(lengths) + "---|---|",
     ]
     for task in summary["tasks"]:
         row = [
@@ -220,11 +256,25 @@ def report_markdown(summary: dict) -> str:
             else "-"
             for length in lengths
         ]
+        pooled, floor = summary["pooled"].get(task), summary["floors"].get(task)
+        row.append("-" if pooled is None else _interval(pooled["accuracy"], pooled["low"], pooled["high"]))
+        row.append(
+            "-"
+            if floor is None
+            else f"{floor['accuracy']:.2f} ({floor['strategy']}{'; at the floor' if floor['at_floor'] else ''})"
+        )
         lines.append(f"| {task} | {summary['predictions'][task]['label']} | " + " | ".join(row) + " |")
     lines += [
-        "\nGaps (accuracy difference with Newcombe's 95% interval), pooled over lengths and per length:\n",
-        "| kind | gap | pooled | " + " | ".join(f"length {length}" for length in lengths) + " |",
-        "|---|---|---|" + "---|" * len(lengths),
+        "\n`floor`: the best trivial strategy's accuracy on the same prompts, pooled (a random input token; the "
+        "token after or before a random occurrence of the query, except the one that answers a unique task; for "
+        "copying, random input tokens); `at the floor`: the pooled interval reaches down to it.\n",
+        "\nGaps (accuracy difference with Newcombe's 95% interval), pooled over lengths and per length; "
+        f"`Holm p`: the pooled gap's p-value adjusted over {summary['family']} (the family the report's "
+        "conclusions are drawn from); per-length gaps are descriptive:\n",
+        "| kind | gap | pooled | Holm p | after correction | "
+        + " | ".join(f"length {length}" for length in lengths)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(lengths),
     ]
     for gap in summary["gaps"]:
         per_length = {entry["length"]: entry for entry in gap["per_length"]}
@@ -236,15 +286,14 @@ def report_markdown(summary: dict) -> str:
         ]
         lines.append(
             f"| {gap['kind']} | {gap['name']} | {_interval(gap['gap'], gap['low'], gap['high'], signed=True)} | "
-            + " | ".join(cells)
-            + " |"
+            f"{p_value_text(gap['p_holm'])} | {gap['corrected']}{_floor_note(gap)} | " + " | ".join(cells) + " |"
         )
     lines.append(f"\n{bias_statement(summary)}\n")
     uniqueness = [gap for gap in summary["gaps"] if gap["kind"] == "uniqueness"]
     if uniqueness:
         lines.append(
-            "Uniqueness gaps (unique minus non-unique): "
-            + "; ".join(f"{gap['name']} {_side(gap)}" for gap in uniqueness)
+            "Uniqueness gaps (unique minus non-unique), after correction: "
+            + "; ".join(f"{gap['name']} {gap['corrected']}{_floor_note(gap)}" for gap in uniqueness)
             + ".\n"
         )
     if summary["evaluated"] < summary["planned"]:

@@ -12,6 +12,11 @@ the same, so it is conservative). Random controls are pooled over their draws. T
 are judged on each task's counts pooled over its cells, at each k:
   a drop claim holds when the change's interval lies below 0 and below the random control's
   accuracy (its difference interval too); a task the unablated model never answers cannot drop.
+After correction (reports.statistics): each testable judgement gets the larger of the two
+p-values (against no ablation, against random heads; both must hold, an intersection-union
+test), and Holm corrects them over the report's family, every testable claim judgement at every
+k. ablations.jsonl keeps counts, not each string's answer, so the tests are unpaired (Newcombe's,
+inverted), where McNemar on the same strings would be sharper.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.records.files import ResultFileError, read_jsonl, write_summary_and_report
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
+from crasplab.reports.statistics import correct_family, difference_p_value, p_value_text
 from crasplab.incontext.settings import MechanismSettings
 from crasplab.records.run_folder import read_run_settings
 
@@ -172,6 +178,17 @@ def _judge_drop(rows: list[dict], score: str, task: str, k: int) -> dict | None:
         random=control["pooled"] if control else None,
     )
     ablated = targeted["pooled"]
+    if base["pooled"]["correct"] > 0:
+        # Intersection-union: the drop must hold against no ablation and against random heads, so
+        # the judgement's estimate is the smaller drop and its p-value the larger.
+        against = [(base["pooled"], ablated["change"])]
+        if control is not None:
+            against.append((control["pooled"], ablated["accuracy"] - control["pooled"]["accuracy"]))
+        judgement["gap"] = max(gap for _, gap in against)
+        judgement["p"] = max(
+            difference_p_value(ablated["correct"], ablated["total"], other["correct"], other["total"])
+            for other, _ in against
+        )
     if base["pooled"]["correct"] == 0:
         judgement["verdict"] = "untestable"
     elif ablated["change_high"] < 0:
@@ -231,6 +248,7 @@ def summarize(run_dir: Path) -> dict:
         for j in [_judge_drop(rows, score, task, k)]
         if j is not None
     ]
+    correct_family([j for j in claims if "p" in j])
     for judgement in claims:
         judgement["claim"] = "spares" if (judgement["score"], judgement["task"]) in SPARE_CLAIMS else "drops"
         # A score's top heads may score near nothing: the model then has no such head to remove.
@@ -315,7 +333,17 @@ def _judgement_text(j: dict) -> str:
     if j["random"] is not None:
         text += f" (random heads: {_change_text(j['random'])})"
     verdict = VERDICTS[j["verdict"]]
-    return f"{text}: **{verdict}**"
+    if "p_holm" not in j:
+        return f"{text}: **{verdict}**"
+    return f"{text}: **{verdict}**; Holm p {p_value_text(j['p_holm'])}: {_corrected(j)}"
+
+
+def _corrected(j: dict) -> str:
+    return "drops beyond random heads after correction" if _drops_after_correction(j) else "no drop after correction"
+
+
+def _drops_after_correction(j: dict) -> bool:
+    return j.get("corrected") == "below 0 after correction"
 
 
 def claim_statements(summary: dict) -> list[str]:
@@ -329,16 +357,17 @@ def claim_statements(summary: dict) -> list[str]:
         name = score.replace("_", "-")
         claim = f"removing {name} heads leaves {task} alone" if spares else f"removing {name} heads drops {task}"
         holding = [
-            j["k"]
-            for j in judgements
-            if (j["verdict"] in ("no change resolved", "rise") if spares else j["verdict"] == "drop")
+            j["k"] for j in judgements if j["verdict"] != "untestable" and (not _drops_after_correction(j)) == spares
         ]
         if all(j["verdict"] == "untestable" for j in judgements):
             verdict = "cannot be tested on this model"
+        elif holding and spares:
+            # No drop resolved is the absence of evidence against sparing, not evidence for it.
+            verdict = f"no drop survives correction at k = {', '.join(map(str, holding))}"
         elif holding:
-            verdict = f"holds at k = {', '.join(map(str, holding))}"
+            verdict = f"holds after correction at k = {', '.join(map(str, holding))}"
         else:
-            verdict = "does not hold at any k of the grid"
+            verdict = "does not hold after correction at any k of the grid"
         lines.append(f"- **{task}**, {claim}: {verdict}. " + "; ".join(_judgement_text(j) for j in judgements) + ".")
     return lines
 
@@ -434,7 +463,11 @@ def report_markdown(summary: dict) -> str:
         lines += [
             "## The paper's claims on this model\n",
             "Judged on each task's strings pooled over its cells: a drop holds when the change's interval lies "
-            "below 0 and the accuracy is below that of random heads (the difference's interval below 0).\n",
+            "below 0 and the accuracy is below that of random heads (the difference's interval below 0). "
+            "After correction: the larger of the two p-values, adjusted by Holm over the family of every testable "
+            f"judgement below ({sum('p_holm' in j for j in summary['claims'])}); unpaired tests, as the run keeps "
+            "counts only. A claim holds (or, for a claim that heads spare a task, fails) on drops that survive "
+            "the correction.\n",
             *claims,
             "",
         ]
@@ -454,7 +487,7 @@ def report_markdown(summary: dict) -> str:
         )
         removed = "; ".join(
             f"removing {name} heads: {_changes(summary, task, name)}"
-            for name in ("previous_token", reader)
+            for name in dict.fromkeys(("previous_token", reader, *config["ablate"]))
             if _changes(summary, task, name)
         )
         lines.append(
