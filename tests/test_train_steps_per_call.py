@@ -34,26 +34,16 @@ def step_batches(task, seeds, steps):
     return batches
 
 
-def train_single_steps(models, optimizer, batches):
+def train(models, optimizer, make_step, calls):
+    """The state after each call of make_step's step, and each step's losses and accuracies ([steps, S])."""
     graphdef, rest, params_S, opt_state_S = init_stack(models, optimizer)
-    step = make_train_step(graphdef, rest, optimizer, batch_parts=2)
+    step = make_step(graphdef, rest, optimizer, batch_parts=2)
     losses, accuracies = [], []
-    for batch in batches:
-        params_S, opt_state_S, loss_S, accuracy_S = step(params_S, opt_state_S, batch)
-        losses.append(np.asarray(loss_S))
-        accuracies.append(np.asarray(accuracy_S))
-    return (params_S, opt_state_S), np.array(losses), np.array(accuracies)
-
-
-def train_calls(models, optimizer, calls):
-    graphdef, rest, params_S, opt_state_S = init_stack(models, optimizer)
-    steps = make_scanned_train_step(graphdef, rest, optimizer, batch_parts=2)
-    losses, accuracies = [], []
-    for batches_KxS in calls:
-        params_S, opt_state_S, loss_KxS, accuracy_KxS = steps(params_S, opt_state_S, batches_KxS)
-        losses += list(np.asarray(loss_KxS))
-        accuracies += list(np.asarray(accuracy_KxS))
-    return (params_S, opt_state_S), np.array(losses), np.array(accuracies)
+    for batch in calls:
+        params_S, opt_state_S, loss, accuracy = step(params_S, opt_state_S, batch)
+        losses.append(np.asarray(loss).reshape(-1, len(models)))  # [S] for one step, [K, S] for K
+        accuracies.append(np.asarray(accuracy).reshape(-1, len(models)))
+    return (params_S, opt_state_S), np.concatenate(losses), np.concatenate(accuracies)
 
 
 @pytest.mark.machine_dependent  # bit for bit: the scanned body compiles to this CPU's single step
@@ -72,15 +62,15 @@ def test_k_steps_per_call_train_as_k_single_steps():
     calls = [stack_steps(batches[start : start + 4]) for start in (0, 4)]
     assert calls[0]["tokens_BxT"].shape[:2] == (4, 2)
 
-    state, losses, accuracies = train_calls(models, optimizer, calls)
+    state, losses, accuracies = train(models, optimizer, make_scanned_train_step, calls)
     padded_steps = [{name: array[i] for name, array in call.items()} for call in calls for i in range(4)]
-    single_state, single_losses, single_accuracies = train_single_steps(models, optimizer, padded_steps)
+    single_state, single_losses, single_accuracies = train(models, optimizer, make_train_step, padded_steps)
     np.testing.assert_array_equal(losses, single_losses)
     np.testing.assert_array_equal(accuracies, single_accuracies)
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(single_state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
-    _, unpadded_losses, unpadded_accuracies = train_single_steps(models, optimizer, batches)
+    _, unpadded_losses, unpadded_accuracies = train(models, optimizer, make_train_step, batches)
     np.testing.assert_allclose(losses, unpadded_losses, rtol=RTOL, atol=ATOL)
     np.testing.assert_array_equal(accuracies, unpadded_accuracies)
 
