@@ -30,7 +30,7 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
      tests marked `device` (tests/test_train_accelerator.py)  at most 2 min
      benchmarks/device_throughput.py (paper preset, float32 and each dtype choice, at one step
        per call and at --steps-per-call: a stack of ten, four stacks of five, one model against
-       Hugging Face's)  at most 1 min + 50 s a row
+       Hugging Face's)  at most 1.5 min + 1 min a row
      benchmarks/paper_preset_dtypes.py (NLFirst and NLLast, 3 seeds, 2000 steps in float32 and in
        each of --dtype-choices under the protocol's recipe, and a verdict on each by the rule it
        states)  at most 2 min a dtype: 8 min for all four, so a call that judges them trains little
@@ -103,8 +103,8 @@ else. Each command is the same until its tasks are done:
   The measurements of the tensor-core choices and of several steps per call, in a lease of their
   own (nothing trains: --lease-minutes 0.5 leaves no task time to finish), two calls:
 
-       python3 benchmarks/gpu_run.py --out "$OUT" --minutes 7 --skip dtypes --steps-per-call 10 \
-           --dtype-choices tf32 bfloat16-mixed --lease-minutes 0.5        # tests, benchmark: ~6.5 min
+       python3 benchmarks/gpu_run.py --out "$OUT" --minutes 9.5 --skip dtypes --steps-per-call 10 \
+           --dtype-choices tf32 bfloat16-mixed --lease-minutes 0.5        # tests, benchmark: ~9.5 min
        python3 benchmarks/gpu_run.py --out "$OUT" --minutes 7 --skip tests throughput \
            --dtype-choices tf32 bfloat16-mixed --dtype auto --lease-minutes 0.5   # dtype check: ~6 min
 
@@ -252,7 +252,7 @@ def parts(plan: Plan, training_minutes: float, tasks: list[str] | None = None) -
     throughput += ["--dtypes", *dtype_rows, "--steps-per-call", *map(str, steps_per_call)]
     if plan.rehearse:
         # One row per dtype in each table, and the check on one task: each choice rehearsed in both.
-        throughput += ["--preset", "rehearsal", "--stack-sizes", "2", "--concurrent", "2"]
+        throughput += ["--preset", "rehearsal", "--stack-sizes", "2", "--concurrent", "1"]  # one compile a dtype
         throughput += ["--concurrent-size", "2", "--steps", "2", "--rounds", "1"]
         dtypes += ["--preset", "protocol-rehearsal", "--steps", "12", "--tasks", "NLLast", "--seeds", "0", "1"]
         training += ["--preset", "protocol-rehearsal"]
@@ -270,7 +270,7 @@ def parts(plan: Plan, training_minutes: float, tasks: list[str] | None = None) -
             "throughput",
             throughput,
             "throughput.log",
-            60.0 + 50.0 * len(steps_per_call) * len(dtype_rows),
+            90.0 + 60.0 * len(steps_per_call) * len(dtype_rows),
             ABSENT_ON_DEVICE,
         ),
         Part("dtypes", dtypes, "dtypes.log", 120.0 * (1 + len(plan.dtype_choices))),

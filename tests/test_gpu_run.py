@@ -40,11 +40,11 @@ def rehearsal(tmp_path_factory):
         "--out",
         str(out),
         "--minutes",
-        "12",
+        "14",
         "--dtype",
         "auto",
     ]
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert finished.returncode == 0, finished.stderr[-3000:]
     return out
 
@@ -58,7 +58,8 @@ def test_the_rehearsal_runs_every_part_and_packs_at_most_eight_files(rehearsal):
     throughput = json.loads((rehearsal / "throughput.json").read_text())
     for table in ("stack_model_steps_per_s", "concurrent_model_steps_per_s"):
         assert throughput[table].keys() == {"float32", "bfloat16", "bfloat16-mixed", "tf32"}
-        assert all(rates.keys() == {"2"} for rates in throughput[table].values())
+    assert all(rates.keys() == {"2"} for rates in throughput["stack_model_steps_per_s"].values())
+    assert all(rates.keys() == {"1"} for rates in throughput["concurrent_model_steps_per_s"].values())
     assert throughput["hf_over_ours"].keys() == {"float32", "bfloat16"}
     assert json.loads((rehearsal / "machine.json").read_text())["lab_commit"]
 
