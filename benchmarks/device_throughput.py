@@ -3,7 +3,8 @@ and one model's step against Hugging Face's at equal shapes.
 
 1. One stack of S seeds (--stack-sizes, default 1 5 10), its batches sampled ahead by the sampler
    processes as in training (crasplab.train.sampling): model-steps per second (S x steps / s),
-   computing in float32 and in bfloat16 (--dtypes; parameters stay float32). A float32 stack of
+   computing in float32 and in bfloat16 (--dtypes: also tf32 and bfloat16-mixed; parameters stay
+   float32), one step per device call or several (--steps-per-call: a scanned loop, one row each). A float32 stack of
    ten ran about 68 TFLOP/s on the H200 and its step took nearly twice a stack of five's: larger
    stacks wait on arithmetic there, not on launches, which bfloat16 may change.
 2. K stacks of --concurrent-size seeds side by side (--concurrent, default 1 2 4 8), each in a
@@ -33,14 +34,16 @@ import numpy as np
 
 from crasp.tasks import get_task
 from crasplab.cli.arguments import at_least
+from crasplab.models.config import TRAINING_DTYPES
 from crasplab.records.files import write_json
 from crasplab.train.accelerator import default_sampler_processes
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.config import PRESETS
-from crasplab.train.data import LengthBuckets, sequence_length
+from crasplab.train.data import LengthBuckets, sequence_length, stack_steps
 from crasplab.train.device import path_name
 from crasplab.train.sampling import BatchStream, StackBatches, sampler_pool
 from crasplab.train.steps import data_mesh, from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
+from crasplab.train.steps import make_scanned_train_step
 from crasplab.train.steps import shard_batch
 from train_step import STREAM_TASK, StepProcess, hugging_face_available, interleaved_medians
 
@@ -52,7 +55,16 @@ class StackTrainer:
     same program, which on the H200 cost more than the timed steps (the first call ran out of
     time compiling)."""
 
-    def __init__(self, preset_name: str, size: int, dtype: str, pool, shared_steps: dict, first_seed: int = 0):
+    def __init__(
+        self,
+        preset_name: str,
+        size: int,
+        dtype: str,
+        pool,
+        shared_steps: dict,
+        first_seed: int = 0,
+        steps_per_call: int = 1,
+    ):
         preset = PRESETS[preset_name]
         train, overrides = preset.train_for(STREAM_TASK), preset.overrides_for(STREAM_TASK)
         task = get_task(STREAM_TASK, **overrides)
@@ -63,35 +75,41 @@ class StackTrainer:
         settings = preset.model.replace(pe="ape", dtype=dtype)
         models = [settings.build(len(task.vocab), max_positions, seed) for seed in seeds]
         graphdef, rest, self.params, self.opt_state = init_stack(models, optimizer)
-        if (size, dtype) not in shared_steps:
-            shared_steps[size, dtype] = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
-        self.step_fn = shared_steps[size, dtype]
+        if (size, dtype, steps_per_call) not in shared_steps:
+            make_step = make_train_step if steps_per_call == 1 else make_scanned_train_step
+            shared_steps[size, dtype, steps_per_call] = make_step(graphdef, rest, optimizer, from_scratch_batch_parts())
+        self.step_fn = shared_steps[size, dtype, steps_per_call]
+        self.steps_per_call = steps_per_call
         self.batches = StackBatches.of(STREAM_TASK, overrides, seeds, train.batch_size, buckets, max_positions, True)
         self.widths = set(buckets.padded_lengths)
-        self.stream = BatchStream(self.batches, 0, 10**9, pool)
+        self.stream = BatchStream(self.batches, 0, 10**9, pool, steps_per_call)
         self.mesh = data_mesh()
         self.size = size
 
     def compile_every_width(self) -> None:
-        """One step on a batch of every width the stack can meet (padded to each bucket's longest)."""
+        """One call on a batch of every width the stack can meet (padded to each bucket's longest)."""
         seen, step = set(), 0
         while seen != self.widths and step < 10_000:
             batch = self.batches.at(step)
             if (width := batch["tokens_BxT"].shape[-1]) not in seen:
                 seen.add(width)
-                self._step(batch)
+                self._call([batch] * self.steps_per_call)
             step += 1
         jax.block_until_ready(self.params)
 
-    def _step(self, batch) -> jax.Array:
+    def _call(self, batches: list) -> jax.Array:
+        """One device call: one step, or steps_per_call of them scanned (train.loop does the same)."""
+        batch = batches[0] if self.steps_per_call == 1 else stack_steps(batches)
         self.params, self.opt_state, loss, _ = self.step_fn(self.params, self.opt_state, shard_batch(self.mesh, batch))
         return loss
 
-    def train(self, steps: int) -> None:
-        loss = None
-        for _ in range(steps):
-            loss = self._step(self.stream.next())
+    def train(self, steps: int) -> int:
+        """At least `steps` steps, in whole calls (returns the steps trained)."""
+        loss, calls = None, -(-steps // self.steps_per_call)
+        for _ in range(calls):
+            loss = self._call([self.stream.next() for _ in range(self.steps_per_call)])
         jax.block_until_ready(loss)
+        return calls * self.steps_per_call
 
     def close(self) -> None:
         self.stream.close()
@@ -101,9 +119,11 @@ def timed_together(trainers: list[StackTrainer], steps: int) -> float:
     """Model-steps per second of the trainers run side by side, one thread each, for `steps` steps."""
     start_line = threading.Barrier(len(trainers) + 1)
 
+    trained = {}
+
     def run(trainer: StackTrainer) -> None:
         start_line.wait()
-        trainer.train(steps)
+        trained[id(trainer)] = trainer.train(steps)
 
     threads = [threading.Thread(target=run, args=(trainer,)) for trainer in trainers]
     for thread in threads:
@@ -113,17 +133,28 @@ def timed_together(trainers: list[StackTrainer], steps: int) -> float:
     for thread in threads:
         thread.join()
     seconds = time.perf_counter() - start
-    return sum(trainer.size for trainer in trainers) * steps / seconds
+    return sum(trainer.size * trained[id(trainer)] for trainer in trainers) / seconds
+
+
+def row_name(dtype: str, steps_per_call: int) -> str:
+    return dtype if steps_per_call == 1 else f"{dtype}, {steps_per_call} steps per call"
 
 
 def measure(
-    preset_name: str, counts: list[int], size_of: callable, dtype: str, steps: int, pool, shared_steps: dict
+    preset_name: str,
+    counts: list[int],
+    size_of: callable,
+    dtype: str,
+    steps: int,
+    pool,
+    shared_steps: dict,
+    steps_per_call: int = 1,
 ) -> dict[int, float]:
     """count -> model-steps per second, for `count` stacks of size_of(count) seeds side by side."""
     rates = {}
     for count in counts:
         trainers = [
-            StackTrainer(preset_name, size_of(count), dtype, pool, shared_steps, first_seed=100 * i)
+            StackTrainer(preset_name, size_of(count), dtype, pool, shared_steps, 100 * i, steps_per_call)
             for i in range(count)
         ]
         for trainer in trainers:
@@ -132,7 +163,8 @@ def measure(
         rates[count] = timed_together(trainers, steps)
         for trainer in trainers:
             trainer.close()
-        print(f"  {dtype:8} {count} stack(s) of {size_of(count)}: {rates[count]:.0f} model-steps/s", flush=True)
+        name = row_name(dtype, steps_per_call)
+        print(f"  {name:8} {count} stack(s) of {size_of(count)}: {rates[count]:.0f} model-steps/s", flush=True)
     return rates
 
 
@@ -158,9 +190,16 @@ def main() -> None:
     parser.add_argument(
         "--dtypes",
         nargs="+",
-        choices=("float32", "bfloat16"),
+        choices=TRAINING_DTYPES,
         default=["float32", "bfloat16"],
-        help="compute dtypes of tables 1 and 2, each row in each (table 3 always compares both)",
+        help="compute dtypes of tables 1 and 2, each row in each (table 3 always compares float32 and bfloat16)",
+    )
+    parser.add_argument(
+        "--steps-per-call",
+        type=at_least(1),
+        nargs="+",
+        default=[1],
+        help="training steps per device call (TrainConfig.steps_per_call): tables 1 and 2 have each row at each",
     )
     parser.add_argument("--steps", type=at_least(1), default=200 if on_device else 4, help="timed steps per row")
     parser.add_argument("--rounds", type=at_least(1), default=5, help="interleaved rounds of table 3")
@@ -180,19 +219,21 @@ def main() -> None:
     shared_steps = {}
     with sampler_pool(processes) as pool:
         print("## 1. One stack of S seeds", flush=True)
+        rows = [(dtype, k) for dtype in args.dtypes for k in args.steps_per_call]
         stacks = {
-            dtype: {
-                size: measure(args.preset, [1], lambda _: size, dtype, args.steps, pool, shared_steps)[1]
+            row_name(dtype, k): {
+                size: measure(args.preset, [1], lambda _: size, dtype, args.steps, pool, shared_steps, k)[1]
                 for size in args.stack_sizes
             }
-            for dtype in args.dtypes
+            for dtype, k in rows
         }
         print(f"## 2. Stacks of {args.concurrent_size} seeds side by side", flush=True)
+        size = args.concurrent_size
         concurrent = {
-            dtype: measure(
-                args.preset, args.concurrent, lambda _: args.concurrent_size, dtype, args.steps, pool, shared_steps
+            row_name(dtype, k): measure(
+                args.preset, args.concurrent, lambda _: size, dtype, args.steps, pool, shared_steps, k
             )
-            for dtype in args.dtypes
+            for dtype, k in rows
         }
     print("## 3. One model's step at equal shapes, ours against Hugging Face's", flush=True)
     steps = hf_comparison(args.preset, args.rounds)

@@ -37,7 +37,9 @@ from crasp.tasks import get_task
 from crasplab.train.config import PRESETS
 from crasplab.train.allocator import keep_freed_memory, with_huge_page_blocks
 from crasplab.train.data import LengthBuckets, batch_rng, sample_batch, sample_training_batch, sequence_length
+from crasplab.train.data import stack_steps
 from crasplab.train.steps import from_scratch_batch_parts, init_stack, make_optimizer, make_train_step
+from crasplab.train.steps import make_scanned_train_step
 from crasplab.train.workers import available_cores, single_thread_env
 from pinned_worker import add_core_option, pin_to_core
 from preset_flags import preset_rounds_parser
@@ -45,6 +47,9 @@ from preset_flags import preset_rounds_parser
 STREAM_TASK = "UF"
 STREAM_BATCHES = 24  # batches per timed pass over the real-token stream
 SIDES = ("ours", "defaults", "hf")  # ours as the lab trains; ours with glibc's default allocator; Hugging Face
+# Ours with several steps per device call (TrainConfig.steps_per_call), timed per step: a side of
+# the equal-shape table where --steps-per-call is above 1.
+SCANNED = "scanned"
 STEPS_PER_TURN = 3  # timed steps per turn, after one untimed step
 
 
@@ -67,10 +72,17 @@ def equal_shape_batch(preset_name: str) -> tuple[dict[str, np.ndarray], int]:
 
 class Ours:
     """Our jitted step (train.steps.make_train_step, a stack of one model, the batch in the parts
-    that from-scratch training cuts it into) on the preset's model."""
+    that from-scratch training cuts it into) on the preset's model; with steps_per_call above 1,
+    that many steps on the batch in one call (make_scanned_train_step), `step` timing one call."""
 
     def __init__(
-        self, preset_name: str, vocab_size: int, max_positions: int, keep_memory: bool = True, dtype: str = "float32"
+        self,
+        preset_name: str,
+        vocab_size: int,
+        max_positions: int,
+        keep_memory: bool = True,
+        dtype: str = "float32",
+        steps_per_call: int = 1,
     ):
         if keep_memory:
             keep_freed_memory()
@@ -78,10 +90,14 @@ class Ours:
         optimizer = make_optimizer(preset.train)
         model = preset.model.replace(pe="ape", dtype=dtype).build(vocab_size, max_positions, seed=0)
         graphdef, rest, self.params, self.opt_state = init_stack([model], optimizer)
-        self.step_fn = make_train_step(graphdef, rest, optimizer, from_scratch_batch_parts())
+        make_step = make_train_step if steps_per_call == 1 else make_scanned_train_step
+        self.step_fn = make_step(graphdef, rest, optimizer, from_scratch_batch_parts())
+        self.steps_per_call = steps_per_call
 
     def step(self, batch: dict[str, np.ndarray]) -> None:
         stacked = {name: array[None] for name, array in batch.items()}
+        if self.steps_per_call > 1:
+            stacked = stack_steps([stacked] * self.steps_per_call)
         self.params, self.opt_state, loss, _ = self.step_fn(self.params, self.opt_state, stacked)
         loss.block_until_ready()
 
@@ -166,13 +182,16 @@ class StepProcess:
     """A trainer (one of SIDES) in a child process that times one step each time it is asked;
     with a core, pinned to it and single-threaded."""
 
-    def __init__(self, side: str, preset_name: str, core: int | None = None, dtype: str = "float32"):
+    def __init__(
+        self, side: str, preset_name: str, core: int | None = None, dtype: str = "float32", steps_per_call: int = 1
+    ):
         command = [sys.executable, __file__, "--serve", side, "--presets", preset_name, "--dtype", dtype]
+        command += ["--steps-per-call", str(steps_per_call)]
         env = dict(os.environ)
         if core is not None:
             command += ["--core", str(core)]
             env = single_thread_env()
-        if side == "ours":  # as the lab's workers run; "defaults" and HF keep glibc's defaults
+        if side in ("ours", SCANNED):  # as the lab's workers run; "defaults" and HF keep glibc's defaults
             env = with_huge_page_blocks(env)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
@@ -195,16 +214,19 @@ class StepProcess:
         self.process.wait()
 
 
-def serve(side: str, preset_name: str, single_thread: bool, dtype: str = "float32") -> None:
-    """Child of StepProcess: answer "step" (time one step at equal shapes) and "stream SECONDS"
-    (real-token rate on the quick stream), one JSON line each. Each trainer is built on its first
-    request, so a child that only streams never builds the equal-shape one."""
+def serve(side: str, preset_name: str, single_thread: bool, dtype: str = "float32", steps_per_call: int = 1) -> None:
+    """Child of StepProcess: answer "step" (time one step at equal shapes: a call over
+    steps_per_call steps, divided by them) and "stream SECONDS" (real-token rate on the quick
+    stream), one JSON line each. Each trainer is built on its first request, so a child that only
+    streams never builds the equal-shape one."""
+    calls_of = steps_per_call if side == SCANNED else 1
 
     def trainer(vocab_size: int, max_positions: int):
         if side == "hf":
             threads = 1 if single_thread else None
             return HuggingFace(preset_name, vocab_size, max_positions, threads=threads, dtype=dtype)
-        return Ours(preset_name, vocab_size, max_positions, keep_memory=side == "ours", dtype=dtype)
+        keep = side != "defaults"
+        return Ours(preset_name, vocab_size, max_positions, keep_memory=keep, dtype=dtype, steps_per_call=calls_of)
 
     equal_shape = None
     for request in sys.stdin:
@@ -215,7 +237,7 @@ def serve(side: str, preset_name: str, single_thread: bool, dtype: str = "float3
                 equal_shape = trainer(vocab_size, batch["tokens_BxT"].shape[1])
             start = time.perf_counter()
             equal_shape.step(batch)
-            answer = dict(seconds=time.perf_counter() - start)
+            answer = dict(seconds=(time.perf_counter() - start) / calls_of)
         else:
             streamer = trainer(*stream_vocab_and_positions(preset_name))
             answer = dict(
@@ -291,7 +313,7 @@ def pinned_workers_throughput(side: str, preset_name: str, seconds: float) -> fl
     return sum(rates)
 
 
-def equal_shapes_table(presets: list[str], rounds: int) -> None:
+def equal_shapes_table(presets: list[str], rounds: int, steps_per_call: int = 1) -> None:
     print(
         f"## One training step at equal shapes (each trainer in its own process; median over {rounds} "
         f"interleaved rounds of {STEPS_PER_TURN} timed steps each)"
@@ -301,11 +323,12 @@ def equal_shapes_table(presets: list[str], rounds: int) -> None:
         f"{'ours/HF':>8} {'ours/defaults':>14} {'ours tok/s':>11}"
     )
     sides = list(SIDES) if hugging_face_available() else ["ours", "defaults"]
+    sides += [SCANNED] if steps_per_call > 1 else []
     modes = [("all cores", None), ("1, pinned", available_cores()[-1])]
     for name in presets:
         B, T = equal_shape_batch(name)[0]["tokens_BxT"].shape
         for mode, core in modes:
-            processes = {side: StepProcess(side, name, core) for side in sides}
+            processes = {side: StepProcess(side, name, core, steps_per_call=steps_per_call) for side in sides}
             medians = interleaved_medians({side: process.timed_step for side, process in processes.items()}, rounds)
             for process in processes.values():
                 process.close()
@@ -316,6 +339,14 @@ def equal_shapes_table(presets: list[str], rounds: int) -> None:
                 f"{hf_cells[0]:>8} {hf_cells[1]:>8} {defaults_s / ours_s:>13.2f}x {B * T / ours_s:>11.0f}",
                 flush=True,
             )
+            if SCANNED in medians:
+                scanned_s = medians[SCANNED]
+                versus_hf = "" if hf_s is None else f", HF/ours {hf_s / scanned_s:.2f}x"
+                print(
+                    f"{'':8} {'':>10} {mode:>16} {steps_per_call} steps per call: {scanned_s * 1e3:.1f} ms a step "
+                    f"({ours_s / scanned_s:.2f}x one per call{versus_hf})",
+                    flush=True,
+                )
 
 
 def stream_rate(side: str, preset_name: str, seconds: float) -> float:
@@ -354,21 +385,30 @@ def main() -> None:
         9,
         "interleaved rounds at equal shapes (median reported)",
     )
-    parser.add_argument("--seconds", type=float, default=20.0, help="duration of each real-token measurement")
-    parser.add_argument("--serve", choices=SIDES, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--seconds", type=float, default=20.0, help="duration of each real-token measurement (0: no real-token table)"
+    )
+    parser.add_argument("--serve", choices=(*SIDES, SCANNED), default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--steps-per-call",
+        type=int,
+        default=1,
+        help="also time ours with this many steps per device call at equal shapes (TrainConfig.steps_per_call)",
+    )
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help=argparse.SUPPRESS)
     add_core_option(parser)
     args = parser.parse_args()
     pin_to_core(args.core)
     if args.serve is not None:
-        serve(args.serve, args.presets[0], single_thread=args.core is not None, dtype=args.dtype)
+        serve(args.serve, args.presets[0], args.core is not None, args.dtype, args.steps_per_call)
         return
     print(
         f"jax {jax.__version__} on {jax.default_backend()}; HF baseline "
         f"{'present' if hugging_face_available() else 'absent (pip install -e .[reference])'}\n"
     )
-    equal_shapes_table(args.presets, args.rounds)
-    real_tokens_table(args.presets[0], args.seconds)
+    equal_shapes_table(args.presets, args.rounds, args.steps_per_call)
+    if args.seconds > 0:
+        real_tokens_table(args.presets[0], args.seconds)
 
 
 if __name__ == "__main__":

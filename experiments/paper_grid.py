@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 
 from crasp.position_encodings import IN_THE_PAPERS
-from crasplab.cli.arguments import above_zero
+from crasplab.cli.arguments import above_zero, at_least
 from crasplab.cli.length_gen import Invocation, RunRequest, first_round_jobs, run_length_gen
 from crasplab.errors import command_boundary
+from crasplab.models.config import TRAINING_DTYPES
 from crasplab.train.config import PROTOCOL_PAPER, PROTOCOL_PRESETS
 from crasplab.train.device import accelerator_path, path_name
 from crasplab.cli.engine_flags import add_engine_flags, engine_settings
@@ -80,9 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", nargs="+", default=None, help="only these tasks (default: each sampler's)")
     parser.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16"),
+        choices=TRAINING_DTYPES,
         default=None,
         help="compute dtype (default: the preset's; decide with benchmarks/paper_preset_dtypes.py)",
+    )
+    parser.add_argument(
+        "--steps-per-call",
+        type=at_least(1),
+        default=None,
+        help="training steps per device call (default: the preset's, 1); it must divide the preset's log, "
+        "evaluation and checkpoint counts and its step cap",
     )
     parser.add_argument("--out", type=Path, default=Path("runs") / "paper", help="one run folder per encoding in here")
     parser.add_argument(
@@ -111,6 +119,7 @@ def run_request(args: argparse.Namespace, pe: str, sampler: str) -> RunRequest:
         tasks=tuple(args.tasks or ()),
         sampler=None if sampler == "paper" else sampler,
         model_changes=dict(dtype=args.dtype) if args.dtype else {},
+        train_changes=dict(steps_per_call=args.steps_per_call) if args.steps_per_call else {},
     )
 
 

@@ -12,8 +12,23 @@ from crasplab.models.positions import POSITIONS, SCHEMES, PositionScheme
 Block = Literal["gpt2", "llama", "gemma3"]
 BLOCKS: tuple[str, ...] = get_args(Block)
 # float64 computes in double precision only with jax_enable_x64 set (compiled C-RASP programs use it for
-# their rounding study); without it jax computes in float32.
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}
+# their rounding study); without it jax computes in float32. Two recipes for tensor cores beside them:
+# "tf32" is float32 whose matrix products may round their operands to TensorFloat-32 (10 mantissa bits,
+# float32 sums; where there are no tensor cores, on a CPU, it computes exactly as float32), and
+# "bfloat16-mixed" takes the products' operands in bfloat16 but keeps the residual stream, the norms,
+# the attention softmax and the logits (so the loss) in float32. Under "bfloat16" the residual stream
+# is bfloat16 too. Parameters and optimizer state are float32 under every choice.
+DTYPES = {
+    "float32": jnp.float32,
+    "bfloat16": jnp.bfloat16,
+    "float64": jnp.float64,
+    "tf32": jnp.float32,
+    "bfloat16-mixed": jnp.bfloat16,
+}
+# The choices a from-scratch training may compute in (float64 only serves compiled programs).
+TRAINING_DTYPES = ("float32", "bfloat16", "bfloat16-mixed", "tf32")
+MATMUL_PRECISION = {"tf32": "tensorfloat32"}  # jax.default_matmul_precision under the model's forward pass
+FLOAT32_STREAM = ("bfloat16-mixed",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +129,18 @@ class ModelConfig:
 
     @property
     def compute_dtype(self):
+        """The dtype of the matrix products' operands (and of the cached keys and values)."""
         return DTYPES[self.dtype]
+
+    @property
+    def stream_dtype(self):
+        """The dtype of the residual stream and of what the norms and the output layer return."""
+        return jnp.float32 if self.dtype in FLOAT32_STREAM else self.compute_dtype
+
+    @property
+    def matmul_precision(self) -> str | None:
+        """jax.default_matmul_precision for the forward pass (and so its gradient); None: jax's default."""
+        return MATMUL_PRECISION.get(self.dtype)
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -8,6 +8,8 @@ a position can be any number (random APE offsets, left padding) without breaking
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import jax
@@ -83,7 +85,7 @@ class OffsetRMSNorm(nnx.Module):
 
     def __init__(self, width: int, config: ModelConfig):
         self.scale = nnx.Param(jnp.zeros((width,), jnp.float32))
-        self.epsilon, self.dtype = config.norm_eps, config.compute_dtype
+        self.epsilon, self.dtype = config.norm_eps, config.stream_dtype
 
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         x32_BxTxD = x_BxTxD.astype(jnp.promote_types(x_BxTxD.dtype, jnp.float32))
@@ -99,12 +101,12 @@ def _norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
         return LayerNorm(
             config.d_model,
             epsilon=config.norm_eps,
-            dtype=config.compute_dtype,
+            dtype=config.stream_dtype,
             param_dtype=jnp.float32,
             rngs=rngs,
         )
     return nnx.RMSNorm(
-        config.d_model, epsilon=config.norm_eps, dtype=config.compute_dtype, param_dtype=jnp.float32, rngs=rngs
+        config.d_model, epsilon=config.norm_eps, dtype=config.stream_dtype, param_dtype=jnp.float32, rngs=rngs
     )
 
 
@@ -137,7 +139,7 @@ class Attention(nnx.Module):
         B, T, _ = x_BxTxD.shape
         projections = (self.q, self.k, self.v)
         kernel_DxW = jnp.concatenate([p.kernel[...] for p in projections], axis=1)
-        qkv_BxTxW = jnp.dot(x_BxTxD, kernel_DxW.astype(c.compute_dtype))
+        qkv_BxTxW = jnp.dot(x_BxTxD.astype(c.compute_dtype), kernel_DxW.astype(c.compute_dtype))
         if self.q.bias is not None:
             qkv_BxTxW = qkv_BxTxW + jnp.concatenate([p.bias[...] for p in projections]).astype(c.compute_dtype)
         q_width, kv_width = c.n_heads * c.head_dim, c.kv_heads * c.head_dim
@@ -269,6 +271,20 @@ def _lookup(table_NxD: jax.Array, ids) -> jax.Array:
     return jnp.take(table_NxD, jnp.asarray(ids), axis=0, mode="fill", fill_value=jnp.nan)
 
 
+def _under_matmul_precision(forward):
+    """`forward` traced under the config's matrix-product precision (ModelConfig.matmul_precision):
+    jax writes the precision into each product as it is traced, and the gradient's products take
+    the forward products' precision, so training, evaluation and decoding all compute under it."""
+
+    @functools.wraps(forward)
+    def traced(self, *args, **kwargs):
+        precision = self.config.matmul_precision
+        with contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision):
+            return forward(self, *args, **kwargs)
+
+    return traced
+
+
 class Transformer(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -317,7 +333,7 @@ class Transformer(nnx.Module):
                 "use shorter sequences or smaller offsets, or a model with a larger table",
             )
             x_BxTxD = x_BxTxD + _lookup(self.pos_embed.embedding[...], positions_BxT)
-        return x_BxTxD.astype(c.compute_dtype)
+        return x_BxTxD.astype(c.stream_dtype)
 
     def __call__(
         self,
@@ -349,6 +365,7 @@ class Transformer(nnx.Module):
             last_logits_only=last_logits_only,
         )
 
+    @_under_matmul_precision
     def forward_embeddings(
         self,
         x_BxTxD,
@@ -404,7 +421,7 @@ class Transformer(nnx.Module):
             all_values.append(values)
 
         x_BxTxD = self.final_norm(x_BxTxD[:, -1:] if last_logits_only else x_BxTxD)
-        logits_BxTxV = self.embed.attend(x_BxTxD) if self.config.tie_embeddings else self.lm_head(x_BxTxD)
+        logits_BxTxV = self._output_logits(x_BxTxD)
         new_cache = (
             None
             if cache is None
@@ -416,6 +433,15 @@ class Transformer(nnx.Module):
             head_outputs_LxBxTxHxK=jnp.stack(all_heads) if return_head_outputs else None,
             cache=new_cache,
         )
+
+    def _output_logits(self, x_BxTxD) -> jax.Array:
+        c = self.config
+        if c.stream_dtype == c.compute_dtype:
+            return self.embed.attend(x_BxTxD) if c.tie_embeddings else self.lm_head(x_BxTxD)
+        # bfloat16-mixed: the products of bfloat16 operands summed into float32 logits, for a float32 loss.
+        table_DxV = self.embed.embedding[...].T if c.tie_embeddings else self.lm_head.kernel[...]
+        operands = (x_BxTxD.astype(c.compute_dtype), table_DxV.astype(c.compute_dtype))
+        return jnp.dot(*operands, preferred_element_type=jnp.float32)
 
     def _windowed_bias(self, score_bias_BxHxTxS, query_positions_BxT, key_positions_BxS):
         """The score bias of a windowed layer: also masks keys sliding_window or more positions

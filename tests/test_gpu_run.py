@@ -5,6 +5,7 @@ unpacking that a later command completes from."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_run  # noqa: E402
+import lease_plan  # noqa: E402
 
 FILES_BACK = {
     "summary.md",
@@ -38,11 +40,11 @@ def rehearsal(tmp_path_factory):
         "--out",
         str(out),
         "--minutes",
-        "8",
+        "14",
         "--dtype",
         "auto",
     ]
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert finished.returncode == 0, finished.stderr[-3000:]
     return out
 
@@ -55,8 +57,9 @@ def test_the_rehearsal_runs_every_part_and_packs_at_most_eight_files(rehearsal):
     assert "2 passed" in (rehearsal / "tests.log").read_text()
     throughput = json.loads((rehearsal / "throughput.json").read_text())
     for table in ("stack_model_steps_per_s", "concurrent_model_steps_per_s"):
-        assert throughput[table].keys() == {"float32", "bfloat16"}
-        assert all(rates.keys() == {"1", "2"} for rates in throughput[table].values())
+        assert throughput[table].keys() == {"float32", "bfloat16", "bfloat16-mixed", "tf32"}
+    assert all(rates.keys() == {"2"} for rates in throughput["stack_model_steps_per_s"].values())
+    assert all(rates.keys() == {"1"} for rates in throughput["concurrent_model_steps_per_s"].values())
     assert throughput["hf_over_ours"].keys() == {"float32", "bfloat16"}
     assert json.loads((rehearsal / "machine.json").read_text())["lab_commit"]
 
@@ -73,21 +76,38 @@ def test_the_pack_holds_finished_jobs_without_checkpoints(rehearsal):
     assert predictions["tasks"]["NLLast"]["discrimination"]["checked"]  # made beside the training
 
 
-def test_auto_trains_in_bfloat16_once_the_dtype_check_said_it_trains_the_same(rehearsal):
-    assert "**bfloat16 trains the same: yes**" in (rehearsal / "dtypes.log").read_text()
+def test_auto_trains_in_the_fastest_dtype_the_check_said_trains_the_same_and_the_run_records_it(rehearsal):
+    """The check judged every choice (on this CPU tf32 computes as float32 does, so it passes) and
+    picked the fastest that passed; the protocol trained in it, and its config.json says so."""
+    log = (rehearsal / "dtypes.log").read_text()
+    for choice in ("bfloat16", "bfloat16-mixed", "tf32"):
+        assert f"**{choice} trains the same: " in log
+    assert "**tf32 trains the same: yes**" in log
+    fastest = re.search(r"\*\*fastest that trains the same: (\S+)\*\*", log).group(1)
     with tarfile.open(rehearsal / "runs.tar.gz") as tar:
         config = json.load(tar.extractfile("ape-paper/config.json"))
-    assert config["model"]["dtype"] == "bfloat16"
-    assert "--dtype bfloat16" in (rehearsal / "training.log").read_text().splitlines()[0]
+    assert config["model"]["dtype"] == fastest
+    assert f"--dtype {fastest}" in (rehearsal / "training.log").read_text().splitlines()[0]
 
 
-def test_auto_trains_in_float32_without_a_dtype_check_that_said_yes(tmp_path):
+def test_auto_trains_in_float32_without_a_dtype_check_that_picked_another(tmp_path):
     plan = gpu_run.Plan(False, tmp_path / "paper", dtype="auto")
     assert plan.training_dtype() == "float32"
     plan.dtype_check.mkdir()
-    (plan.dtype_check / "comparison.json").write_text(json.dumps({"same_training": False}))
+    (plan.dtype_check / "comparison.json").write_text(json.dumps({"same_training": True}))  # before the choices
     assert plan.training_dtype() == "float32"
+    (plan.dtype_check / "comparison.json").write_text(json.dumps({"fastest": "bfloat16-mixed"}))
+    assert plan.training_dtype() == "bfloat16-mixed"
     assert gpu_run.Plan(False, tmp_path / "paper", dtype="bfloat16").training_dtype() == "bfloat16"
+
+
+def test_the_summary_plans_the_training_and_lists_what_is_left(rehearsal):
+    summary = (rehearsal / "summary.md").read_text()
+    assert "measured in this call" in summary and "Left for the next lease: nothing" in summary
+    for task in ("NLFirst", "NLLast", "UB"):
+        assert re.search(
+            rf"\| {task} \| 100, 101, 102, 103, 104 \| 16 \| the step cap \| [0-9.]+ \| started \|", summary
+        )
 
 
 def test_what_came_back_unpacks_into_a_run_that_reports_and_unpacks_again_unchanged(rehearsal, tmp_path):
@@ -152,3 +172,37 @@ def test_the_dtype_rule_accepts_a_gap_within_the_seeds_spread_and_refuses_one_be
     assert not check.compare_task(_dtype_records(dict(float32=float32, bfloat16=close), lower), "T", 100)[
         "same_training"
     ]
+
+
+def work(task, seeds=5, steps=1000, under_way=False):
+    return lease_plan.TaskWork(task, tuple(range(seeds)), steps, "the step cap", under_way)
+
+
+def test_a_lease_starts_what_can_finish_and_finishes_what_is_under_way_first():
+    """At 100 model-steps/s and 10 s of overhead a task of 5 seeds x 1000 steps takes 60 s: in
+    130 s the task under way (listed last) goes first, then one new one; the third is left, and a
+    smaller one after it still fits."""
+    items = [work("A"), work("B"), work("C", seeds=1, steps=100), work("U", under_way=True)]
+    started, left = lease_plan.choose(items, rate=100.0, seconds=131.0, overhead_s=10.0)
+    assert [w.task for w in started] == ["U", "A", "C"]
+    assert [w.task for w in left] == ["B"]
+    assert lease_plan.choose(items, rate=100.0, seconds=59.0, overhead_s=10.0)[0] == [items[2]]
+
+
+def test_a_task_needs_the_steps_its_kept_run_needed_less_what_this_machine_trained(tmp_path, monkeypatch):
+    """NLFirst's seeds needed at most 18,000 steps in the kept paper-scale run; a task with no
+    kept job needs the cap; a seed with a checkpoint at step 15,000 needs the rest, and at least
+    the two evaluations in a row that stop it."""
+    from crasplab.cli.length_gen import RunRequest
+
+    request = RunRequest(pe="ape", preset="protocol-paper", protocol=True, tasks=("NLFirst", "NLLast"))
+    kept = ROOT / "evidence" / "protocol-paper-ape"
+    by_task = {w.task: w for w in lease_plan.protocol_work(request, tmp_path / "ape-paper", kept)}
+    assert by_task["NLFirst"].steps_each == lease_plan.kept_steps(kept, "NLFirst") == 18000
+    assert by_task["NLLast"].steps_each == 30000 and by_task["NLLast"].steps_from == "the step cap"
+    assert by_task["NLFirst"].seeds == (9000, 9001, 9002, 9003, 9004) and not by_task["NLFirst"].under_way
+    assert lease_plan.protocol_work(request, tmp_path / "ape-paper", None)[0].steps_each == 30000
+    for trained, needed in ((15000, 3000), (17500, 2000)):  # 2000: two evaluations, 1000 steps apart
+        monkeypatch.setattr(lease_plan, "trained_steps", lambda folder, step=trained: step)
+        first = lease_plan.protocol_work(request, tmp_path / "ape-paper", kept)[0]
+        assert first.under_way and first.steps_each == needed

@@ -58,7 +58,14 @@ class ModelSettings(Settings):
     n_heads: int = field(default=4, metadata=setting_help("attention heads per block"))
     d_model: int = field(default=256, metadata=setting_help("width of the residual stream"))
     d_ff: int = field(default=0, metadata=setting_help("hidden width of the MLP (0: 4 x d_model)"))
-    dtype: str = field(default="float32", metadata=setting_help("compute dtype (parameters stay float32)"))
+    dtype: str = field(
+        default="float32",
+        metadata=setting_help(
+            "compute dtype (parameters and optimizer state stay float32): float32, bfloat16, tf32 (float32 with "
+            "TensorFloat-32 products on tensor cores), bfloat16-mixed (bfloat16 products, float32 residual stream, "
+            "norms, softmax and loss)"
+        ),
+    )
     # Compared but not hashed: settings stay usable as set members and dict keys (a dict is unhashable).
     architecture: dict = field(default_factory=dict, hash=False)
 
@@ -132,7 +139,7 @@ class TrainConfig(Settings):
     are command-line flags of experiments/length_gen.py.
     """
 
-    ADDED_LATER = ("max_grad_norm", "test_bins_at_stop_only", "position_reach")
+    ADDED_LATER = ("max_grad_norm", "test_bins_at_stop_only", "position_reach", "steps_per_call")
 
     train_lengths: tuple[int, int] = (1, 50)
     test_bins: tuple[tuple[int, int], ...] = ((1, 50), (51, 100), (101, 150))
@@ -218,8 +225,20 @@ class TrainConfig(Settings):
         ),
     )
 
+    # Training steps per device call (crasplab.train.steps.make_scanned_train_step): the same steps
+    # up to rounding, with one host round trip per call instead of per step. It must divide the
+    # logging, evaluation, checkpoint and step-cap counts, so that each falls between two calls.
+    steps_per_call: int = field(
+        default=1,
+        metadata=setting_help(
+            "training steps per device call, a scanned loop over batches sampled ahead (it must divide log_every, "
+            "eval_every, checkpoint_every and max_steps)"
+        ),
+    )
+
     def check(self) -> None:
         require = self.require_that
+        self._check_steps_per_call()
         lo, hi = self.train_lengths
         require(1 <= lo <= hi, f"train_lengths must be (lo, hi) with 1 <= lo <= hi, got {self.train_lengths}")
         require(len(self.test_bins) >= 1, "test_bins must hold at least one (lo, hi) bin")
@@ -269,6 +288,17 @@ class TrainConfig(Settings):
         require(
             self.warmup_steps < self.max_steps,
             f"warmup_steps ({self.warmup_steps}) must be below max_steps ({self.max_steps})",
+        )
+
+    def _check_steps_per_call(self) -> None:
+        k = self.steps_per_call
+        self.require_that(k >= 1, f"steps_per_call must be >= 1, got {k}")
+        counts = ("log_every", "eval_every", "checkpoint_every", "max_steps")
+        indivisible = [f"{name}={getattr(self, name)}" for name in counts if getattr(self, name) % k]
+        self.require_that(
+            not indivisible,
+            f"steps_per_call={k} does not divide {', '.join(indivisible)}: logging, evaluations, checkpoints and the "
+            "step cap fall between device calls; choose a common divisor",
         )
 
 

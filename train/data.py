@@ -175,13 +175,14 @@ def make_batch(
 def pad_batch(batch: Batch, width: int) -> Batch:
     """The batch right-padded to `width` tokens. The new columns are padding like any other:
     invalid, unsupervised, PAD tokens and targets, and their position ids repeat the last column's
-    (any row of the table serves: a causal model never lets a valid position see them)."""
-    extra = width - batch.tokens_BxT.shape[1]
+    (any row of the table serves: a causal model never lets a valid position see them). Arrays
+    with leading axes ([S, B, T]: a stack's batch) are padded along their last axis."""
+    extra = width - batch.tokens_BxT.shape[-1]
     if extra <= 0:
         return batch
 
     def right(array, mode="constant", **fill):
-        return np.pad(array, ((0, 0), (0, extra)), mode=mode, **fill)
+        return np.pad(array, ((0, 0),) * (array.ndim - 1) + ((0, extra),), mode=mode, **fill)
 
     return Batch(
         tokens_BxT=right(batch.tokens_BxT, constant_values=PAD_ID),
@@ -197,6 +198,13 @@ def stack_batches(batches: list[Batch]) -> Batch:
     padded to the widest. Each seed draws its own length bucket (so that its data stream is the
     same alone or in a stack, and a run trained on one CPU core resumes on an accelerator), so the
     seeds of a stack may stand in buckets of different widths at one step."""
-    width = max(b.tokens_BxT.shape[1] for b in batches)
+    width = max(b.tokens_BxT.shape[-1] for b in batches)
     padded = [pad_batch(b, width).as_dict() for b in batches]
     return Batch(**{name: np.stack([b[name] for b in padded]) for name in padded[0]})
+
+
+def stack_steps(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The stacked batches ([S, B, T] each) of consecutive steps trained in one device call
+    (crasplab.train.steps.make_scanned_train_step): a leading step axis, every step padded to the
+    widest. Padding changes no valid position's numbers beyond rounding (as in a stack of seeds)."""
+    return stack_batches([Batch(**batch) for batch in batches]).as_dict()

@@ -35,7 +35,7 @@ from crasplab.train.config import ModelSettings, TrainConfig
 from crasplab.records.settings import Settings, SettingsError
 from crasplab.train.provenance import provenance, require_run_commit
 from crasplab.train.sampling import BatchStream, StackBatches
-from crasplab.train.data import LengthBuckets, effective_range, sequence_length
+from crasplab.train.data import LengthBuckets, effective_range, sequence_length, stack_steps
 from crasplab.train.evaluate import build_eval_sets, eval_rows, greedy_disagreements, teacher_forced_exact, unstack
 from crasplab.train.steps import (
     check_divisible,
@@ -44,6 +44,7 @@ from crasplab.train.steps import (
     init_stack,
     make_eval_step,
     make_optimizer,
+    make_scanned_train_step,
     make_train_step,
     replicate,
     shard_batch,
@@ -219,7 +220,8 @@ class _StackRun:
         optimizer = make_optimizer(self.config)
         self.graphdef, self.rest, params_S, opt_state_S = init_stack(models, optimizer)
         self.state = replicate(self.mesh, (params_S, opt_state_S))
-        self.train_step = make_train_step(self.graphdef, self.rest, optimizer, from_scratch_batch_parts())
+        make_step = make_train_step if self.config.steps_per_call == 1 else make_scanned_train_step
+        self.train_step = make_step(self.graphdef, self.rest, optimizer, from_scratch_batch_parts())
         self.eval_step = make_eval_step(self.graphdef, self.rest)
         self.eval_sets = [
             build_eval_sets(
@@ -335,7 +337,9 @@ class _StackRun:
 
     # -- training ------------------------------------------------------------------------------
     def run(self) -> None:
-        stream = BatchStream(self._batches(), self.step, self.config.max_steps, self.sampler_pool)
+        stream = BatchStream(
+            self._batches(), self.step, self.config.max_steps, self.sampler_pool, self.config.steps_per_call
+        )
         try:
             self._train(stream)
         finally:
@@ -361,13 +365,16 @@ class _StackRun:
             if self._stopped():
                 return
             params_S, opt_state_S = self.state
-            params_S, opt_state_S, loss_S, accuracy_S = self.train_step(
-                params_S, opt_state_S, shard_batch(self.mesh, stream.next())
+            k = config.steps_per_call  # it divides every count below: each falls between two calls
+            batch = stream.next() if k == 1 else stack_steps([stream.next() for _ in range(k)])
+            params_S, opt_state_S, loss, accuracy = self.train_step(
+                params_S, opt_state_S, shard_batch(self.mesh, batch)
             )
             self.state = (params_S, opt_state_S)
-            window_losses.append(loss_S)
-            window_accuracies.append(accuracy_S)
-            self.step += 1
+            # [S] per step, or [K, S] for K steps: the window's mean is over steps either way.
+            window_losses += [loss] if k == 1 else list(loss)
+            window_accuracies += [accuracy] if k == 1 else list(accuracy)
+            self.step += k
             if self.step % config.log_every == 0:
                 losses = np.mean(np.stack(jax.device_get(window_losses)), axis=0)
                 accuracies = np.mean(np.stack(jax.device_get(window_accuracies)), axis=0)

@@ -78,10 +78,14 @@ class StackBatches:
 
 class BatchStream:
     """The stacked batches of steps `start`, `start + 1`, ...: sampled on demand, or with a pool,
-    PREFETCH_STEPS steps ahead (never past `end`)."""
+    PREFETCH_STEPS steps ahead (never past `end`), and two device calls' worth ahead where a call
+    trains `steps_per_call` steps, so that the next call's batches are ready when it starts."""
 
-    def __init__(self, batches: StackBatches, start: int, end: int, pool: Executor | None = None):
+    def __init__(
+        self, batches: StackBatches, start: int, end: int, pool: Executor | None = None, steps_per_call: int = 1
+    ):
         self.batches, self.next_step, self.end, self.pool = batches, start, end, pool
+        self.prefetch = max(PREFETCH_STEPS, 2 * steps_per_call)
         self.ahead: collections.deque = collections.deque()
         self.submitted = start
 
@@ -90,7 +94,7 @@ class BatchStream:
         self.next_step += 1
         if self.pool is None:
             return self.batches.at(step)
-        while self.submitted < min(step + PREFETCH_STEPS, self.end):
+        while self.submitted < min(step + self.prefetch, self.end):
             self.ahead.append(self.pool.submit(self.batches.at, self.submitted))
             self.submitted += 1
         return self.ahead.popleft().result()

@@ -62,8 +62,9 @@ def check_divisible(mesh: Mesh, batch_size: int, what: str) -> None:
 
 
 def shard_batch(mesh: Mesh, arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    """[S, B, T] arrays with B split over the 'data' axis."""
-    sharding = NamedSharding(mesh, PartitionSpec(None, "data"))
+    """[S, B, T] arrays (or [K, S, B, T]: K steps' batches) with B split over the 'data' axis."""
+    leading = next(iter(arrays.values())).ndim - 2  # the axes before B
+    sharding = NamedSharding(mesh, PartitionSpec(*(None,) * leading, "data"))
     return {name: jax.device_put(array, sharding) for name, array in arrays.items()}
 
 
@@ -130,6 +131,30 @@ def make_train_step(graphdef, rest, optimizer: optax.GradientTransformation, bat
     With batch_parts > 1 the gradient is the sum of the gradients of consecutive parts of the
     batch, each part's loss divided by the whole batch's answer tokens: the same function as
     one part, summed in another order (the numbers differ in the last digits)."""
+    return jax.jit(jax.vmap(_model_step(graphdef, rest, optimizer, batch_parts)), donate_argnums=(0, 1))
+
+
+def make_scanned_train_step(graphdef, rest, optimizer: optax.GradientTransformation, batch_parts: int = 1):
+    """steps(params_S, opt_state_S, batches_KxS) -> (params_S, opt_state_S, loss_KxS, sequence_accuracy_KxS):
+    the K steps of `make_train_step` on K batches sampled ahead (a leading step axis, padded to
+    one width: crasplab.train.data.stack_steps) in one device call, a jax.lax.scan over them. On
+    an accelerator each call costs a host round trip and a launch of every kernel; K steps per
+    call pay them once."""
+    step_S = jax.vmap(_model_step(graphdef, rest, optimizer, batch_parts))
+
+    def steps(params_S, opt_state_S, batches_KxS):
+        def one_step(state, batch_S):
+            params_S, opt_state_S, loss_S, accuracy_S = step_S(*state, batch_S)
+            return (params_S, opt_state_S), (loss_S, accuracy_S)
+
+        (params_S, opt_state_S), (loss_KxS, accuracy_KxS) = jax.lax.scan(one_step, (params_S, opt_state_S), batches_KxS)
+        return params_S, opt_state_S, loss_KxS, accuracy_KxS
+
+    return jax.jit(steps, donate_argnums=(0, 1))
+
+
+def _model_step(graphdef, rest, optimizer: optax.GradientTransformation, batch_parts: int):
+    """One model's training step (params, opt_state, batch) -> (params, opt_state, loss, accuracy)."""
 
     def part_loss(params, part, tokens):
         mask_BxT = part["loss_mask_BxT"]
@@ -151,7 +176,7 @@ def make_train_step(graphdef, rest, optimizer: optax.GradientTransformation, bat
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, jnp.concatenate(exact).mean()
 
-    return jax.jit(jax.vmap(one_model), donate_argnums=(0, 1))
+    return one_model
 
 
 def make_eval_step(graphdef, rest):
