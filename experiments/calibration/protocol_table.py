@@ -36,6 +36,7 @@ CURRENT_RUNS = (
     "protocol-clip-ape-last-55-64",
     "protocol-clip-ape",
     "protocol-clip-ape-copying",
+    "protocol-clip-ape-nf-repeat-break",
     "protocol-clip-ape-nb",
     "protocol-clip-ape-ub4",
     "protocol-clip-ape-uf4",
@@ -366,6 +367,13 @@ def learned_lines(runs) -> list[str]:
             continue
         learned = json.loads(path.read_text())
         for task, entry in learned["tasks"].items():
+            shape = [s["shape_at_training"] for s in entry["seeds"] if s.get("shape_at_training")]
+            if shape:
+                shares = [cell["agreeing"] / cell["total"] for cell in shape]
+                lines.append(
+                    f"{task} ({run}) on its test bins' shape at the training lengths: {min(shares):.2f}-"
+                    f"{max(shares):.2f} right, so its models are not exact on the shape before the length grows"
+                )
             by_bin = defaultdict(list)
             for seed in entry["seeds"]:
                 for b in seed["bins"]:
