@@ -91,6 +91,7 @@ from crasplab.cli.arguments import above_zero
 from crasplab.errors import LabError, command_boundary
 from crasplab.records.files import write_json
 from crasplab.records.job_folder import job_folders
+from crasplab.records.run_folder import check_new_folder
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
 from crasplab.train.provenance import SOURCE_MANIFEST_FILE, provenance, write_source_manifest
 
@@ -280,7 +281,7 @@ def device_description() -> dict:
 
 def run_on_device(args: argparse.Namespace) -> None:
     start = time.monotonic()
-    out = args.out.resolve()
+    out = check_new_folder(args.out.resolve())  # its parts' files are written anew: none is replaced
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="gpu-run-"))
     # A rehearsal's runs mean nothing: they go to the scratch folder, not beside the real ones.

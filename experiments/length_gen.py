@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the final slot rejected); spread spreads the number of occurrences and the distance of "
         "the retrieved one, so that a bin at 3x-4x the training length holds strings no bounded "
         "program exact on the training lengths gets right. Without --tasks it runs the tasks the "
-        "sampler draws (paper: the four); the run folder's default name ends in -<sampler>",
+        "sampler draws (paper: the four); the run folder's default name ends in -<sampler>. With --tasks, "
+        "every task given must be one the sampler draws (--sampler spread --tasks NLLast runs; --sampler spread "
+        "--tasks UF is refused): the two flags exclude each other only there",
     )
     parser.add_argument(
         "--seeds",
@@ -90,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the verdict protocol: a fixed recipe (preset 'protocol' by default, the quick scale; "
         "'protocol-paper', the paper's scale, on an accelerator), fresh seeds until 5 seeds per task fit (APE; 3 "
         "for other encodings), per-seed verdicts with intervals and the discrimination check of each test bin, "
-        "all in the report",
+        "all in the report. It excludes --seeds (it chooses its own) and every --preset but protocol, "
+        "protocol-paper and protocol-rehearsal",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_engine_flags(parser)

@@ -143,7 +143,7 @@ def run_records(run_dir: Path | str, jobs: Iterable[tuple[str, int]]) -> list[di
     return [record for task, seed in jobs for record in job_records(JobFolder.of(run_dir, task, seed), task, seed)]
 
 
-_SEED_FOLDER = re.compile(r"seed(?P<seed>\d+)")
+SEED_FOLDER = re.compile(r"seed(?P<seed>\d+)")
 
 
 def job_folders(run_dir: Path | str) -> list[tuple[str, int, JobFolder]]:
@@ -154,7 +154,7 @@ def job_folders(run_dir: Path | str) -> list[tuple[str, int, JobFolder]]:
     found = []
     for task_dir in sorted(p for p in run_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for seed_dir in sorted(p for p in task_dir.iterdir() if p.is_dir()):
-            if match := _SEED_FOLDER.fullmatch(seed_dir.name):
+            if match := SEED_FOLDER.fullmatch(seed_dir.name):
                 found.append((task_dir.name, int(match["seed"]), JobFolder(seed_dir)))
     return found
 
