@@ -52,10 +52,10 @@ def finite(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or abs(value) > LARGEST_FLOAT:
-        raise argparse.ArgumentTypeError(
-            f"must be a finite number of magnitude at most {LARGEST_FLOAT:.4g}, got {value:g}"
-        )
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    if abs(value) > LARGEST_FLOAT:  # float32's largest: the arrays a setting reaches
+        raise argparse.ArgumentTypeError(f"must be of magnitude at most {LARGEST_FLOAT:.4g}, got {text}")
     return value
 
 
