@@ -26,16 +26,19 @@ It runs anywhere: on a CPU (slowly) it rehearses every row.
 from __future__ import annotations
 
 import argparse
+import json
 import threading
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 
+from crasp.output_files import OVERWRITE_FLAG, OVERWRITE_HELP, check_output_file, write_output_file
 from crasp.tasks import get_task
 from crasplab.cli.arguments import at_least
+from crasplab.errors import command_boundary
 from crasplab.models.config import TRAINING_DTYPES
-from crasplab.records.files import write_json
 from crasplab.train.accelerator import default_sampler_processes
 from crasplab.train.allocator import keep_freed_memory
 from crasplab.train.config import PRESETS
@@ -206,8 +209,12 @@ def main() -> None:
     parser.add_argument(
         "--sampler-processes", type=at_least(1), default=None, help="default: all cores but two, at least one"
     )
-    parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    parser.add_argument("--json", default=None, help="also write the numbers to this JSON file (a new one)")
+    parser.add_argument(OVERWRITE_FLAG, action="store_true", help=OVERWRITE_HELP)
     args = parser.parse_args()
+    if args.json:
+        with command_boundary():  # before anything is measured
+            check_output_file(args.json, "--json", (".json",), args.overwrite)
     keep_freed_memory()
     processes = args.sampler_processes or default_sampler_processes()
     device = jax.devices()[0]
@@ -244,24 +251,21 @@ def main() -> None:
         print(f"{dtype:9} {medians['ours'] * 1e3:>8.2f} {cells[0]:>8} {cells[1]:>8}", flush=True)
     if args.json:
         every_table = [*stacks.values(), *concurrent.values()]
-        write_json(
-            args.json,
-            dict(
-                preset=args.preset,
-                device=device.device_kind,
-                jax=jax.__version__,
-                sampler_processes=processes,
-                steps=args.steps,
-                stack_model_steps_per_s={d: {str(k): v for k, v in rates.items()} for d, rates in stacks.items()},
-                concurrent_size=args.concurrent_size,
-                concurrent_model_steps_per_s={
-                    d: {str(k): v for k, v in rates.items()} for d, rates in concurrent.items()
-                },
-                step_seconds=steps,
-                hf_over_ours={d: m["hf"] / m["ours"] for d, m in steps.items() if "hf" in m},
-                best_model_steps_per_s=float(np.max([max(rates.values()) for rates in every_table])),
-            ),
+        numbers = dict(
+            preset=args.preset,
+            device=device.device_kind,
+            jax=jax.__version__,
+            sampler_processes=processes,
+            steps=args.steps,
+            stack_model_steps_per_s={d: {str(k): v for k, v in rates.items()} for d, rates in stacks.items()},
+            concurrent_size=args.concurrent_size,
+            concurrent_model_steps_per_s={d: {str(k): v for k, v in rates.items()} for d, rates in concurrent.items()},
+            step_seconds=steps,
+            hf_over_ours={d: m["hf"] / m["ours"] for d, m in steps.items() if "hf" in m},
+            best_model_steps_per_s=float(np.max([max(rates.values()) for rates in every_table])),
         )
+        text = json.dumps(numbers, indent=2, sort_keys=True) + "\n"
+        write_output_file(Path(args.json), "--json", lambda file: file.write(text.encode()), args.overwrite)
 
 
 if __name__ == "__main__":

@@ -64,8 +64,9 @@ this script (python3 -m pip install --no-index --no-deps .whl/*.whl).
 
        python benchmarks/gpu_run.py --unpack FOLDER_THAT_CAME_BACK --into runs/paper
 
-   puts the finished jobs into the local run folders (a job finished here is kept) and rebuilds
-   their reports; the same paper_grid.py command, on this or another GPU, trains the rest. A
+   adds the finished jobs to the local run folders and rebuilds their reports (crasplab.cli.unpack:
+   the archive checked member by member, nothing local removed or changed, a differing local job
+   kept and reported as a conflict); the same paper_grid.py command, on this or another GPU, trains the rest. A
    machine still warm from the last call keeps runs/ (ignored by git): the same command there
    resumes the unfinished jobs from their checkpoints (so the 2026-12-04 run's calls 3-5 did).
 
@@ -141,6 +142,8 @@ from crasplab.cli.length_gen import RunRequest
 from crasplab.models.config import TRAINING_DTYPES
 from crasplab.errors import LabError, command_boundary
 from crasplab.records.files import write_json
+from crasplab.records.job_folder import job_folders
+from crasplab.records.run_folder import check_new_folder
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE
 from crasplab.train.provenance import SOURCE_MANIFEST_FILE, provenance, write_source_manifest
 
@@ -324,7 +327,8 @@ def run_part(part: Part, out: Path, env: dict[str, str]) -> dict:
 
 
 def finished_job_folders(run_dir: Path) -> list[Path]:
-    return sorted(result.parent for result in run_dir.rglob("result.json"))
+    """The run's finished jobs: <task>/seed<k> folders with a result.json, and nothing else."""
+    return [folder.path for _, _, folder in job_folders(run_dir) if folder.is_done()]
 
 
 def pack_runs(runs: Path, archive: Path) -> dict[str, list[str]]:
@@ -404,7 +408,7 @@ def device_description() -> dict:
 
 def run_on_device(args: argparse.Namespace) -> None:
     start = time.monotonic()
-    out = args.out.resolve()
+    out = check_new_folder(args.out.resolve())  # its parts' files are written anew: none is replaced
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="gpu-run-"))
     # A rehearsal's runs mean nothing: they go to the scratch folder, not beside the real ones.
@@ -450,30 +454,14 @@ def run_on_device(args: argparse.Namespace) -> None:
 
 
 def unpack(folder: Path, into: Path) -> None:
-    """Put the finished jobs that came back into the local run folders and rebuild their reports."""
-    from crasplab.cli.length_gen import report_length_gen
-    from crasplab.records.files import read_json_object
+    """Add the finished jobs that came back to the local run folders and rebuild their reports
+    (crasplab.cli.unpack: checked member by member, adding only, a kill leaving each job absent or whole)."""
+    from crasplab.cli.unpack import unpack_runs
 
     archive = folder / "runs.tar.gz"
     if not archive.is_file():
         raise GpuRunError(f"{folder} holds no runs.tar.gz: give --unpack the folder gpu_run.py packed on the GPU")
-    with tempfile.TemporaryDirectory() as scratch, tarfile.open(archive) as tar:
-        tar.extractall(scratch, filter="data")
-        for came_back in sorted(p for p in Path(scratch).iterdir() if p.is_dir()):
-            here = into / came_back.name
-            if not here.exists():
-                shutil.copytree(came_back, here)
-            else:
-                settings = "config.json"
-                if read_json_object(here / settings, "") != read_json_object(came_back / settings, ""):
-                    raise GpuRunError(f"{here} holds a run of other settings than {came_back.name} that came back")
-                for job in finished_job_folders(came_back):
-                    local = here / job.relative_to(came_back)
-                    if not (local / "result.json").exists():
-                        shutil.rmtree(local, ignore_errors=True)
-                        shutil.copytree(job, local)
-            report_length_gen(here)
-            print(f"{here}: {len(finished_job_folders(here))} finished jobs", flush=True)
+    unpack_runs(archive, into)
 
 
 def build_parser() -> argparse.ArgumentParser:

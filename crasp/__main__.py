@@ -9,6 +9,7 @@ import sys
 from importlib.metadata import entry_points
 
 from crasp.expr import CraspError
+from crasp.output_files import OVERWRITE_FLAG, OVERWRITE_HELP
 from crasp.search.options import SearchError
 from crasp.tasks import TaskError
 
@@ -27,10 +28,10 @@ def _run(args) -> None:
     if args.plot:  # a bad path or an input too long to draw is refused before anything is computed
         from crasp.plot import check_plot_request, save_trace_plot
 
-        check_plot_request(args.plot, len(symbols))
+        check_plot_request(args.plot, len(symbols), args.overwrite)
     print(format_trace(program, symbols))
     if args.plot:
-        save_trace_plot(program, symbols, args.plot)
+        save_trace_plot(program, symbols, args.plot, args.overwrite)
         print(f"picture: {args.plot}")
 
 
@@ -257,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--plot",
         metavar="FILE",
-        help="also draw the trace into this picture (.png, .pdf or .svg): Booleans as filled cells, counts as numbers",
+        help="also draw the trace into this picture (.png, .pdf or .svg, a new file): Booleans as filled cells, "
+        "counts as numbers",
     )
+    run.add_argument(OVERWRITE_FLAG, action="store_true", help=OVERWRITE_HELP)
     run.set_defaults(handler=_run)
     fragment = commands.add_parser(
         "fragment",

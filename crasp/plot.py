@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crasp.output_files import OutputFileError, check_output_file
+from crasp.output_files import OutputFileError, check_output_file, write_output_file
 from crasp.program import Program
 from crasp.trace import trace_rows, verdict_line
 
@@ -76,7 +76,7 @@ def trace_figure(program: Program, symbols: list[str]):
     return figure
 
 
-def check_plot_request(path: str | Path, positions: int) -> Path:
+def check_plot_request(path: str | Path, positions: int, overwrite: bool = False) -> Path:
     """Refuse, before anything is computed, a picture that cannot be written or would be too wide."""
     if positions > MAX_POSITIONS:
         raise OutputFileError(
@@ -84,9 +84,13 @@ def check_plot_request(path: str | Path, positions: int) -> Path:
             f"{MAX_POSITIONS} (one column each); plot a shorter input, or drop --plot for the text "
             "trace"
         )
-    return check_output_file(path, "--plot", SUFFIXES)
+    return check_output_file(path, "--plot", SUFFIXES, overwrite)
 
 
-def save_trace_plot(program: Program, symbols: list[str], path: str | Path) -> None:
+def save_trace_plot(program: Program, symbols: list[str], path: str | Path, overwrite: bool = False) -> None:
     """Write the picture; the file's extension (.png, .pdf, .svg) chooses the format."""
-    trace_figure(program, symbols).savefig(path, dpi=200, bbox_inches="tight")
+    figure = trace_figure(program, symbols)
+    kind = Path(path).suffix.lower().lstrip(".")
+    write_output_file(
+        Path(path), "--plot", lambda file: figure.savefig(file, format=kind, dpi=200, bbox_inches="tight"), overwrite
+    )

@@ -12,7 +12,9 @@ body inside `command_boundary()`:
 Ctrl-C (SIGINT) and `kill` (SIGTERM) end a command with one line and exit 130 or 143, after the
 `finally` blocks of the interrupted code have run: a length_gen run records its invocation as
 unfinished, with its wall time. (A SIGKILL runs nothing; that invocation's time is not recorded.)
-A bug (any other exception) still shows its traceback: it is for the lab to fix, not the user.
+An OSError that no code below turned into a LabError (a path that is missing, read-only or on a
+full disk) is one line too, naming the path. A bug (any other exception) still shows its
+traceback: it is for the lab to fix, not the user.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ def command_boundary() -> Iterator[None]:
         yield
     except USER_ERRORS as error:
         raise SystemExit(f"error: {error}") from None
+    except OSError as error:  # what the machine says of a path (missing, read-only, full): the user's to fix
+        where = f"{error.filename}: " if error.filename else ""
+        raise SystemExit(
+            f"error: {where}{error.strerror or error} ({type(error).__name__}); check that path (it exists, "
+            "it is writable, its disk has room) or give another"
+        ) from None
     except KeyboardInterrupt as interruption:
         terminated = isinstance(interruption, Terminated)
         print(

@@ -41,13 +41,15 @@ from pathlib import Path
 import numpy as np
 from flax import nnx
 
+from crasplab.errors import LabError, command_boundary
 from crasplab.models import ModelConfig, Transformer
+from crasplab.records.run_folder import check_new_folder
 
 # Written into config.json: the version whose loading the tests check (the `reference` extra).
 TRANSFORMERS_VERSION = "5.24.0"
 
 
-class ExportError(ValueError):
+class ExportError(LabError, ValueError):
     """A model the export cannot write, or a folder it cannot read or write; the message says why."""
 
 
@@ -249,13 +251,15 @@ def read_lab_model(folder: Path) -> LabModel:
 
 def export(folder: Path, out: Path) -> str:
     """Write the Hugging Face folder of the model in `folder` into `out` (absent or empty); return its class."""
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ExportError(
-            f"--out {out}: {'is not a folder' if not out.is_dir() else 'is not empty'}; give a new folder"
-        )
+    out = check_new_folder(out)
     lab = read_lab_model(folder)
-    return write_folder(lab.model, lab.vocabulary, out, f"{folder}: {lab.source}")
+    try:
+        return write_folder(lab.model, lab.vocabulary, out, f"{folder}: {lab.source}")
+    except OSError as error:
+        raise ExportError(
+            f"--out {out}: cannot write {error.filename or out} ({error.strerror}); give a new folder in a "
+            "writable place"
+        ) from None
 
 
 def write_folder(model: Transformer, vocabulary: tuple[str, ...], out: Path, source: str = "") -> str:
@@ -294,11 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="the Hugging Face folder to write: new or empty")
     args = parser.parse_args(argv)
-    try:
+    with command_boundary():  # every error of the folder, its files or the target: one `error:` line, exit 1
         architecture = export(args.folder, args.out)
-    except ExportError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     print(f"written: {args.out} ({architecture}: config.json, model.safetensors, tokenizer.json)")
     return 0
 

@@ -66,9 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the retrieved one, so that a bin at 3x-4x the training length holds strings no bounded "
         "program exact on the training lengths gets right; repeat-break trains NF and NB on i.i.d. "
         "strings and tests them on a periodic stretch that then breaks, the strings on which no "
-        "k-gram lookup exact on the training lengths copies (their controls UF and UB may join the "
-        "run on their own sampler). Without --tasks it runs the tasks the "
-        "sampler draws (paper: the four); the run folder's default name ends in -<sampler>",
+        "k-gram lookup exact on the training lengths copies. Without --tasks it runs the tasks the "
+        "sampler draws (paper: the four); the run folder's default name ends in -<sampler>. With --tasks, "
+        "every task given must be one the sampler draws or, for repeat-break, their controls UF and UB "
+        "(--sampler spread --tasks NLLast runs; --sampler spread --tasks UF is refused): the two flags "
+        "exclude each other only there",
     )
     parser.add_argument(
         "--seeds",
@@ -93,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the verdict protocol: a fixed recipe (preset 'protocol' by default, the quick scale; "
         "'protocol-paper', the paper's scale, on an accelerator), fresh seeds until 5 seeds per task fit (APE; 3 "
         "for other encodings), per-seed verdicts with intervals and the discrimination check of each test bin, "
-        "all in the report",
+        "all in the report. It excludes --seeds (it chooses its own) and every --preset but protocol, "
+        "protocol-paper and protocol-rehearsal",
     )
     parser.add_argument(
         "--seed-block",

@@ -174,8 +174,9 @@ def test_a_compiled_ape_program_and_bad_folders_are_one_error_line_each(tmp_path
         ([str(tmp_path / "run"), "--out", str(tmp_path / "hf")], "holds no model of the lab"),
         ([str(folder), "--out", str(tmp_path / "full")], "is not empty; give a new folder"),
     ]:
-        assert main(argv) == 2
-        error = capsys.readouterr().err
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        error = str(stopped.value)
         assert error.startswith("error: ") and message in error and len(error.splitlines()) == 1
     assert not (tmp_path / "hf").exists() and [p.name for p in (tmp_path / "full").iterdir()] == ["notes.txt"]
 

@@ -1,6 +1,8 @@
 """A run records what decides its bits, and its report says when its jobs ran under different
 machines or versions (whose numbers for the same seed need not be equal)."""
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -113,7 +115,7 @@ def test_a_copy_without_git_knows_its_commit_from_the_manifest_and_refuses_a_cha
     assert lab_commit(copy) == head.strip() + "+changes"
     with pytest.raises(UncommittedLabError, match="crasp/tasks.py, crasp/added.py"):
         require_committed_lab(source=copy)
-    # a copy whose .git is older than its files (as on the lent GPU machine): the manifest decides
+    # a copy whose .git is older than its files: git decides, and the manifest that disagrees is refused
     stale = tmp_path / "stale"
     shutil.copytree(repo, stale)
     (repo / "crasp" / "tasks.py").write_text("X = 4\n")
@@ -121,9 +123,40 @@ def test_a_copy_without_git_knows_its_commit_from_the_manifest_and_refuses_a_cha
     newer = write_source_manifest(repo)["commit"]
     for name in ("crasp/tasks.py", SOURCE_MANIFEST_FILE):
         shutil.copy(repo / name, stale / name)
-    assert require_committed_lab(source=stale) == newer == lab_commit(stale) != head.strip()
+    disagrees = f"names commit {newer}.*git says this checkout is at {head.strip()}"
+    for call in (lab_commit, uncommitted_lab_files, lambda source: require_committed_lab(source=source)):
+        with pytest.raises(UncommittedLabError, match=disagrees):
+            call(stale)
     (copy / SOURCE_MANIFEST_FILE).write_text("[]")
     with pytest.raises(UncommittedLabError, match="not the manifest"):
+        lab_commit(copy)
+
+
+def test_a_forged_manifest_in_a_checkout_does_not_hide_an_edited_file(tmp_path):
+    """The probe: an edited file, and a lab-source.json naming HEAD with the digests of the files as
+    they are (written by hand, or left by another copy). git decides: the edit is seen, and the
+    manifest that disagrees is an error; --prepare refuses the edited checkout whatever the file says."""
+    repo = _lab_checkout(tmp_path)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (repo / "crasp" / "tasks.py").write_text("X = 2  # edited\n")
+    forged = dict(commit=head, files={"crasp/tasks.py": hashlib.sha256(b"X = 2  # edited\n").hexdigest()})
+    (repo / SOURCE_MANIFEST_FILE).write_text(json.dumps(forged))
+    for call in (lab_commit, uncommitted_lab_files, lambda source: require_committed_lab(source=source)):
+        with pytest.raises(UncommittedLabError, match="git says this checkout is at .* with changes to crasp/tasks.py"):
+            call(repo)
+    with pytest.raises(UncommittedLabError, match="uncommitted changes to crasp/tasks.py"):
+        write_source_manifest(repo)
+    (repo / SOURCE_MANIFEST_FILE).unlink()
+    assert lab_commit(repo) == head + "+changes"
+
+
+@pytest.mark.parametrize("commit", ["hello", "", "A" * 40, "0" * 39, 7])
+def test_a_manifest_commit_is_forty_hex_digits(tmp_path, commit):
+    copy = tmp_path / "copy"
+    (copy / "crasp").mkdir(parents=True)
+    (copy / "crasp" / "tasks.py").write_text("X = 1\n")
+    (copy / SOURCE_MANIFEST_FILE).write_text(json.dumps(dict(commit=commit, files={})))
+    with pytest.raises(UncommittedLabError, match="a commit of 40 hex digits"):
         lab_commit(copy)
 
 

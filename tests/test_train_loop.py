@@ -414,7 +414,7 @@ def test_two_jobs_of_one_task_and_seed_count_their_steps_apart_on_the_task_s_bar
 
     config = tiny_config(max_steps=400)
     jobs = [Job("UF", 0, TINY_MODEL, config, out_dir=str(tmp_path / name / "seed0")) for name in ("L1", "L2")]
-    bars = TaskBars(jobs, enabled=True)  # a disabled bar counts no steps
+    bars = TaskBars(jobs, enabled=True, terminal=True)  # a disabled bar counts no steps
     for job, step in ((jobs[0], 100), (jobs[1], 50), (jobs[0], 200)):
         report = dict(task="UF", seed=0, folder=str(job.folder), step=step, max_steps=400, loss=1.0)
         bars.update(dict(report, train_bin_accuracy=None))

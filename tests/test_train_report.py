@@ -333,7 +333,7 @@ def test_bad_bins_are_refused(capsys):
         (["--test-bins", "1-20,15-30"], "test bin 15-30 starts at or below 20"),
         # Sizes that used to pass validation and fail inside the worker, after config.json was written.
         (["--tasks", "UL", "--batch-size", "1000000000"], "lower --batch-size"),
-        (["--tasks", "UL", "--max-positions", "1000000000000"], "lower --max-positions"),
+        (["--tasks", "UL", "--max-positions", "1000000000"], "lower --max-positions"),
         (["--tasks", "UL", "--eval-examples-per-length", "1000000000"], "lower --eval-examples-per-length"),
         (["--tasks", "UL", "--threshold", "nan"], "argument --threshold: must be a finite number"),
         (["--tasks", "UL", "--learning-rate", "inf"], "must be a finite number"),

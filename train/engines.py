@@ -75,6 +75,11 @@ class EngineError(LabError, RuntimeError):
     """The engine cannot run: Ray missing, or the cluster cannot be reached."""
 
 
+# The most jobs at once: each is a process (or a Ray worker) of its own, and a plan of more slots
+# than any machine has (--workers 100000000) hung while it was made.
+MAX_WORKERS = 1024
+
+
 @dataclass(frozen=True)
 class EngineSettings(Settings):
     """How a grid is run: the engine, the Ray cluster's address (None: a private local cluster),
@@ -97,6 +102,11 @@ class EngineSettings(Settings):
     def check(self) -> None:
         if self.engine not in ENGINES:
             raise SettingsError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.workers is not None and not 1 <= self.workers <= MAX_WORKERS:
+            raise SettingsError(
+                f"--workers must be from 1 to {MAX_WORKERS} (jobs at once, each a process of its own), got "
+                f"{self.workers}"
+            )
         if self.ray_address is not None and self.engine != "ray":
             raise SettingsError(f"--ray-address {self.ray_address} needs --engine ray")
         if not 0.0 <= self.gpu_share <= 1.0 or (self.gpu_share and self.engine != "ray"):

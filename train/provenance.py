@@ -15,7 +15,11 @@ five jobs of one run (protocol-clip-ape-ub4, 2026-12-04) were trained so while t
 edited, recording "+changes" and three different commits. A machine
 that gets the lab's files without its .git folder (a lent GPU: benchmarks/gpu_run.py) learns its
 commit from lab-source.json, written in the committed checkout before the files travel: the commit
-and a digest of every code file, each checked against the file there. The lab
+(40 hex digits) and a digest of every code file, each checked against the file there. Where a
+.git is, git alone decides, and a lab-source.json that disagrees with it is an error: a manifest
+believed before git let a clone with an edited file and a hand-written manifest naming HEAD
+record a clean commit (issue 61). A copy whose .git is older than its files is refused too:
+carry the files without .git, or with the checkout's own. The lab
 refuses rather than keeping the diff beside the run: a commit can be checked out and read by
 anyone, a kept diff has to be found and applied to the right commit first, and "+changes" in the
 provenance of 81 of 190 headline jobs had left open which code trained them.
@@ -27,12 +31,14 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import jax
 
+from crasplab.records.files import write_text
 from crasplab.records.settings import SettingsError
 from crasplab.train.environment import environment_variable
 
@@ -75,28 +81,62 @@ def _in_checkout(source: Path) -> bool:
     return top.returncode == 0 and Path(top.stdout.strip()).resolve() == Path(source).resolve()
 
 
-def _manifest_commit(source: Path, besides: Path | None = None) -> str | None:
-    """lab-source.json's commit when every code file matches it, else None. It comes before git:
-    a copy of the lab can carry a .git older than its files (as the lent GPU machine's did)."""
+def _git_state(source: Path, besides: Path | None = None) -> tuple[str, list[str]]:
+    """The checkout's HEAD and its code files (LAB_CODE) that differ from it, modified or
+    untracked (a new module changes what runs as much as an edited one), leaving out those under
+    `besides` (the run folder itself, whose files the run writes)."""
+    try:
+        head = _git(source, "rev-parse", "HEAD")
+        status = _git(source, "status", "--porcelain", "--untracked-files=all", "--", *LAB_CODE)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise UncommittedLabError(f"cannot ask git about {source}: {error}") from error
+    if head.returncode != 0 or status.returncode != 0:
+        raise UncommittedLabError(
+            f"git cannot tell the commit of {source} ({(head.stderr or status.stderr).strip()}); a run records "
+            "the commit that trains its jobs: commit the lab's code first"
+        )
+    top = Path(_git(source, "rev-parse", "--show-toplevel").stdout.strip())
+    outside = Path(besides).resolve() if besides is not None else None
+    changed = []
+    for line in status.stdout.splitlines():
+        path = line[3:].split(" -> ")[-1].strip('"')
+        if outside is None or not (top / path).resolve().is_relative_to(outside):
+            changed.append(path)
+    return head.stdout.strip(), changed
+
+
+def _checked_checkout(source: Path, besides: Path | None = None) -> tuple[str, list[str]]:
+    """_git_state of a checkout, which decides; a lab-source.json beside it must agree (name its
+    HEAD, with no code file changed since and every digest equal), else UncommittedLabError: a
+    manifest is read only where no .git is, so one that says otherwise is stale or forged."""
+    head, changed = _git_state(source, besides)
     manifest = _read_manifest(source)
-    if manifest is None or _differing_from_manifest(source, manifest, besides):
-        return None
-    return manifest["commit"]
+    if manifest is not None:
+        differing = _differing_from_manifest(source, manifest, besides)
+        if manifest["commit"] != head or changed or differing:
+            state = f"{head} with changes to {_listed(changed)}" if changed else head
+            raise UncommittedLabError(
+                f"{source / SOURCE_MANIFEST_FILE} names commit {manifest['commit']}"
+                + (f" and files that differ here ({_listed(differing)})" if differing else "")
+                + f", and git says this checkout is at {state}: git decides where a .git is, so the file is "
+                "stale or was not written by `python benchmarks/gpu_run.py --prepare`; delete it (--prepare "
+                "writes it anew from a committed checkout)"
+            )
+    return head, changed
 
 
 def lab_commit(source: Path = SOURCE) -> str | None:
-    """lab-source.json's commit where the files match it; else the lab's git commit, with '+changes'
-    when its tracked files differ from it; outside a checkout, lab-source.json's commit with
-    '+changes'; None without either."""
-    if (commit := _manifest_commit(source)) is not None:
-        return commit
-    if not _in_checkout(source):
-        manifest = _read_manifest(source)
-        if manifest is None:
-            return None
-        return manifest["commit"] + ("+changes" if _differing_from_manifest(source, manifest) else "")
-    dirty = _git(source, "status", "--porcelain", "--untracked-files=no").stdout.strip()
-    return _git(source, "rev-parse", "HEAD").stdout.strip() + ("+changes" if dirty else "")
+    """In a checkout, git's commit, with '+changes' when a code file differs from it (a
+    lab-source.json that disagrees is an UncommittedLabError); in a copy without .git,
+    lab-source.json's commit, with '+changes' when a code file differs from its digest; None
+    without either."""
+    if _in_checkout(source):
+        head, changed = _checked_checkout(source)
+        return head + ("+changes" if changed else "")
+    manifest = _read_manifest(source)
+    if manifest is None:
+        return None
+    return manifest["commit"] + ("+changes" if _differing_from_manifest(source, manifest) else "")
 
 
 def _digest(path: Path) -> str:
@@ -104,13 +144,24 @@ def _digest(path: Path) -> str:
 
 
 def write_source_manifest(source: Path = SOURCE) -> dict:
-    """lab-source.json in `source`, a committed checkout: its commit and the digest of every code
-    file git tracks, for a copy of the files without .git to know its commit (`lab_commit`)."""
-    commit = require_committed_lab(source=source)
+    """lab-source.json in `source`, a committed checkout (git alone decides: an earlier
+    lab-source.json is replaced, not read): its commit and the digest of every code file git
+    tracks, for a copy of the files without .git to know its commit (`lab_commit`)."""
+    if not _in_checkout(source):
+        raise UncommittedLabError(
+            f"{source} is not the top of a git checkout; `--prepare` writes {SOURCE_MANIFEST_FILE} in the "
+            "committed checkout the files are copied from"
+        )
+    commit, changed = _git_state(source)
+    if changed:
+        raise UncommittedLabError(_uncommitted_message(source, changed))
     tracked = _git(source, "ls-files", "--", *LAB_CODE).stdout.split("\n")
     manifest = dict(commit=commit, files={name: _digest(source / name) for name in tracked if name})
-    (source / SOURCE_MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    write_text(source / SOURCE_MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def _read_manifest(source: Path) -> dict | None:
@@ -119,13 +170,19 @@ def _read_manifest(source: Path) -> dict | None:
         return None
     try:
         manifest = json.loads(path.read_text())
-        if isinstance(manifest.get("commit"), str) and isinstance(manifest.get("files"), dict):
+        files = manifest.get("files")
+        if (
+            isinstance(manifest.get("commit"), str)
+            and _COMMIT.fullmatch(manifest["commit"])
+            and isinstance(files, dict)
+            and all(isinstance(digest, str) for digest in files.values())
+        ):
             return manifest
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
     raise UncommittedLabError(
-        f"{path}: not the manifest benchmarks/gpu_run.py --prepare writes (a commit and its files' digests); "
-        "write it again there"
+        f"{path}: not the manifest benchmarks/gpu_run.py --prepare writes (a commit of 40 hex digits and its "
+        "files' digests); write it again there"
     )
 
 
@@ -147,49 +204,43 @@ def _differing_from_manifest(source: Path, manifest: dict, besides: Path | None 
 
 
 def uncommitted_lab_files(source: Path = SOURCE, besides: Path | None = None) -> list[str]:
-    """The lab's code files (LAB_CODE) that differ from its commit, modified or untracked (a new
-    module changes what runs as much as an edited one), leaving out those under `besides` (the
-    run folder itself, whose files the run writes). Outside a checkout, the files that differ from
-    lab-source.json's; without it either, UncommittedLabError. None of them where every code file
-    matches lab-source.json (whatever a .git beside them says)."""
-    if _manifest_commit(source, besides) is not None:
-        return []
-    if not _in_checkout(source) and (manifest := _read_manifest(source)) is not None:
-        return _differing_from_manifest(source, manifest, besides)
-    try:
-        status = _git(source, "status", "--porcelain", "--untracked-files=all", "--", *LAB_CODE)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise UncommittedLabError(f"cannot ask git about {source}: {error}") from error
-    if status.returncode != 0:
+    """The lab's code files (LAB_CODE) that differ from its commit, modified or untracked, leaving
+    out those under `besides` (the run folder itself, whose files the run writes): in a checkout
+    git's answer (a lab-source.json that disagrees is an UncommittedLabError), in a copy without
+    .git the files that differ from lab-source.json's digests; without either, UncommittedLabError."""
+    if _in_checkout(source):
+        return _checked_checkout(source, besides)[1]
+    manifest = _read_manifest(source)
+    if manifest is None:
         raise UncommittedLabError(
-            f"{source} is not a git checkout ({status.stderr.strip()}): a protocol run records the commit "
-            f"that trains its jobs, so it runs from a checkout of the lab, or from a copy of one with the "
-            f"{SOURCE_MANIFEST_FILE} that `python benchmarks/gpu_run.py --prepare` writes there"
+            f"{source} is not a git checkout: a protocol run records the commit that trains its jobs, so it runs "
+            f"from a checkout of the lab, or from a copy of one with the {SOURCE_MANIFEST_FILE} that "
+            "`python benchmarks/gpu_run.py --prepare` writes there"
         )
-    top = Path(_git(source, "rev-parse", "--show-toplevel").stdout.strip())
-    outside = Path(besides).resolve() if besides is not None else None
-    changed = []
-    for line in status.stdout.splitlines():
-        path = line[3:].split(" -> ")[-1].strip('"')
-        if outside is None or not (top / path).resolve().is_relative_to(outside):
-            changed.append(path)
-    return changed
+    return _differing_from_manifest(source, manifest, besides)
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+
+def _uncommitted_message(source: Path, changed: list[str]) -> str:
+    return (
+        f"a protocol run starts only from committed code, so that its jobs' provenance names the code "
+        f"that trained them; {source} has uncommitted changes to {_listed(changed)}. Commit them (or stash them) "
+        "and run again"
+    )
 
 
 def require_committed_lab(run_dir: Path | None = None, source: Path = SOURCE) -> str:
     """The lab's commit, when no code file differs from it; otherwise UncommittedLabError naming
     the files (changes under `run_dir`, the run's own folder, do not count)."""
-    if (commit := _manifest_commit(source, run_dir)) is not None:
-        return commit
     changed = uncommitted_lab_files(source, run_dir)
     if changed:
-        shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
-        raise UncommittedLabError(
-            f"a protocol run starts only from committed code, so that its jobs' provenance names the code "
-            f"that trained them; {source} has uncommitted changes to {shown}. Commit them (or stash them) "
-            "and run again"
-        )
-    return _git(source, "rev-parse", "HEAD").stdout.strip()
+        raise UncommittedLabError(_uncommitted_message(source, changed))
+    if _in_checkout(source):
+        return _git(source, "rev-parse", "HEAD").stdout.strip()
+    return _read_manifest(source)["commit"]
 
 
 def training_at(commit: str):

@@ -11,8 +11,9 @@ import dataclasses
 from pathlib import Path
 
 from crasplab.models.memory import FLOAT_BYTES, check_batch_memory, decoding_bytes, training_bytes
-from crasplab.records.files import file_problem
-from crasplab.records.job_folder import JOB_FIX, JobFolder, job_folder, run_jobs
+from crasplab.records.files import ResultFileError, file_problem
+from crasp.tasks import TASK_CODES
+from crasplab.records.job_folder import JOB_FIX, SEED_FOLDER, JobFolder, job_folder, run_jobs
 from crasplab.records.run_folder import check_output_folder
 from crasplab.train.compile_cache import compile_cache_folder
 from crasplab.train.config import RunSettings
@@ -52,7 +53,27 @@ def read_job(folder: Path | str) -> Job:
         raise file_problem(
             files.job_file, f"a job that does not read ({type(error).__name__}: {error})", JOB_FIX
         ) from None
+    if problem := _folder_name_problem(Path(folder), job):
+        raise ResultFileError(
+            f"{files.job_file}: {problem}; a job's task and seed come from its job.json, so its folder was renamed "
+            "or the file replaced: move the folder back to <run>/<task>/seed<k> of its own task and seed, or "
+            "restore the job.json that was there"
+        )
     return dataclasses.replace(job, out_dir=str(folder))
+
+
+def _folder_name_problem(folder: Path, job: Job) -> str | None:
+    """What a job folder's name says against its job.json: a `seed<k>` of another seed, or a task
+    folder (the parent in a run, the grandparent in a sweep) named after another task."""
+    named_seed = SEED_FOLDER.fullmatch(folder.name)
+    if named_seed is None:  # a folder of another layout (a compiled job's, a test's): its name says nothing
+        return None
+    if int(named_seed["seed"]) != job.seed:
+        return f"a job of seed {job.seed} in a folder named {folder.name}"
+    named_tasks = {name for name in (folder.parent.name, folder.parent.parent.name) if name in TASK_CODES}
+    if named_tasks and job.task_code not in named_tasks:
+        return f"a job of task {job.task_code} in the folder of task {sorted(named_tasks)[0]} ({folder})"
+    return None
 
 
 def check_jobs(jobs: list[Job], run_dir: Path) -> dict[str, TaskSetup]:
@@ -82,8 +103,9 @@ def check_job_memory(job: Job, setup: TaskSetup) -> None:
     attention = FLOAT_BYTES * job.train.batch_size * config.n_heads * train_tokens**2 * config.n_layers
     check_batch_memory(
         training_bytes(config, job.train.batch_size, train_tokens) + attention,
-        f"{job.task_code}: a training batch of {job.train.batch_size} strings of {train_tokens} tokens",
-        "--batch-size",
+        f"{job.task_code}: a training batch of {job.train.batch_size} strings of {train_tokens} tokens through "
+        f"{config.n_layers} layers of width {config.d_model}",
+        "--batch-size, or the model's layers or width",
     )
     test_tokens = sequence_length(setup.task, max(hi for _, hi in setup.bins))
     strings = job.train.eval_examples_per_length * sum(hi - lo + 1 for lo, hi in setup.bins)

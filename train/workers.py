@@ -111,13 +111,19 @@ def cores_for_workers(sample_seconds: float = 0.3) -> list[int]:
 
 class TaskBars:
     """One tqdm bar per task: steps summed over its seeds, last loss and in-distribution accuracy.
-    Without bars (`enabled=False`: a log file, a batch job) the same, as a timed line per task at
-    most every LINE_SECONDS, and one when a stack starts and when a seed is done, on stderr: a log
-    then shows where a run's time went (compiling, training, evaluating)."""
+    A task none of whose jobs has started shows "queued" and no rate or ETA; its clock starts with
+    its first step (a bar timed from the start of the run had shown ETAs of hours for the tasks
+    that waited). Without bars (`enabled=False`, or stderr not a terminal: a log file, a batch job,
+    where redrawn bars had filled a log with 180 KB of redraws) the same, as lines on stderr: one
+    per task at most every LINE_SECONDS, one per seed evaluated (when its training-bin accuracy
+    changes), one when a stack starts and one when a seed is done: a log then shows where a run's
+    time went (compiling, training, evaluating)."""
 
     LINE_SECONDS = 30.0
+    QUEUED = "{desc}: queued, {total_fmt} steps"
 
-    def __init__(self, jobs: list[Job], enabled: bool = True):
+    def __init__(self, jobs: list[Job], enabled: bool = True, terminal: bool | None = None):
+        enabled = enabled and (sys.stderr.isatty() if terminal is None else terminal)
         by_task = defaultdict(list)
         for job in jobs:
             by_task[job.task_code].append(job)
@@ -134,9 +140,11 @@ class TaskBars:
                 disable=not enabled,
                 unit="step",
                 dynamic_ncols=True,
+                bar_format=self.QUEUED,
             )
             for i, (code, group) in enumerate(by_task.items())
         }
+        self.started_tasks: set[str] = set()
         self.lines = not enabled
         self.started = time.monotonic()
         self.last_line: dict[str, float] = {}
@@ -155,8 +163,10 @@ class TaskBars:
             self._finish(self.jobs[key])
         if key in self.done or self.status.get(key) == progress:
             return
+        self._start(progress["task"])
         bar = self.bars[progress["task"]]
         bar.update(progress["step"] - self.steps[key])
+        evaluated = progress["train_bin_accuracy"] != self.status.get(key, {}).get("train_bin_accuracy")
         self.steps[key] = progress["step"]
         self.status[key] = progress
         seeds = [p for p in self.status.values() if p["task"] == progress["task"]]
@@ -165,10 +175,28 @@ class TaskBars:
         accuracy = "-" if not accuracies else f"{sum(accuracies) / len(accuracies):.3f}"
         bar.set_postfix(loss=loss, acc_id=accuracy, refresh=False)
         bar.refresh()
-        if self.lines and time.monotonic() - self.last_line.get(progress["task"], -self.LINE_SECONDS) >= (
+        if self.lines and evaluated and progress["train_bin_accuracy"] is not None:
+            self._line(
+                progress["task"],
+                f"seed {progress['seed']} evaluated at step {progress['step']}: training-bin accuracy "
+                f"{progress['train_bin_accuracy']:.3f}",
+            )
+        elif self.lines and time.monotonic() - self.last_line.get(progress["task"], -self.LINE_SECONDS) >= (
             self.LINE_SECONDS
         ):
             self._line(progress["task"], f"loss {loss}, training-bin accuracy {accuracy}")
+
+    def _start(self, task: str) -> None:
+        """The task's first step: its bar shows rate and ETA from now, counting from the steps of
+        its jobs already done."""
+        if task in self.started_tasks:
+            return
+        self.started_tasks.add(task)
+        bar = self.bars[task]
+        already = bar.n
+        bar.bar_format = None
+        bar.reset(total=bar.total)
+        bar.initial = bar.n = bar.last_print_n = already
 
     def _line(self, task: str, text: str) -> None:
         # Summed here, not read from the bar: a disabled bar counts none.
@@ -199,6 +227,8 @@ class TaskBars:
         self.done.add(key)
         self.bars[job.task_code].update(job.train.max_steps - self.steps[key])
         self.steps[key] = job.train.max_steps
+        if all(folder in self.done for folder, other in self.jobs.items() if other.task_code == job.task_code):
+            self.bars[job.task_code].bar_format = None  # a task done before it started: no longer queued
         self.bars[job.task_code].refresh()
         if self.lines:
             result = job.files.read_result()
@@ -272,10 +302,13 @@ def _launch(job: Job, core: int) -> subprocess.Popen:
 
 
 def _read_progress(job: Job) -> dict | None:
+    """The job's last progress line, for the job's own folder: progress.json names no folder (a run
+    folder moved or copied, then resumed, would otherwise report under the old one)."""
     try:
-        return json.loads(job.files.progress_file.read_text())
+        progress = json.loads(job.files.progress_file.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+    return dict(progress, folder=str(job.folder)) if isinstance(progress, dict) else None
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -337,7 +370,8 @@ def _worker_main(folders: list[str], core: int | None, with_parent: bool) -> Non
         # Throttled: the pool polls twice a second, a file per step would only cost time.
         seed = progress["seed"]
         if time.monotonic() - last_write[seed] >= 1.0 or progress["step"] >= progress["max_steps"]:
-            write_json(by_seed[seed].files.progress_file, progress)
+            # Nothing absolute is kept in a run folder: the reader knows the folder it read from.
+            write_json(by_seed[seed].files.progress_file, {k: v for k, v in progress.items() if k != "folder"})
             last_write[seed] = time.monotonic()
 
     run_stack(jobs, write_progress)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from crasp.output_files import check_output_file, write_text_in_one_step
+from crasp.output_files import OVERWRITE_FLAG, OVERWRITE_HELP, check_output_file, write_output_file
 from crasp.search.grammar import FRAGMENTS, Grammar
 from crasp.search.options import RESULTS_PATH, SampleOptions, SearchOptions
 
@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             flag, type=integers if kind == "integers" else kind, default=default, help=f"{text} (default {shown})"
         )
-    parser.add_argument("--save", type=Path, help="write the program found to this .crasp file")
+    parser.add_argument("--save", type=Path, help="write the program found to this .crasp file (a new one)")
+    parser.add_argument(OVERWRITE_FLAG, action="store_true", help=OVERWRITE_HELP)
     parser.add_argument(
         "--record",
         action="store_true",
@@ -109,7 +110,7 @@ def run(args) -> int:
 
     task = get_task(args.task)
     if args.save:  # before the search: a mistyped folder must not cost the whole search
-        check_output_file(args.save, "--save")
+        check_output_file(args.save, "--save", overwrite=args.overwrite)
     grammar = Grammar(args.fragment, offsets=args.offsets, moduli=args.moduli, constants=args.constants)
     sample = SampleOptions(
         alphabet=args.sample_alphabet,
@@ -147,7 +148,8 @@ def run(args) -> int:
         if outcome.discovery is None:
             print(f"nothing saved to {args.save}: no program was found")
         else:
-            write_text_in_one_step(args.save, outcome.discovery.generic_text)
+            text = outcome.discovery.generic_text
+            write_output_file(args.save, "--save", lambda file: file.write(text.encode()), args.overwrite)
             print(f"saved to {args.save}, alphabet-generic (python -m crasp check {task.code} --program {args.save})")
     if args.record:
         recorded = save(record_of(outcome, command_line(args)))

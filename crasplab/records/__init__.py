@@ -4,6 +4,7 @@ experiments' settings types. Training writes them (crasplab.train), the reports 
 (crasplab.reports); nothing here imports either.
 
     files        atomic JSON / JSON-lines / text writes, tolerant JSON-lines reading, clear file errors
+    archives     archives read back member by member: regular files and folders inside the target, capped
     job_folder   a job's folder: job.json, metrics.jsonl, result.json, the checkpoint; its records as reports read them
     run_folder   config.json: written once, a changed command refused, read back with a clear error; the
                  folder's lock (one process per run folder)

@@ -140,6 +140,8 @@ def read_jsonl(path: Path) -> list[dict]:
     for number, line in enumerate(_read_text(path, "repair or delete it").splitlines(), start=1):
         try:
             record = json.loads(line)
+        except RecursionError:
+            raise file_problem(path, f"line {number} is {NESTED_TOO_DEEP}", "delete or repair that line") from None
         except json.JSONDecodeError as error:
             if _is_torn(line, error):
                 _report_torn(path, number)
@@ -157,6 +159,8 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+# What json.loads's RecursionError means in a file: the lab nests its records a few levels deep.
+NESTED_TOO_DEEP = "JSON nested deeper than Python's parser follows (the lab's files nest a few levels)"
 _reported_torn: set[tuple[Path, int]] = set()
 # What a number cut short may end in: the unread rest of the line where its parse stopped.
 _NUMBER_START = re.compile(r"-?\d*(\.\d*)?([eE][+-]?\d*)?")
@@ -211,6 +215,8 @@ def read_json_object(path: Path, fix: str, required: tuple[str, ...] = ()) -> di
             f"{path}: not JSON ({error.msg} at line {error.lineno} column {error.colno}), so not the file "
             f"the lab wrote (cut short, or edited); {fix}"
         ) from None
+    except RecursionError:
+        raise file_problem(path, NESTED_TOO_DEEP, fix) from None
     if not isinstance(value, dict):
         raise file_problem(path, f"a JSON {type(value).__name__} where the lab writes an object", fix)
     if missing := [key for key in required if key not in value]:

@@ -26,6 +26,7 @@ run folder without its checkpoints.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -140,6 +141,22 @@ def run_jobs(tasks, seeds) -> list[tuple[str, int]]:
 def run_records(run_dir: Path | str, jobs: Iterable[tuple[str, int]]) -> list[dict]:
     """The records of a run's (task, seed) jobs, in that order; a job not started has none."""
     return [record for task, seed in jobs for record in job_records(JobFolder.of(run_dir, task, seed), task, seed)]
+
+
+SEED_FOLDER = re.compile(r"seed(?P<seed>\d+)")
+
+
+def job_folders(run_dir: Path | str) -> list[tuple[str, int, JobFolder]]:
+    """(task, seed, folder) of every job folder a run folder holds, in name order: the folders
+    <run>/<task>/seed<k> alone, so that a stray file elsewhere (a result.json at the top of the run
+    or of a task) never makes its folder count as a job."""
+    run_dir = Path(run_dir)
+    found = []
+    for task_dir in sorted(p for p in run_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for seed_dir in sorted(p for p in task_dir.iterdir() if p.is_dir()):
+            if match := SEED_FOLDER.fullmatch(seed_dir.name):
+                found.append((task_dir.name, int(match["seed"]), JobFolder(seed_dir)))
+    return found
 
 
 def job_folder(run_dir: Path | str, task: str, seed: int) -> Path:

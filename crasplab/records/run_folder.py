@@ -60,6 +60,16 @@ def check_output_folder(path: Path, marker: str = CONFIG_FILE, writer: str = "an
     return path
 
 
+def check_new_folder(path: Path, flag: str = "--out") -> Path:
+    """`path` as a folder that a command fills with files of its own: absent or empty (nothing in
+    it is replaced without asking), else a RunFolderError naming the flag."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or path.is_symlink() or any(path.iterdir())):
+        problem = "is not empty" if path.is_dir() and not path.is_symlink() else "is not a folder"
+        raise RunFolderError(f"{flag} {path}: {problem}; give a new folder")
+    return path
+
+
 def lock_run_folder(path: Path) -> None:
     """Take the run folder's lock (creating the folder), or refuse when another process holds it."""
     path = Path(path)
@@ -182,6 +192,6 @@ def read_run_settings(path: Path, settings_type: type[Settings], experiment: str
 def _read_object(path: Path) -> dict | None:
     try:
         value = json.loads(path.read_text())
-    except ValueError:  # not JSON, or not even UTF-8 text
+    except (ValueError, RecursionError):  # not JSON, not even UTF-8 text, or nested beyond the parser
         return None
     return value if isinstance(value, dict) else None

@@ -11,11 +11,12 @@ stored as JSON one way, `to_dict`, and read back one way, `from_dict`.
             self.require(all(n >= 1 for n in self.lengths), "lengths", "input lengths of at least 1")
 
 Before `check` runs, every field is checked against its annotation (int, float, str, bool, a
-tuple of them, a dict, `X | None`, or a nested Settings): a float must be finite, a bool is not an
-int, a list becomes a tuple (JSON has no tuples), and a list setting may not hold the same value
-twice (it would evaluate the same prompts twice). So a hand-edited file ("tasks": "UF",
-"threshold": "high", a missing seed, a misspelt name) is refused as clearly as a mistyped flag,
-naming the setting, what was given and what is accepted. SettingsError is the one error.
+tuple of them, a dict, `X | None`, or a nested Settings): a number must fit what the arrays
+it reaches hold (an int32, a finite float32), a bool is not an int, a list becomes a tuple
+(JSON has no tuples), and a list setting may not hold the same value twice (it would evaluate
+the same prompts twice). So a hand-edited file ("tasks": "UF", "threshold": "high", a missing
+seed, a misspelt name) is refused as clearly as a mistyped flag, naming the setting, what was
+given and what is accepted. SettingsError is the one error.
 
 A file written before a setting existed lacks it: the class names such settings in ADDED_LATER,
 whose defaults are what every run did before them, or upgrades the file in `upgrade_config`.
@@ -31,6 +32,13 @@ import typing
 from typing import Any, ClassVar
 
 from crasplab.errors import LabError
+
+
+# The bounds of a number setting: what the arrays it reaches hold (JAX computes in int32 and
+# float32). A larger one (a max_steps of 10^23 in a hand-edited file or a flag) ended in an
+# OverflowError deep in a jitted step; it is refused here, naming the setting.
+LARGEST_INT = 2**31 - 1
+LARGEST_FLOAT = 3.4028234663852886e38
 
 
 class SettingsError(LabError, ValueError):
@@ -138,13 +146,21 @@ def _conform(value: Any, kind: Any, name: str) -> Any:
         return _conform_dict(value, typing.get_args(kind), name)
     if isinstance(kind, type) and issubclass(kind, Settings):
         return _conform_settings(value, kind, name)
-    accepted = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}[kind]
+    accepted = {
+        int: f"an integer from {-LARGEST_INT} to {LARGEST_INT}",
+        float: f"a finite number of magnitude at most {LARGEST_FLOAT:.4g}",
+        str: "a string",
+        bool: "true or false",
+    }[kind]
     fits = (
         isinstance(value, bool)
         if kind is bool
-        else isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) <= LARGEST_FLOAT
         if kind is float
-        else isinstance(value, kind) and not isinstance(value, bool)
+        else isinstance(value, kind) and not isinstance(value, bool) and (kind is not int or abs(value) <= LARGEST_INT)
     )
     if not fits:
         raise SettingsError(f"setting {name} = {_shown(value)} is not accepted; expected {accepted}")
