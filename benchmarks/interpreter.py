@@ -165,9 +165,7 @@ def against(revision: str, n: int, length: int, repeats: int) -> None:
                 worker.close()
     positions = {name: arrays[f"{name}_tokens"].size for name in CASES}
     print(f"{n} strings of input length {length}, best of {repeats} interleaved rounds")
-    print(
-        f"{'program':<22} | {'side':<14} | {'tok-pos/s (wall)':>16} | {'tok-pos/s (CPU)':>15} | ratio wall | ratio CPU"
-    )
+    print(f"{'program':<22} | {'side':<14} | {'tok-pos/s wall':>14} | {'tok-pos/s CPU':>13} | ratio wall | ratio CPU")
     for name in CASES:
         base_wall, base_cpu = best[revision, name]
         for side in sides:
