@@ -15,6 +15,7 @@ never inferred from a failed check or from a search.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -65,14 +66,15 @@ def _makers(code: str) -> list[tuple[object, str | None]]:
 def _verified(task: Task, make, program: Program) -> bool:
     """The quick check of `program` (`make(task.symbols)`), kept between runs (crasp.verdict_cache)."""
     settings = f"samples {QUICK_SAMPLES}, exhaustive to 4, lengths {QUICK_LENGTHS}"
-    return cached_verdict(
-        (task.code, str(program), settings),
-        lambda: (
-            check_witness(
-                task, make, samples_per_length=QUICK_SAMPLES, exhaustive_max_length=4, lengths=QUICK_LENGTHS
-            ).verified
-        ),
-    )
+
+    def verify() -> bool:
+        # Seconds per witness where no verdict is kept: say what runs (stderr keeps stdout a table).
+        print(f"verifying a witness of {task.code} ({program.title or 'untitled'}) ...", file=sys.stderr, flush=True)
+        return check_witness(
+            task, make, samples_per_length=QUICK_SAMPLES, exhaustive_max_length=4, lengths=QUICK_LENGTHS
+        ).verified
+
+    return cached_verdict((task.code, str(program), settings), verify)
 
 
 @lru_cache(maxsize=None)

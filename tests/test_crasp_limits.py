@@ -2,10 +2,11 @@
 
 import time
 
+import numpy as np
 import pytest
 
 from crasp import expr as E
-from crasp.evaluate import evaluate
+from crasp.evaluate import count_bound, count_dtype, evaluate
 from crasp.expr import MAX_CONSTANT, CraspRangeError, Q, count
 from crasp.fragment import fragment_of
 from crasp.nexttoken import encode
@@ -157,3 +158,14 @@ def test_running_a_chain_of_20000_definitions_visits_each_a_bounded_number_of_ti
         "accepted (top at the last position): yes"
     )  # 19,999 negations of Q("a") at a "b"
     assert definitions.visits >= len(definitions)  # the count saw the run
+
+
+@pytest.mark.parametrize("constant", [32766, 32767, 2147483646, 2147483647])
+def test_counts_at_the_edge_of_the_narrow_types_are_exact(constant):
+    # The evaluator computes in the narrowest type count_dtype proves wide enough; one past its edge
+    # must move to the next type, not wrap.
+    program = parse(HEADER + f'top := #[j <= i] Q("a") + {constant} > {constant}\n')
+    fast, reference = fast_and_reference(program, STRING)
+    assert fast == reference == [True] * len(STRING)
+    assert count_bound(program, len(STRING)) == constant + len(STRING)
+    assert count_dtype(program, len(STRING)) == (np.int32 if constant < 2**31 - len(STRING) else np.int64)

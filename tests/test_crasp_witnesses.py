@@ -1,5 +1,7 @@
 """Every witness equals the task's reference on hypothesis-drawn inputs; broken witnesses are caught."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,7 +12,7 @@ from crasp.check import check_witness
 from crasp.expr import Q, any_, count, family
 from crasp.nexttoken import generate
 from crasp.tasks import get_task
-from crasp.witnesses import WITNESSES, in_input, prev, retrieval_program, t
+from crasp.witnesses import WITNESSES, in_input, majority, prev, retrieval_program, t
 
 WITNESS_CASES = [(code, make) for code, makers in WITNESSES.items() for make in makers]
 
@@ -56,3 +58,23 @@ def test_check_command_exits_nonzero_and_prints_the_counterexample(monkeypatch, 
         main(["check", "UR", "--samples", "10"])
     assert exited.value.code == 1
     assert "smallest counterexample" in capsys.readouterr().out
+
+
+def test_a_witness_verified_without_a_kept_verdict_says_so_on_stderr_once(tmp_path, monkeypatch, capsys):
+    # A cold `crasp tasks` verifies for seconds: it must say what it does, and only while it does.
+    import crasp.prediction as prediction
+    from crasp.verdict_cache import FOLDER_VARIABLE
+
+    monkeypatch.setenv(FOLDER_VARIABLE, str(tmp_path))
+    checked = []
+    monkeypatch.setattr(
+        prediction, "check_witness", lambda *a, **k: checked.append(1) or SimpleNamespace(verified=True)
+    )
+    task = get_task("Majority")
+    for _ in range(2):
+        assert prediction._verified(task, majority, majority(task.symbols))
+    assert checked == [1]
+    assert (
+        capsys.readouterr().err == "verifying a witness of Majority (Majority: at <sep>, the symbol whose count is "
+        "at least every other count) ...\n"
+    )
