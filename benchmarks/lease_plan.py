@@ -2,7 +2,7 @@
 it, since a job unfinished when the machine goes back comes back with nothing (the spread
 sampler's first APE round trained 20 jobs about 6,400 steps each, and lost all of it).
 
-A task's work is its next protocol round (crasplab.reports.protocol.next_seeds, as the run would
+A task's work is its next protocol round (crasplab.verdicts.counting.next_seeds, as the run would
 start it): its seeds, each to train the steps the task's jobs needed in the kept run of the same
 encoding and sampler (the most any of its seeds needed), or the step cap where none was kept;
 a job this machine already trained part of (a warm machine keeps runs/) needs only the rest. The
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from crasplab.cli.length_gen import RunRequest, run_settings
 from crasplab.records.job_folder import JobFolder, run_jobs, run_records
-from crasplab.reports.length_gen import final_evaluations
-from crasplab.reports.protocol import next_seeds, protocol_for
+from crasplab.verdicts.counting import final_evaluations, next_seeds
+from crasplab.verdicts.rules import rules_for
 from crasplab.train.checkpoint import read_checkpoint_meta
 
 # Per task: compiling its stack's step (52 s for the paper model on the H200) and the evaluation
@@ -76,7 +76,7 @@ def protocol_work(request: RunRequest, run_dir: Path, kept_run: Path | None) -> 
     # The run's settings and rules without an engine's: checking one asks JAX for its backend, and
     # on a GPU machine that would take most of the device's memory from the training that follows.
     run = run_settings(request)
-    protocol = protocol_for(run.model.pe, run.threshold)
+    protocol = rules_for(run.model.pe, run.threshold)
     finals = final_evaluations(run_records(run_dir, run_jobs(run.tasks, run.seeds))) if run_dir.is_dir() else {}
     work = []
     for task, seeds in next_seeds(protocol, run.seeds, finals, run.tasks).items():

@@ -53,8 +53,8 @@ from crasplab.records.settings import SettingsError
 from crasplab.models.config import DTYPES
 from crasplab.models.loading import NAMED_MODELS, load_with_tokenizer
 from crasplab.reports.finetune import report_markdown, write_report
-from crasplab.reports.length_gen import DEFAULT_THRESHOLD
-from crasplab.reports.protocol import predictions_for, write_predictions
+from crasplab.verdicts.predictions import predictions_for, write_predictions
+from crasplab.verdicts.rules import DEFAULT_THRESHOLD
 from crasplab.records.run_folder import open_run_folder
 from crasplab.train.allocator import restart_with_huge_page_blocks
 from crasplab.train.config import bins_for_train_lengths, command_line_settings

@@ -34,7 +34,7 @@ from crasplab.cli.arguments import (
 from crasplab.cli.length_gen import Invocation, RunRequest, default_run_folder, report, run
 from crasplab.models.config import DTYPES
 from crasplab.models.positions import POSITIONS
-from crasplab.reports.length_gen import DEFAULT_THRESHOLD
+from crasplab.verdicts.rules import DEFAULT_THRESHOLD
 from crasplab.train.config import PRESETS, ModelSettings, TrainConfig, command_line_settings
 from crasplab.cli.engine_flags import add_engine_flags, engine_settings
 

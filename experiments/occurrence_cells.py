@@ -28,12 +28,12 @@ from crasplab.records.files import write_json, write_text
 from crasplab.cli.arguments import add_run_folder_flags, run_from_flags
 from crasplab.cli.experiment import Report
 from crasplab.records.job_folder import BinEval, job_folder, run_jobs, run_records
-from crasplab.reports.length_gen import final_evaluations
 from crasplab.reports.occurrence_cells import cells_markdown, grid_counts, grid_edges, quadrant_counts
-from crasplab.reports.protocol import fitted_seeds, read_predictions, read_protocol
+from crasplab.verdicts.counting import final_evaluations, fitted_seeds
+from crasplab.verdicts.predictions import read_predictions
 from crasplab.records.run_folder import RunFolderError
 from crasplab.records.settings import SettingsError
-from crasplab.reports.verdicts import Protocol
+from crasplab.verdicts.rules import VerdictRules, read_protocol
 from crasplab.train.config import RunSettings
 from crasplab.train.trained import evaluate_bin_again, load_trained_model
 
@@ -110,7 +110,7 @@ def run(cells: CellsSettings, out: Path) -> None:
     """Recount every fitted seed's final evaluation of the bin by cell; write occurrence_cells.json."""
     run_dir, settings = cells.run, cells.settings
     predictions = read_predictions(run_dir)["tasks"]
-    protocol = read_protocol(run_dir) or Protocol()
+    protocol = read_protocol(run_dir) or VerdictRules()
     finals = final_evaluations(run_records(run_dir, run_jobs(settings.tasks, settings.seeds)))
     summary = dict(run=str(run_dir), tasks={})
     for task in cells.tasks:

@@ -34,9 +34,9 @@ from crasplab.records.files import write_json, write_text
 from crasplab.records.job_folder import BinEval, job_folder, run_jobs, run_records
 from crasplab.records.run_folder import RunFolderError
 from crasplab.records.settings import SettingsError
-from crasplab.reports.length_gen import final_evaluations
-from crasplab.reports.protocol import fitted_seeds, read_predictions, read_protocol
-from crasplab.reports.verdicts import Protocol
+from crasplab.verdicts.counting import final_evaluations, fitted_seeds
+from crasplab.verdicts.predictions import read_predictions
+from crasplab.verdicts.rules import VerdictRules, read_protocol
 from crasplab.reports.what_learned import agreement, agreement_cell, learned_markdown
 from crasplab.train.config import RunSettings
 from crasplab.train.evaluate import EvalSet, build_eval_sets
@@ -134,7 +134,7 @@ def shape_at_training(trained, overrides: dict) -> dict | None:
 
 def run(settings: RunSettings, out: Path, run_dir: Path) -> None:
     predictions_file = read_predictions(run_dir)["tasks"]
-    protocol = read_protocol(run_dir) or Protocol()
+    protocol = read_protocol(run_dir) or VerdictRules()
     finals = final_evaluations(run_records(run_dir, run_jobs(settings.tasks, settings.seeds)))
     summary = dict(run=str(run_dir), threshold=protocol.threshold, tasks={})
     for task_code in settings.tasks:

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from crasplab.reports.protocol import predictions_for, write_predictions
+from crasplab.verdicts.predictions import predictions_for, write_predictions
 from flax import nnx
 
 from experiments import finetune as experiment

@@ -9,6 +9,9 @@ A module imports only from its own layer and the layers listed before it in LAYE
     records      the files every layer above reads and writes: atomic files, job and run folders,
                  the settings base
     train        from-scratch training (source folder train/)
+    verdicts     the rules by which trained models are read (fit, pass, task verdict, the threshold,
+                 seeds per encoding, controls), the predictions a run starts from, and the planning
+                 of protocol rounds: below the run that uses them, above the records they read
     incontext    pretrained models in context and fine-tuned
     reports      what is computed from run folders
     compiler     C-RASP compiled to weights, and the exports of compiled and trained models
@@ -30,6 +33,7 @@ LAYERS = (
     ("models", ("crasplab.models",)),
     ("records", ("crasplab.records",)),
     ("train", ("crasplab.train",)),
+    ("verdicts", ("crasplab.verdicts",)),
     ("incontext", ("crasplab.incontext",)),
     ("reports", ("crasplab.reports",)),
     ("compiler", ("crasplab.compiler", "crasplab.export", "crasplab.export_lens")),

@@ -21,7 +21,7 @@ from crasplab.incontext.finetune_config import FinetuneConfig
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings, MechanismSettings, PretrainedSettings
 from crasplab.records.settings import Settings, SettingsError
 from crasplab.reports.selection import Configuration
-from crasplab.reports.verdicts import Protocol
+from crasplab.verdicts.rules import VerdictRules
 from crasplab.train.config import PRESETS, ModelSettings, RunSettings, TrainConfig
 from crasplab.train.engines import EngineSettings
 from crasplab.train.loop import Job
@@ -54,7 +54,7 @@ STORED = [
     MechanismSettings(),
     LoremRunSettings(),
     GitRunSettings(),
-    Protocol(min_fitted_seeds=3),
+    VerdictRules(min_fitted_seeds=3),
     EngineSettings(workers=2),
     Configuration(n_layers=2, n_heads=4, d_model=64, learning_rate=1e-3),
     SweepSettings(

@@ -7,7 +7,7 @@ import pytest
 from crasp.prediction import Prediction
 from crasplab.cli.length_gen import default_run_folder, run_settings
 from experiments import length_gen
-from crasplab.reports import protocol
+from crasplab.verdicts import predictions as run_predictions
 from crasplab.records.job_folder import run_jobs, run_records
 from crasplab.reports.length_gen import report_markdown, summarize, write_report
 from crasplab.train.config import PRESETS, ModelSettings, RunSettings, TrainConfig
@@ -33,7 +33,7 @@ PREDICTIONS = {
 @pytest.fixture
 def verdicts(monkeypatch):
     """A run started in the test records PREDICTIONS in its predictions.json."""
-    monkeypatch.setattr(protocol, "predict", lambda task_code, pe: PREDICTIONS[task_code])
+    monkeypatch.setattr(run_predictions, "predict", lambda task_code, pe: PREDICTIONS[task_code])
 
 
 def eval_record(task, seed, step, accuracies):
@@ -70,7 +70,9 @@ def run_dir(tmp_path, verdicts):
     ]
     write_run_records(tmp_path, records)
     settings = RunSettings.from_dict(config)
-    protocol.write_predictions(tmp_path, protocol.settings_predictions(settings, with_discrimination=False))
+    run_predictions.write_predictions(
+        tmp_path, run_predictions.settings_predictions(settings, with_discrimination=False)
+    )
     return tmp_path
 
 
@@ -143,7 +145,7 @@ def test_the_job_folders_are_the_only_record_of_a_run(run_dir):
 
 def test_a_report_shows_the_predictions_the_run_started_with(run_dir, monkeypatch):
     """The interpreter is not asked again when a report is rebuilt: predictions.json decides."""
-    monkeypatch.setattr(protocol, "predict", lambda task_code, pe: Prediction(False, "changed since", ""))
+    monkeypatch.setattr(run_predictions, "predict", lambda task_code, pe: Prediction(False, "changed since", ""))
     rows = {row["task"]: row for row in summarize(run_dir)["rows"]}
     assert rows["UF"]["predicted"]["label"] == "yes (C-RASP[local] witness)"
 

@@ -8,37 +8,32 @@ import pytest
 from hypothesis import given, strategies as st
 
 from crasp.prediction import predict
-from crasplab.reports.protocol import (
-    CONTROLS,
-    NOT_RUN,
-    _discrimination,
-    apply_controls,
-    counted_agreement,
-    next_seeds,
-    predictions_alongside,
-    protocol_markdown,
-    protocol_rows,
-    recipe_markdown,
-    recipe_rows,
-    recipe_text,
-)
+from crasp.tasks import CONTROLS
 from crasplab.records.settings import SettingsError
-from crasplab.reports.verdicts import (
-    FAILS,
-    GENERALIZES,
-    INCONCLUSIVE,
-    MIXED,
-    PASS,
-    TOO_FEW,
-    Protocol,
+from crasplab.reports.protocol import protocol_markdown, recipe_markdown, recipe_text
+from crasplab.verdicts.counting import apply_controls, next_seeds, protocol_rows, recipe_rows
+from crasplab.verdicts.predictions import _discrimination, predictions_alongside
+from crasplab.verdicts.rules import (
+    Outcome,
     SeedAtBin,
+    Verdict,
+    VerdictRules,
     agrees,
+    counted_agreement,
     judge_seed,
     seed_fits,
     task_verdict,
 )
 
-PROTOCOL = Protocol()
+GENERALIZES, FAILS, MIXED, INCONCLUSIVE, TOO_FEW, NOT_RUN = (
+    Verdict.GENERALIZES,
+    Verdict.FAILS,
+    Verdict.MIXED,
+    Verdict.INCONCLUSIVE,
+    Verdict.TOO_FEW,
+    Verdict.NOT_RUN,
+)
+PROTOCOL = VerdictRules()
 
 
 def seeds_with(outcomes):
@@ -90,7 +85,7 @@ def test_an_inconclusive_seed_is_never_rounded_into_a_verdict(outcomes):
     else:
         assert len(resolved) > 1
     if "inconclusive" not in outcomes:
-        passed = outcomes.count(PASS)
+        passed = outcomes.count(Outcome.PASS)
         assert (verdict == GENERALIZES) == (passed >= 0.8 * len(outcomes))
         assert (verdict == FAILS) == (passed <= 0.2 * len(outcomes))
 
@@ -106,13 +101,13 @@ def test_agreement_needs_a_prediction_and_a_clear_verdict():
         (dict(threshold=math.nan), "setting threshold = nan is not accepted; expected a finite number"),
         (dict(threshold=1.0), "setting threshold = 1.0 is not accepted; expected a number strictly between 0 and 1"),
         (dict(min_fitted_seeds=0), "setting min_fitted_seeds = 0 is not accepted; expected an integer of at least 1"),
-        (dict(pass_fraction=0.2, fail_fraction=0.2), "Protocol: need 0 <= fail_fraction < pass_fraction <= 1"),
+        (dict(pass_fraction=0.2, fail_fraction=0.2), "VerdictRules: need 0 <= fail_fraction < pass_fraction <= 1"),
         (dict(z="2"), "setting z = '2' is not accepted; expected a finite number"),
     ],
 )
 def test_protocol_rules_are_validated_when_made(bad, says):
     with pytest.raises(SettingsError) as error:
-        Protocol(**bad)
+        VerdictRules(**bad)
     assert says in str(error.value)
 
 

@@ -32,6 +32,7 @@ from crasp.tasks.base import (
 )
 from crasp.tasks.literature import FRAGMENT_NAMES, Claim, Expressibility
 from crasp.tasks.registry import (
+    CONTROLS,
     COPYING_CODES,
     LEFT_OR_BACKWARD,
     RETRIEVAL_AND_COPYING,
@@ -69,6 +70,7 @@ __all__ = [
     "FRAGMENT_NAMES",
     "Claim",
     "Expressibility",
+    "CONTROLS",
     "COPYING_CODES",
     "LEFT_OR_BACKWARD",
     "RETRIEVAL_AND_COPYING",

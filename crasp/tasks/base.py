@@ -178,6 +178,10 @@ class Task:
     description: ClassVar[str]
     literature: ClassVar[Mapping[str, Claim]]
     has_query: ClassVar[bool] = False
+    # For a task predicted not to generalize: the task theory says generalizes on strings of the same
+    # shape (the First tasks for the Last ones, unique copying for copying with repeats). The verdict
+    # protocol counts the task's verdict at a bin only where its control, trained alike, generalizes.
+    control: ClassVar[str | None] = None
 
     def __post_init__(self):
         self._check_parameters()

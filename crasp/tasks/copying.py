@@ -133,6 +133,7 @@ class NonUniqueCopy(Copy):
 
 class NonUniqueCopyForward(NonUniqueCopy):
     code = "NF"
+    control = "UF"
     backward = False
     description = "copy an input whose tokens may repeat, in the same order"
     literature = literature.copy_with_repeats()
@@ -140,6 +141,7 @@ class NonUniqueCopyForward(NonUniqueCopy):
 
 class NonUniqueCopyBackward(NonUniqueCopy):
     code = "NB"
+    control = "UB"
     backward = True
     description = "copy an input whose tokens may repeat, in reverse order"
     literature = literature.copy_with_repeats()
@@ -148,6 +150,7 @@ class NonUniqueCopyBackward(NonUniqueCopy):
 @dataclass(frozen=True)
 class RepeatCopy(NonUniqueCopyForward):
     code = "RepeatCopy"
+    control = None  # not one of the paper's tasks: no control is defined for it
     alphabet_size: int = 2
     description = "copy a string over {a, b} (tokens repeat), in the same order"
     literature = literature.copy_with_repeats()

@@ -50,6 +50,8 @@ COPYING_CODES: tuple[str, ...] = tuple(
     cls.code for cls in TASK_CLASSES if issubclass(cls, Copy) and cls is not RepeatCopy
 )
 RETRIEVAL_AND_COPYING: tuple[str, ...] = RETRIEVAL_CODES + COPYING_CODES
+# A task predicted not to generalize -> its control (Task.control).
+CONTROLS: dict[str, str] = {cls.code: cls.control for cls in TASK_CLASSES if cls.control}
 # The tasks that read against the string's order (the left neighbour, the copy in reverse), which
 # the paper finds harder than their right/forward twins.
 LEFT_OR_BACKWARD: frozenset[str] = frozenset(

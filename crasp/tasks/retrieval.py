@@ -314,6 +314,7 @@ class RetrieveRightOfFirst(NonUniqueRetrieval):
 
 class RetrieveLeftOfLast(NonUniqueRetrieval):
     code = "NLLast"
+    control = "NLFirst"
     side, rank = "left", "last"
     description = "the query occurs at least twice; answer the token left of its last occurrence"
     literature = literature.last_occurrence_retrieval()
@@ -321,6 +322,7 @@ class RetrieveLeftOfLast(NonUniqueRetrieval):
 
 class RetrieveRightOfLast(NonUniqueRetrieval):
     code = "NRLast"
+    control = "NRFirst"
     side, rank = "right", "last"
     description = "the query occurs at least twice; answer the token right of its last occurrence"
     literature = literature.last_occurrence_retrieval()

@@ -16,30 +16,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from crasp.discrimination import NON_UNIQUE_RETRIEVAL, SAMPLERS, sampler_parameters
+from crasp.tasks import CONTROLS
 from crasplab.cli.arguments import chosen_preset
 from crasplab.cli.experiment import Experiment, Report, run_experiment
 from crasplab.records.invocations import InvocationRecord, recorded_invocation
 from crasplab.records.job_folder import run_jobs, run_records
-from crasplab.reports.length_gen import (
-    DEFAULT_THRESHOLD,
-    final_evaluations,
-    markdown_table,
-    write_report,
-)
-from crasplab.reports.protocol import (
-    CONTROLS,
-    PREDICTIONS_FILE,
-    next_seeds,
-    protocol_for,
-    protocol_markdown,
-    settings_predictions,
-    settings_predictions_alongside,
-    write_predictions,
-    write_protocol,
-)
+from crasplab.reports.length_gen import markdown_table, write_report
+from crasplab.reports.protocol import protocol_markdown
 from crasplab.records.run_folder import open_run_folder
 from crasplab.records.settings import SettingsError
-from crasplab.reports.verdicts import Protocol
 from crasplab.train.config import (
     PRESETS,
     PROTOCOL_PRESETS,
@@ -52,6 +37,14 @@ from crasplab.train.engines import EngineError, EngineSettings, run_jobs_on
 from crasplab.train.loop import Job
 from crasplab.train.provenance import require_committed_lab, training_at
 from crasplab.train.runs import check_jobs, make_jobs
+from crasplab.verdicts.counting import final_evaluations, next_seeds
+from crasplab.verdicts.predictions import (
+    PREDICTIONS_FILE,
+    settings_predictions,
+    settings_predictions_alongside,
+    write_predictions,
+)
+from crasplab.verdicts.rules import DEFAULT_THRESHOLD, VerdictRules, rules_for, write_protocol
 
 
 @dataclass(frozen=True)
@@ -152,7 +145,7 @@ class Invocation:
 
     run: RunSettings
     sampler: str | None  # only names the default run folder: run.task_overrides hold the sampler
-    protocol: Protocol | None  # the verdict protocol's rules, for a protocol run
+    protocol: VerdictRules | None  # the verdict protocol's rules, for a protocol run
     engine: EngineSettings
     show_progress: bool
 
@@ -160,11 +153,11 @@ class Invocation:
     def of(cls, request: RunRequest, engine: EngineSettings, show_progress: bool = True) -> Invocation:
         """The request's settings, validated (SettingsError, TaskError otherwise)."""
         settings = run_settings(request)
-        protocol = protocol_for(settings.model.pe, settings.threshold) if request.protocol else None
+        protocol = rules_for(settings.model.pe, settings.threshold) if request.protocol else None
         return cls(settings, request.sampler, protocol, engine, show_progress)
 
 
-def check_protocol_sizes(jobs: list[Job], setups: dict, protocol: Protocol) -> None:
+def check_protocol_sizes(jobs: list[Job], setups: dict, protocol: VerdictRules) -> None:
     """The protocol's evaluation sizes: enough training-length strings to call a seed fitted, and
     enough strings per test bin for a narrow interval."""
     for job in jobs:
@@ -273,7 +266,7 @@ def summary_markdown(summary: dict) -> str:
     agreement in one line."""
     if summary["protocol"] is not None:
         protocol = summary["protocol"]
-        return protocol_markdown(Protocol.from_dict(protocol["rules"]), protocol["rows"])
+        return protocol_markdown(VerdictRules.from_dict(protocol["rules"]), protocol["rows"])
     seeds = len({seed for row in summary["rows"] for seed in row["seeds"]})
     return (
         f"{markdown_table(summary)}\nagreement: {summary['agreements']} of {summary['judged']}, from {seeds} "

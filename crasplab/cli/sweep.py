@@ -14,8 +14,9 @@ from crasplab.models.positions import POSITIONS
 from crasplab.records.files import write_json, write_text
 from crasplab.records.run_folder import open_run_folder, read_run_settings
 from crasplab.records.settings import Settings
-from crasplab.reports.length_gen import DEFAULT_THRESHOLD, markdown_table, write_report
-from crasplab.reports.protocol import settings_predictions, write_predictions
+from crasplab.reports.length_gen import markdown_table, write_report
+from crasplab.verdicts.predictions import settings_predictions, write_predictions
+from crasplab.verdicts.rules import DEFAULT_THRESHOLD
 from crasplab.reports.selection import SELECTED, Configuration, select_per_task, selection_markdown, sweep_folder
 from crasplab.train.config import PRESETS, RunSettings
 from crasplab.train.engines import EngineSettings, run_jobs_on

@@ -31,9 +31,10 @@ from crasplab.records.job_folder import JobFolder, job_folders, read_metrics
 from crasplab.records.run_folder import CONFIG_FILE, RunFolderError, check_output_folder, holding_run_folders
 from crasplab.records.run_folder import lock_run_folder
 from crasplab.reports.length_gen import FIGURE_FILE
-from crasplab.reports.protocol import PREDICTIONS_FILE, PROTOCOL_FILE
 from crasplab.train.config import RunSettings
 from crasplab.train.runs import make_jobs, read_job
+from crasplab.verdicts.predictions import PREDICTIONS_FILE
+from crasplab.verdicts.rules import PROTOCOL_FILE
 
 # A run's own files that travel with its jobs; config.json first, the file that makes a folder a run's.
 RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, PROTOCOL_FILE, INVOCATIONS_FILE)

@@ -31,8 +31,8 @@ from crasplab.compiler.lower import CompileError
 from crasplab.models import ModelConfig, set_params
 from crasplab.records.files import append_jsonl, write_json
 from crasplab.records.job_folder import EvalRecord, JobResult, job_folder
-from crasplab.reports.length_gen import DEFAULT_THRESHOLD
-from crasplab.reports.protocol import PREDICTIONS_FILE, settings_predictions, write_predictions
+from crasplab.verdicts.predictions import PREDICTIONS_FILE, settings_predictions, write_predictions
+from crasplab.verdicts.rules import DEFAULT_THRESHOLD
 from crasplab.records.run_folder import CONFIG_FILE
 from crasplab.train.checkpoint import encode_checkpoint, write_encoded
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig

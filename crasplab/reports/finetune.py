@@ -14,7 +14,7 @@ paired (reports.statistics): each task's change beyond the training lengths with
 test and a paired bootstrap interval, and each gap's change (after minus before) with a bootstrap
 that resamples each task's prompt pairs; the gap changes are the family the report concludes from,
 corrected by Holm. A fine-tuned
-model below reports.length_gen.FIT_THRESHOLD on its training lengths "did not fit": it says
+model below verdicts.rules.FIT_THRESHOLD on its training lengths "did not fit": it says
 nothing about longer inputs, and is kept apart from "learned but did not generalize".
 """
 
@@ -33,10 +33,10 @@ from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
 from crasplab.reports.statistics import bootstrap, correct_family, p_value_text, paired_change
 from crasplab.records.job_folder import run_jobs, run_records
-from crasplab.reports.length_gen import FIT_THRESHOLD, observe
-from crasplab.reports.protocol import read_predictions
 from crasplab.incontext.settings import FinetuneSettings
 from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.verdicts.predictions import read_predictions
+from crasplab.verdicts.rules import FIT_THRESHOLD, observe
 
 FIGURE_FILE = "accuracy_by_length.png"
 EXPERIMENT = "experiments/finetune.py"

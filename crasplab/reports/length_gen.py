@@ -22,23 +22,15 @@ from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.records.files import read_jsonl, rebuild_report
 from crasplab.records.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
 from crasplab.records.invocations import INVOCATIONS_FILE
-from crasplab.reports.verdicts import Protocol
-from crasplab.reports.protocol import (
-    discrimination_markdown,
-    protocol_markdown,
-    protocol_rows,
-    read_predictions,
-    read_protocol,
-    recipe_markdown,
-    recipe_rows,
-)
+from crasplab.reports.protocol import discrimination_markdown, protocol_markdown, recipe_markdown
 from crasplab.records.run_folder import RunFolderError, read_run_config
 from crasplab.train.config import ModelSettings, RunSettings
 from crasplab.train.provenance import bits_key
+from crasplab.verdicts.counting import final_evaluations, protocol_rows, recipe_rows
+from crasplab.verdicts.predictions import read_predictions
+from crasplab.verdicts.rules import FIT_THRESHOLD, VerdictRules, observe, read_protocol
 
 FIGURE_FILE = "accuracy_by_length.png"
-# A task generalizes when the mean exact match of its last (longest) bin reaches this.
-DEFAULT_THRESHOLD = 0.9
 
 
 def read_settings(run_dir: Path) -> dict:
@@ -55,32 +47,6 @@ def read_settings(run_dir: Path) -> dict:
 def read_records(run_dir: Path, config: dict) -> list[dict]:
     """Every record of the jobs of a run's config.json (its tasks and seeds), from the job folders."""
     return run_records(run_dir, run_jobs(config["tasks"], config["seeds"]))
-
-
-def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
-    """task -> seed -> that job's last eval record (augmented with its result record, if any)."""
-    finals: dict[str, dict[int, dict]] = defaultdict(dict)
-    results = {}
-    for record in records:
-        if record["kind"] == "eval":
-            finals[record["task"]][record["seed"]] = record
-        elif record["kind"] == "result":
-            results[(record["task"], record["seed"])] = record
-    for task, by_seed in finals.items():
-        for seed, record in by_seed.items():
-            result = results.get((task, seed), {})
-            by_seed[seed] = dict(
-                record,
-                finished=bool(result),
-                stopped_early=result.get("stopped_early"),
-                elapsed_s=result.get("elapsed_s"),
-            )
-    return finals
-
-
-# A model below this on its own training lengths has not learned the task, so its longer bins say
-# nothing about length generalization: it is reported apart and left out of the agreement count.
-FIT_THRESHOLD = 0.99
 
 
 def length_curve(records_by_seed: list[dict]) -> dict | None:
@@ -117,12 +83,6 @@ def model_description(config: dict) -> str:
 def task_layers(config: dict, task: str) -> int:
     """The depth a task of the run trained at (the run's model, with the task's changes)."""
     return config.get("model_overrides", {}).get(task, {}).get("n_layers", config["model"]["n_layers"])
-
-
-def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> str:
-    if train_bin_mean < FIT_THRESHOLD:
-        return "did not fit"
-    return "generalizes" if last_bin_mean >= threshold else "does not generalize"
 
 
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
@@ -346,7 +306,7 @@ def report_markdown(summary: dict) -> str:
     ]
     if summary.get("protocol"):
         parts += [
-            protocol_markdown(Protocol.from_dict(summary["protocol"]["rules"]), summary["protocol"]["rows"]),
+            protocol_markdown(VerdictRules.from_dict(summary["protocol"]["rules"]), summary["protocol"]["rows"]),
             "\n" + recipe_markdown(summary["protocol"]["recipe"]) + "\n",
             discrimination_markdown(summary["protocol"].get("discrimination", {})),
         ]

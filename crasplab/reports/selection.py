@@ -30,7 +30,7 @@ from pathlib import Path
 from crasplab.records.files import ResultFileError
 from crasplab.records.job_folder import JobFolder
 from crasplab.records.settings import Settings
-from crasplab.reports.length_gen import FIT_THRESHOLD
+from crasplab.verdicts.rules import FIT_THRESHOLD
 
 # Huang et al. 2025's grid per task; "small" for a CPU.
 GRIDS = {

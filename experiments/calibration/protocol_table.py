@@ -7,7 +7,7 @@ hand.
 Each test-bin cell: the task's verdict, how many fitted seeds passed, the range of their
 accuracies, and a mark for agreement with the prediction; a bin that cannot discriminate (a
 bounded program exact on the training lengths passes it), or where the task's control
-(crasplab.reports.protocol.CONTROLS, at the same depth) does not generalize or did not run, is
+(Task.control in crasp.tasks, at the same depth) does not generalize or did not run, is
 shown as "not counted". The headline table sets the current recipe's runs side by side, one row
 per task, sampler and depth, one column per position encoding, with the controls applied across
 runs; below it, what the count holds, the scale, and the paper's numbers beside the lab's.
@@ -21,8 +21,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from crasplab.reports.length_gen import task_layers
-from crasplab.reports.protocol import apply_controls, control_text, counted_agreement, recipe_text
-from crasplab.reports.verdicts import GENERALIZES, TOO_FEW
+from crasplab.reports.protocol import control_text, recipe_text
+from crasplab.verdicts.counting import apply_controls
+from crasplab.verdicts.rules import Verdict, counted_agreement
 from crasplab.reports.what_learned import NONE_OF_THEM, behaviour
 from crasplab.train.config import PRESETS
 
@@ -110,7 +111,7 @@ def not_counted_reason(b: dict) -> str | None:
     """Why a bin's verdict does not count for or against the prediction, or None where it does."""
     control = b.get("control")
     reasons = ["a bounded program passes"] if b["discriminates"] is False else []
-    if control and control["verdict"] != GENERALIZES:
+    if control and control["verdict"] != Verdict.GENERALIZES:
         reasons.append(control_text(control))
     return "; ".join(reasons) or None
 
@@ -120,9 +121,9 @@ def bin_cell(b: dict, row: dict) -> str:
     passing = sum(s["outcome"] == "pass" for s in seeds)
     accuracies = [s["correct"] / s["total"] for s in seeds]
     spread = f"{min(accuracies):.2f}-{max(accuracies):.2f}" if len(seeds) > 1 else f"{accuracies[0]:.2f}"
-    if b["verdict"] == TOO_FEW:
+    if b["verdict"] == Verdict.TOO_FEW:
         # no verdict, so nothing to count: what matters is why the seeds did not fit
-        return f"{TOO_FEW} ({passing} of {len(seeds)} pass, {spread}{improving_note(row, '; ')})"
+        return f"{Verdict.TOO_FEW} ({passing} of {len(seeds)} pass, {spread}{improving_note(row, '; ')})"
     reason = not_counted_reason(b)
     counted = f"; not counted: {reason}" if reason else ""
     return f"{b['verdict']}{MARKS[b['agrees']]} ({passing} of {len(seeds)} pass, {spread}{counted})"
@@ -176,7 +177,7 @@ def improving_note(row: dict, separator: str) -> str:
 def too_few(row: dict) -> str:
     """The verdict of a task with too few fitted seeds, with its unfitted seeds still improving."""
     note = improving_note(row, "")
-    return TOO_FEW + (f" ({note})" if note else "")
+    return Verdict.TOO_FEW + (f" ({note})" if note else "")
 
 
 def table(summary: dict, config: dict) -> str:
@@ -251,7 +252,7 @@ def verdict_word(b: dict) -> str:
 
 def headline_cells(runs: dict[str, tuple[dict, dict]]) -> dict[str, dict[tuple, dict]]:
     """encoding -> row_key -> its row, with each bin's agreement counted afresh: the discrimination
-    check as the run's summary holds it, and the control (CONTROLS) of the same encoding, depth,
+    check as the run's summary holds it, and the control (Task.control) of the same encoding, depth,
     sampler and positions, from whichever run holds it."""
     cells = defaultdict(dict)
     for summary, config in runs.values():
@@ -275,7 +276,7 @@ def headline_cells(runs: dict[str, tuple[dict, dict]]) -> dict[str, dict[tuple, 
 
 def _cell(row: dict) -> str:
     # a row without a verdict reads alike whether none or too few of its seeds fit
-    has_verdict = row["bins"] and row["bins"][0]["verdict"] != TOO_FEW
+    has_verdict = row["bins"] and row["bins"][0]["verdict"] != Verdict.TOO_FEW
     verdicts = [verdict_word(b) for b in row["bins"]] if has_verdict else [too_few(row)]
     return f"{len(row['fitted'])} of {len(row['seeds_run'])} fit; " + " / ".join(verdicts)
 
@@ -331,7 +332,7 @@ def count_lines(cells: dict[str, dict[tuple, dict]]) -> list[str]:
                 if b["agrees"] is not None:
                     agree, judged = agree + b["agrees"], judged + 1
                     counted[row["generalizes"]].append(where)
-                elif row["generalizes"] is False and b["verdict"] != TOO_FEW and not_counted_reason(b):
+                elif row["generalizes"] is False and b["verdict"] != Verdict.TOO_FEW and not_counted_reason(b):
                     reasons[not_counted_reason(b)].append(where)
         counts.append(f"{name} {agree} of {judged}")
         yes, no = counted[True], counted[False]

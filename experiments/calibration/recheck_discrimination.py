@@ -1,5 +1,5 @@
 """Make a kept protocol run's discrimination check again with the approximations the lab has now,
-and rebuild its report (crasplab.reports.protocol.recheck_discrimination): the check the run
+and rebuild its report (crasplab.verdicts.predictions.recheck_discrimination): the check the run
 started with stays in predictions.json under `discrimination_at_start`, and the report says the
 check was remade after the run.
 
@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from crasplab.reports.length_gen import write_report
-from crasplab.reports.protocol import SEARCH_SECONDS, recheck_discrimination
+from crasplab.verdicts.predictions import SEARCH_SECONDS, recheck_discrimination
 
 # The tasks whose approximations grew after their runs (the k-gram lookups for copying).
 DEFAULT_TASKS = ("NF", "NB")

@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 
 from crasplab.reports.length_gen import read_records
-from crasplab.reports.protocol import read_protocol, recipe_markdown, recipe_rows, recipe_text
-from crasplab.reports.verdicts import Protocol
+from crasplab.reports.protocol import recipe_markdown, recipe_text
+from crasplab.verdicts.counting import recipe_rows
+from crasplab.verdicts.rules import VerdictRules, read_protocol
 
 
 def recipe_of(config: dict) -> str:
@@ -34,7 +35,7 @@ def main(argv=None) -> None:
             # Runs from before the protocol evaluated fewer than 500 training-length strings; for
             # them a seed fits when every string of its (smaller) training bin is exact.
             protocol, rule = (
-                Protocol(min_train_strings=1),
+                VerdictRules(min_train_strings=1),
                 "made before the protocol: fit = its whole training bin exact",
             )
         rows = recipe_rows(protocol, read_records(run_dir, config), config["tasks"])

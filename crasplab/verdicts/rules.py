@@ -1,0 +1,202 @@
+"""The verdict protocol: one rule, fixed before any run, by which trained models are counted.
+
+A task's verdict at a test bin is made seed by seed, never from a mean over seeds (bimodal seeds
+average to numbers no model has):
+
+1. A seed *fits* when it answers every one of at least `min_train_strings` training-length strings
+   exactly. A seed that does not fit says nothing about longer inputs; it is reported apart, as
+   "still improving at its cap" when its last evaluation was better than the one before.
+2. A fitted seed *passes* a bin when the lower end of the Wilson interval of its accuracy there is
+   at least the threshold, *fails* it when the upper end is below the threshold, and is
+   *inconclusive* when the interval straddles the threshold. A bin needs `min_bin_strings`.
+3. With F fitted seeds (at least `min_fitted_seeds`), the task *generalizes* at the bin when at
+   least `pass_fraction` of them pass, *fails* when at most `fail_fraction` of them pass, and is
+   *mixed* otherwise. Inconclusive seeds are never rounded: when deciding them either way could
+   change the task's verdict, the verdict is *inconclusive*.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from crasp.discrimination import DEFAULT_THRESHOLD
+from crasp.intervals import Z_95, wilson_interval
+from crasplab.records.files import file_problem, read_json_object, write_json
+from crasplab.records.run_folder import RunFolderError
+from crasplab.records.settings import Settings
+
+
+class Verdict(StrEnum):
+    """A task's verdict at a test bin (rule 3), or its control's state there."""
+
+    GENERALIZES = "generalizes"
+    FAILS = "fails"
+    MIXED = "mixed"
+    INCONCLUSIVE = "inconclusive"
+    TOO_FEW = "too few fitted seeds"
+    NOT_RUN = "not run"  # a control that did not run with the task's setting
+
+
+class Outcome(StrEnum):
+    """A fitted seed's outcome at a test bin (rule 2)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class VerdictRules(Settings):
+    # The one default: crasp's discrimination check, which runs without the lab, reads the same number.
+    threshold: float = DEFAULT_THRESHOLD
+    min_train_strings: int = 500
+    min_bin_strings: int = 1000
+    min_fitted_seeds: int = 5
+    pass_fraction: float = 0.8  # 4 of 5
+    fail_fraction: float = 0.2  # 1 of 5
+    z: float = Z_95
+
+    def check(self) -> None:
+        self.require(0 < self.threshold < 1, "threshold", "a number strictly between 0 and 1")
+        for name in ("min_train_strings", "min_bin_strings", "min_fitted_seeds"):
+            self.require(getattr(self, name) >= 1, name, "an integer of at least 1")
+        self.require_that(
+            0 <= self.fail_fraction < self.pass_fraction <= 1,
+            f"need 0 <= fail_fraction < pass_fraction <= 1, got {self.fail_fraction!r}, {self.pass_fraction!r}",
+        )
+        self.require(self.z > 0, "z", "a number above 0")
+
+    def text(self) -> str:
+        """The rules in words, as every report prints them."""
+        level = round(100 * (1 - math.erfc(self.z / math.sqrt(2))))
+        return (
+            f"A seed fits when it answers all of at least {self.min_train_strings} training-length strings "
+            f"exactly. A fitted seed passes a test bin (at least {self.min_bin_strings} strings) when the "
+            f"{level}% Wilson interval of its accuracy lies at or above {self.threshold}, fails it when the "
+            f"interval lies below, and is inconclusive when the interval straddles {self.threshold}. With at "
+            f"least {self.min_fitted_seeds} fitted seeds, a task generalizes at the bin when at least "
+            f"{self.pass_fraction:.0%} of them pass, fails when at most {self.fail_fraction:.0%} pass, and is "
+            "mixed otherwise; when the inconclusive seeds could change that verdict, it is inconclusive. No "
+            "verdict is made from a mean over seeds."
+        )
+
+
+@dataclass(frozen=True)
+class SeedAtBin:
+    seed: int
+    correct: int
+    total: int
+    low: float
+    high: float
+    outcome: Outcome
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total
+
+
+def seed_fits(rules: VerdictRules, train_correct: int, train_total: int) -> bool:
+    return train_total >= rules.min_train_strings and train_correct == train_total
+
+
+def judge_seed(rules: VerdictRules, seed: int, correct: int, total: int) -> SeedAtBin:
+    if total < rules.min_bin_strings:
+        raise ValueError(f"seed {seed}: a bin of {total} strings is below the protocol's {rules.min_bin_strings}")
+    low, high = wilson_interval(correct, total, rules.z)
+    outcome = (
+        Outcome.PASS if low >= rules.threshold else Outcome.FAIL if high < rules.threshold else Outcome.INCONCLUSIVE
+    )
+    return SeedAtBin(seed, correct, total, low, high, outcome)
+
+
+def _count_verdict(rules: VerdictRules, passed: int, fitted: int) -> Verdict:
+    if passed >= rules.pass_fraction * fitted:
+        return Verdict.GENERALIZES
+    if passed <= rules.fail_fraction * fitted:
+        return Verdict.FAILS
+    return Verdict.MIXED
+
+
+def task_verdict(rules: VerdictRules, seeds: list[SeedAtBin]) -> Verdict:
+    """The verdict of one task at one bin from its fitted seeds' outcomes there."""
+    if len(seeds) < rules.min_fitted_seeds:
+        return Verdict.TOO_FEW
+    passed = sum(s.outcome == Outcome.PASS for s in seeds)
+    unsure = sum(s.outcome == Outcome.INCONCLUSIVE for s in seeds)
+    # Every way the inconclusive seeds could fall: one verdict for all of them, or none.
+    possible = {_count_verdict(rules, passed + k, len(seeds)) for k in range(unsure + 1)}
+    return possible.pop() if len(possible) == 1 else Verdict.INCONCLUSIVE
+
+
+def agrees(predicted_generalizes: bool | None, verdict: Verdict) -> bool | None:
+    """Whether a verdict agrees with the prediction; None where either says nothing."""
+    if predicted_generalizes is None or verdict not in (Verdict.GENERALIZES, Verdict.FAILS):
+        return None
+    return predicted_generalizes == (verdict == Verdict.GENERALIZES)
+
+
+def counted_agreement(generalizes: bool | None, verdict: Verdict, discriminates: bool | None) -> bool | None:
+    """Whether a bin's verdict agrees with the prediction, None where it is not counted: a bin
+    that a bounded program passes cannot show a failure the theory predicts."""
+    counted = generalizes is not False or discriminates is True
+    return agrees(generalizes, verdict) if counted else None
+
+
+# Fitted seeds a verdict needs: five for APE, whose theorem the lab tests first; three elsewhere.
+REQUIRED_FITTED_SEEDS = {"ape": 5}
+DEFAULT_REQUIRED_FITTED_SEEDS = 3
+
+
+def rules_for(pe: str, threshold: float = DEFAULT_THRESHOLD) -> VerdictRules:
+    """The rules of a protocol run with position encoding `pe`."""
+    return VerdictRules(
+        threshold=threshold, min_fitted_seeds=REQUIRED_FITTED_SEEDS.get(pe, DEFAULT_REQUIRED_FITTED_SEEDS)
+    )
+
+
+PROTOCOL_FILE = "protocol.json"
+PROTOCOL_FIX = (
+    "restore it, or delete it and run the run's --protocol command again: it writes the rules anew (they "
+    "follow from the encoding and the threshold)"
+)
+
+
+def read_protocol(run_dir: Path) -> VerdictRules | None:
+    """protocol.json's rules (None for a run without the protocol), validated: a ResultFileError
+    names the file, what is wrong and what to do."""
+    path = Path(run_dir) / PROTOCOL_FILE
+    if not path.exists():
+        return None
+    rules = read_json_object(path, PROTOCOL_FIX, required=("rules",))["rules"]
+    try:
+        return VerdictRules.from_dict(rules)
+    except (TypeError, ValueError) as error:  # not an object, an unknown rule, or a rule out of its bounds
+        raise file_problem(path, f"rules that do not read ({error})", PROTOCOL_FIX) from None
+
+
+def write_protocol(run_dir: Path, rules: VerdictRules) -> None:
+    """protocol.json, once: a rerun keeps the rules the run started with (a changed rule is refused)."""
+    path = Path(run_dir) / PROTOCOL_FILE
+    if path.exists():
+        if read_protocol(run_dir) != rules:
+            raise RunFolderError(
+                f"{path} holds other rules than this command's; a protocol run keeps the rules it "
+                "started with: use another --out"
+            )
+        return
+    write_json(path, dict(rules=rules.to_dict(), text=rules.text()))
+
+
+# A run that is not a protocol run, and the fine-tuning runs, observe instead of judging. A model
+# below this on its own training lengths has not learned the task, so its longer bins say
+# nothing about length generalization: it is reported apart and left out of the agreement count.
+FIT_THRESHOLD = 0.99
+
+
+def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> str:
+    if train_bin_mean < FIT_THRESHOLD:
+        return "did not fit"
+    return "generalizes" if last_bin_mean >= threshold else "does not generalize"
