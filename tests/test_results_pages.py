@@ -32,6 +32,7 @@ def test_every_table_is_on_exactly_one_page():
         "paper beside the lab",
         "quick runs",
         "in-context gaps",
+        "fine-tuning",
     }
     assert sorted(names) == sorted(expected)
     assert "findings" in page_blocks()["README.md"]

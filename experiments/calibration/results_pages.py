@@ -15,6 +15,7 @@ Each page keeps its prose; only the blocks between `<!-- BEGIN generated NAME ..
     quick runs               the three quick runs of the default command (readme_table)
     in-context gaps          the pretrained models' pooled gaps beside the paper's pattern
                              (crasplab.reports.in_context.families_markdown)
+    fine-tuning              the quick fine-tuning run, before and after (crasplab.reports.finetune.markdown_table)
 
 tests/test_results_pages.py fails when a committed page differs from what this writes.
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from crasp.position_encodings import encoding
 from crasplab.records.files import write_text
-from crasplab.reports.in_context import families_markdown, summarize
+from crasplab.reports import finetune, in_context
 from crasplab.reports.results_pages import fill, stale_pages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +47,10 @@ PAGES = (
     "docs/protocol-history.md",
     "docs/one-seed.md",
     "docs/pretrained.md",
+    "docs/finetuning.md",
 )
 IN_CONTEXT_RUNS = ("smollm2", "gemma3-270m")  # evidence/pretrained/<model>, in the table's column order
+FINETUNE_RUN = ROOT / "evidence" / "finetune" / "quick-run"
 # The README's findings link each encoding to its section of the per-run tables (docs/protocol-runs.md).
 RUNS_PAGE = "docs/protocol-runs.md"
 
@@ -97,7 +100,12 @@ def quick_runs() -> str:
 
 
 def in_context_gaps() -> str:
-    return families_markdown([summarize(ROOT / "evidence" / "pretrained" / model) for model in IN_CONTEXT_RUNS])
+    runs = [ROOT / "evidence" / "pretrained" / model for model in IN_CONTEXT_RUNS]
+    return in_context.families_markdown([in_context.summarize(run) for run in runs])
+
+
+def fine_tuning() -> str:
+    return finetune.markdown_table(finetune.summarize(FINETUNE_RUN))
 
 
 def render(name: str) -> str:
@@ -110,6 +118,7 @@ def render(name: str) -> str:
         "paper beside the lab": lambda: protocol_table.paper_table(_current()),
         "quick runs": quick_runs,
         "in-context gaps": in_context_gaps,
+        "fine-tuning": fine_tuning,
     }
     if name not in blocks:
         raise KeyError(f"known: {', '.join(blocks)}, run FOLDER")
