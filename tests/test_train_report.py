@@ -416,39 +416,6 @@ def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdict
     assert f"Wall time: {total:.1f} min over 2 invocation(s)" in (out / "report.md").read_text()
 
 
-def test_readme_table_is_the_committed_quick_runs():
-    """The README's table of the three quick runs is what their committed summaries give, so a rerun
-    that is copied into evidence/ without updating the README (or a number typed by
-    hand) fails here."""
-    from experiments.calibration import readme_table
-
-    summaries = readme_table.committed_summaries()
-    readme = (readme_table.ROOT / "README.md").read_text()
-    assert readme_table.table(summaries) in readme
-    assert readme_table.agreement_line(summaries) in " ".join(readme.split())
-
-
-def test_readme_protocol_tables_are_the_committed_protocol_runs():
-    """The protocol tables of the README (the current recipe, its headline table, the paper's
-    scale) and of docs/protocol-history.md (the recipes before it) are what the committed runs'
-    summaries give."""
-    from experiments.calibration import protocol_table
-
-    root = protocol_table.ROOT
-    for document, runs in (
-        ("README.md", protocol_table.CURRENT_RUNS),
-        ("docs/protocol-history.md", protocol_table.EARLIER_RUNS),
-        ("README.md", protocol_table.PAPER_SCALE_RUNS),
-    ):
-        text = (root / document).read_text()
-        for run, (summary, config) in protocol_table.committed_runs(runs).items():
-            assert protocol_table.table(summary, config) in text, (document, run)
-    readme = (root / "README.md").read_text()
-    current = protocol_table.committed_runs(protocol_table.CURRENT_RUNS)
-    assert protocol_table.headline(current) in readme
-    assert protocol_table.paper_table(current) in readme
-
-
 def test_the_headline_refuses_runs_of_two_recipes():
     """Tables of different recipes are not comparable, so the headline does not set them side by side."""
     from experiments.calibration import protocol_table

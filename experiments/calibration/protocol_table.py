@@ -1,8 +1,6 @@
-"""Print the protocol runs' tables for the README and docs/protocol-history.md from the kept runs
-(the folders named in CURRENT_RUNS and EARLIER_RUNS, in evidence/), so that no number in them is typed by
-hand.
-
-    python experiments/calibration/protocol_table.py   # paste its output over the documents' tables
+"""The protocol runs' tables, from the kept runs (the folders named in CURRENT_RUNS, EARLIER_RUNS and
+PAPER_SCALE_RUNS, in evidence/), so that no number in them is typed by hand:
+experiments/calibration/results_pages.py writes them into the README and the result pages of docs/.
 
 Each test-bin cell: the task's verdict, how many fitted seeds passed, the range of their
 accuracies, and a mark for agreement with the prediction; a bin that cannot discriminate (a
@@ -18,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from crasplab.reports.length_gen import task_layers
@@ -29,8 +28,8 @@ from crasplab.train.config import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "evidence"  # the kept runs
-# The current recipe's runs (the README's tables and its headline table), and the runs of the
-# recipes before it (docs/protocol-history.md).
+# The current recipe's runs (the README's findings, the headline of docs/results.md and the tables of
+# docs/protocol-runs.md), and the runs of the recipes before it (docs/protocol-history.md).
 CURRENT_RUNS = (
     "protocol-clip-ape-unique",
     "protocol-clip-ape-spread",
@@ -69,8 +68,8 @@ EARLIER_RUNS = (
     "protocol-rope-copying",
     "protocol-nope",
 )
-# The paper's scale (preset protocol-paper), trained on a lent GPU by benchmarks/gpu_run.py: the
-# README's "The paper's scale on one GPU".
+# The paper's scale (preset protocol-paper), trained on a lent GPU by benchmarks/gpu_run.py:
+# docs/paper-scale.md.
 PAPER_SCALE_RUNS = ("protocol-paper-ape",)
 RUNS = CURRENT_RUNS + EARLIER_RUNS + PAPER_SCALE_RUNS
 # The headline's rows: the paper's sampler first, each in the task library's order.
@@ -318,24 +317,47 @@ def headline(runs: dict[str, tuple[dict, dict]]) -> str:
     )
 
 
-def count_lines(cells: dict[str, dict[tuple, dict]]) -> list[str]:
-    """The count per encoding, then what it holds: the counted verdicts by kind of prediction, and
-    for the predictions "does not generalize", each bin left out and why."""
-    counts, kinds, left_out = [], [], []
-    for pe, name in ENCODINGS.items():
-        counted = defaultdict(list)  # prediction's label -> tasks with a counted bin
-        reasons = defaultdict(list)  # why a "no" bin is not counted -> "task (sampler, layers) bin"
-        agree = judged = 0
+@dataclass
+class Tally:
+    """One encoding's counted verdicts: per kind of prediction (True: "generalizes", False: "does
+    not generalize"), the bins counted and those of them that agree; and for the predictions "does
+    not generalize", the bins left out, by why."""
+
+    counted: dict[bool, list[str]] = field(default_factory=lambda: defaultdict(list))
+    agreeing: dict[bool, list[str]] = field(default_factory=lambda: defaultdict(list))
+    left_out: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def count(self, kind: bool | None = None) -> tuple[int, int]:
+        """(agreeing, counted) for one kind of prediction, or for both."""
+        kinds = (True, False) if kind is None else (kind,)
+        return sum(len(self.agreeing[k]) for k in kinds), sum(len(self.counted[k]) for k in kinds)
+
+
+def tally(cells: dict[str, dict[tuple, dict]]) -> dict[str, Tally]:
+    """encoding -> its Tally, over the headline's cells ("mixed" and "inconclusive" count neither way)."""
+    tallies = {}
+    for pe in ENCODINGS:
+        tallies[pe] = counts = Tally()
         for (task, layers, sampler, _), row in sorted(cells.get(pe, {}).items()):
             for b in row["bins"]:
                 where = f"{task} {b['lo']}-{b['hi']}" + (f" ({sampler})" if sampler != "paper's" else "")
                 if b["agrees"] is not None:
-                    agree, judged = agree + b["agrees"], judged + 1
-                    counted[row["generalizes"]].append(where)
+                    counts.counted[row["generalizes"]].append(where)
+                    if b["agrees"]:
+                        counts.agreeing[row["generalizes"]].append(where)
                 elif row["generalizes"] is False and b["verdict"] != Verdict.TOO_FEW and not_counted_reason(b):
-                    reasons[not_counted_reason(b)].append(where)
-        counts.append(f"{name} {agree} of {judged}")
-        yes, no = counted[True], counted[False]
+                    counts.left_out[not_counted_reason(b)].append(where)
+    return tallies
+
+
+def count_lines(cells: dict[str, dict[tuple, dict]]) -> list[str]:
+    """The count per encoding, then what it holds: the counted verdicts by kind of prediction, and
+    for the predictions "does not generalize", each bin left out and why."""
+    counts, kinds, left_out = [], [], []
+    for pe, counted in tally(cells).items():
+        name = ENCODINGS[pe]
+        counts.append(f"{name} {counted.count()[0]} of {counted.count()[1]}")
+        yes, no = counted.counted[True], counted.counted[False]
         kinds.append(
             f'{name}: {len(yes)} of a prediction "generalizes"; '
             + (
@@ -344,8 +366,10 @@ def count_lines(cells: dict[str, dict[tuple, dict]]) -> list[str]:
                 else 'no prediction "does not generalize" is counted'
             )
         )
-        if reasons:
-            left_out.append(f"{name}: " + "; ".join(f"{', '.join(where)}: {why}" for why, where in reasons.items()))
+        if counted.left_out:
+            left_out.append(
+                f"{name}: " + "; ".join(f"{', '.join(where)}: {why}" for why, where in counted.left_out.items())
+            )
     return [
         f"Counted verdicts that agree with the prediction: {'; '.join(counts)}.",
         "",
@@ -450,15 +474,3 @@ def paper_table(runs: dict[str, tuple[dict, dict]]) -> str:
 def preset_depth(task: str) -> int:
     """The depth the protocol preset trains a task at (NB deeper than the rest)."""
     return PROTOCOL_PRESET.model_changes_for(task).get("n_layers", PROTOCOL_PRESET.model.n_layers)
-
-
-def main() -> None:
-    current = committed_runs(CURRENT_RUNS)
-    print(f"headline:\n\n{headline(current)}\n")
-    print(f"the paper beside the lab:\n\n{paper_table(current)}\n")
-    for run, (summary, config) in committed_runs().items():
-        print(f"{run}:\n\n{table(summary, config)}\n")
-
-
-if __name__ == "__main__":
-    main()

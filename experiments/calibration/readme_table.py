@@ -1,7 +1,6 @@
-"""The top-level README's table of the three quick runs, printed from their committed summaries
-(quick-run-ape/, quick-run-rope/, quick-run-nope/ in evidence/), so that no number in it is typed by hand.
-
-    python experiments/calibration/readme_table.py   # paste its output over the README's table
+"""The table of the three quick runs (docs/one-seed.md), from their committed summaries
+(quick-run-ape/, quick-run-rope/, quick-run-nope/ in evidence/), so that no number in it is typed by hand:
+experiments/calibration/results_pages.py writes it into the page.
 
 Each cell is the mean exact match per bin (training lengths first), then what was observed; the
 mark says whether that agrees with the prediction (APE and NoPE against their theorems, RoPE
@@ -58,14 +57,3 @@ def agreement_line(summaries: dict[str, dict]) -> str:
 def committed_summaries() -> dict[str, dict]:
     """encoding -> summary.json of its quick run copied here."""
     return {pe: json.loads((EVIDENCE / f"quick-run-{pe}" / "summary.json").read_text()) for pe in ENCODINGS}
-
-
-def main() -> None:
-    summaries = committed_summaries()
-    print(table(summaries))
-    print()
-    print(agreement_line(summaries))
-
-
-if __name__ == "__main__":
-    main()
