@@ -76,7 +76,7 @@ def protocol_work(request: RunRequest, run_dir: Path, kept_run: Path | None) -> 
     # The run's settings and rules without an engine's: checking one asks JAX for its backend, and
     # on a GPU machine that would take most of the device's memory from the training that follows.
     run = run_settings(request)
-    protocol = rules_for(run.model.pe, run.threshold)
+    protocol = rules_for(run.model.pe, request.threshold)
     finals = final_evaluations(run_records(run_dir, run_jobs(run.tasks, run.seeds))) if run_dir.is_dir() else {}
     work = []
     for task, seeds in next_seeds(protocol, run.seeds, finals, run.tasks).items():

@@ -86,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--threshold",
         type=fraction,
         default=None,
-        help="a task generalizes when the mean accuracy of the last bin is at least this "
-        f"(default: {DEFAULT_THRESHOLD} for a new run; with --report-only, the run's own)",
+        help="the accuracy a bin is read against (default: "
+        f"{DEFAULT_THRESHOLD}); a --protocol run writes it into its rules (protocol.json) when it starts, and "
+        "its report is read at that one",
     )
     parser.add_argument(
         "--protocol",

@@ -121,13 +121,16 @@ def test_a_damaged_report_file_is_one_error_line_naming_it(kept_run, name, conte
 
 
 @pytest.mark.parametrize("threshold", ['"high"', "5", "-0.5", "true"])
-def test_a_threshold_outside_its_bounds_in_config_json_is_refused(kept_run, threshold):
+def test_a_threshold_in_config_json_decides_nothing_the_protocols_rules_do(kept_run, threshold):
+    """A config.json from when the threshold was a run setting holds one; the report reads the run
+    at its rules' threshold whatever that file says, and refuses another one asked for."""
     config = (kept_run / "config.json").read_text()
     (kept_run / "config.json").write_text(config.replace('"threshold": 0.9', f'"threshold": {threshold}'))
-    refused = f"^error: {kept_run / 'config.json'} is not the settings of a length_gen run .*setting threshold = "
-    with pytest.raises(SystemExit, match=refused + ".* is not accepted; expected a (finite number|number from 0 to 1)"):
-        length_gen.main(["--report-only", str(kept_run)])
+    length_gen.main(["--report-only", str(kept_run)])
     assert (kept_run / "report.md").read_text() == (KEPT_RUN / "report.md").read_text()
+    refused = f"^error: {kept_run} is a protocol run: its rules .* fixed the threshold at 0.9 before it ran"
+    with pytest.raises(SystemExit, match=refused):
+        length_gen.main(["--report-only", str(kept_run), "--threshold", "0.8"])
 
 
 def test_a_metrics_record_without_its_fields_is_one_error_line_naming_the_file(kept_run):

@@ -35,7 +35,6 @@ def run_settings() -> RunSettings:
         preset=QUICK.name,
         tasks=tasks,
         seeds=(0, 1),
-        threshold=0.9,
         model=QUICK.model,
         train={task: QUICK.train_for(task) for task in tasks},
         task_overrides={task: QUICK.overrides_for(task) for task in tasks},

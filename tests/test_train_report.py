@@ -51,7 +51,6 @@ def run_dir(tmp_path, verdicts):
         preset="quick",
         tasks=["UF", "NF", "NB"],
         seeds=[0, 1],
-        threshold=0.9,
         train={task: train for task in ("UF", "NF", "NB")},
         model=ModelSettings(pe="ape").to_dict(),
         task_overrides={task: {} for task in ("UF", "NF", "NB")},
@@ -70,9 +69,7 @@ def run_dir(tmp_path, verdicts):
     ]
     write_run_records(tmp_path, records)
     settings = RunSettings.from_dict(config)
-    run_predictions.write_predictions(
-        tmp_path, run_predictions.settings_predictions(settings, with_discrimination=False)
-    )
+    run_predictions.write_predictions(tmp_path, run_predictions.settings_predictions(settings, None))
     return tmp_path
 
 
@@ -120,13 +117,18 @@ def test_a_job_still_training_without_test_bins_waits_outside_the_summary(run_di
     assert "NB" not in {row["task"] for row in summarize(run_dir)["rows"]}
 
 
-def test_report_only_judges_with_the_runs_own_threshold(run_dir, verdicts, capsys):
+def test_a_run_outside_the_protocol_is_read_at_the_threshold_asked_and_config_json_holds_none(run_dir, capsys):
+    """How results are read is not a training setting: the report takes --threshold (default 0.9);
+    a threshold left in config.json by an older lab decides nothing."""
     config = json.loads((run_dir / "config.json").read_text())
+    assert "threshold" not in config
     (run_dir / "config.json").write_text(json.dumps(dict(config, threshold=0.95)))
     length_gen.main(["--report-only", str(run_dir)])
-    assert json.loads((run_dir / "summary.json").read_text())["threshold"] == 0.95
+    assert json.loads((run_dir / "summary.json").read_text())["threshold"] == 0.9
+    length_gen.main(["--report-only", str(run_dir), "--threshold", "0.95"])
     assert "agrees" in capsys.readouterr().out
-    assert json.loads((run_dir / "summary.json").read_text())["agreements"] == 1  # UF's 0.91 < 0.95
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["threshold"] == 0.95 and summary["agreements"] == 1  # UF's 0.91 < 0.95
 
 
 def test_the_job_folders_are_the_only_record_of_a_run(run_dir):

@@ -559,14 +559,12 @@ class RunSettings(Settings):
     preset: str
     tasks: tuple[str, ...]
     seeds: tuple[int, ...]
-    threshold: float  # how results are read, not what is trained: it may change on a rerun
     model: ModelSettings  # every task's model, except the changes listed in model_overrides
     train: dict[str, TrainConfig]
     task_overrides: dict[str, dict]
     model_overrides: dict[str, dict] = field(default_factory=dict)  # task -> ModelSettings changes
 
     def check(self) -> None:
-        self.require(0 <= self.threshold <= 1, "threshold", "a number from 0 to 1 (an accuracy)")
         self.require_that(
             set(self.train) == set(self.tasks) and set(self.task_overrides) == set(self.tasks),
             f"training settings and sampler parameters are needed for exactly the tasks {list(self.tasks)}",
@@ -581,6 +579,12 @@ class RunSettings(Settings):
 
     def model_for(self, task: str) -> ModelSettings:
         return self.model.replace(**self.model_overrides.get(task, {}))
+
+    @classmethod
+    def upgrade_config(cls, values: dict) -> dict:
+        """A config.json written while the verdict threshold was a run setting holds one: how results
+        are read is the verdict rules' (crasplab.verdicts.rules), so it is left out here."""
+        return {name: value for name, value in values.items() if name != "threshold"}
 
     @classmethod
     def of_run(cls, run_dir: Path) -> RunSettings:

@@ -44,7 +44,7 @@ from crasplab.verdicts.predictions import (
     settings_predictions_alongside,
     write_predictions,
 )
-from crasplab.verdicts.rules import DEFAULT_THRESHOLD, VerdictRules, rules_for, write_protocol
+from crasplab.verdicts.rules import VerdictRules, rules_for, write_protocol
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,6 @@ def run_settings(request: RunRequest) -> RunSettings:
         preset=preset.name,
         tasks=tasks,
         seeds=tuple(request.seeds or protocol_seeds(preset.seeds, request.seed_block)),
-        threshold=DEFAULT_THRESHOLD if request.threshold is None else request.threshold,
         model=preset.model.replace(**model_changes),
         train={task: preset.train_for(task, **changes) for task in tasks},
         task_overrides={task: {**preset.overrides_for(task), **sampler_of(task)} for task in tasks},
@@ -153,7 +152,7 @@ class Invocation:
     def of(cls, request: RunRequest, engine: EngineSettings, show_progress: bool = True) -> Invocation:
         """The request's settings, validated (SettingsError, TaskError otherwise)."""
         settings = run_settings(request)
-        protocol = rules_for(settings.model.pe, settings.threshold) if request.protocol else None
+        protocol = rules_for(settings.model.pe, request.threshold) if request.protocol else None
         return cls(settings, request.sampler, protocol, engine, show_progress)
 
 
@@ -185,6 +184,7 @@ def run(settings: Invocation, run_dir: Path) -> None:
     setups = check_jobs(jobs, run_dir)
     if settings.protocol is not None:
         check_protocol_sizes(jobs, setups, settings.protocol)
+    # A config.json written while the threshold was a run setting holds one; it leaves the file.
     open_run_folder(run_dir, settings.run.to_dict(), may_change=("threshold",))
     if settings.protocol is not None:
         write_protocol(run_dir, settings.protocol)
@@ -194,7 +194,7 @@ def run(settings: Invocation, run_dir: Path) -> None:
     with recorded_invocation(run_dir, settings.engine.describe()) as invocation:
         with (
             training_at(commit) if commit else contextlib.nullcontext(),
-            settings_predictions_alongside(settings.run, with_discrimination=checking) as predictions,
+            settings_predictions_alongside(settings.run, settings.protocol if checking else None) as predictions,
         ):
             if not checking:
                 write_predictions(run_dir, predictions())  # written once: a no-op for a resumed run
@@ -253,7 +253,7 @@ def rebuild_report(run_dir: Path, threshold: float | None) -> dict:
     one, computed now and marked so (the report says when its predictions were made)."""
     settings = RunSettings.of_run(run_dir)  # a hand-edited config.json is refused before anything is written
     if not (run_dir / PREDICTIONS_FILE).exists():
-        predictions = settings_predictions(settings, with_discrimination=False)
+        predictions = settings_predictions(settings, None)
         today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
         predictions["note"] = f"the run predates predictions.json: these are the interpreter's of {today}"
         write_predictions(run_dir, predictions)

@@ -16,7 +16,6 @@ from crasplab.records.run_folder import open_run_folder, read_run_settings
 from crasplab.records.settings import Settings
 from crasplab.reports.length_gen import markdown_table, write_report
 from crasplab.verdicts.predictions import settings_predictions, write_predictions
-from crasplab.verdicts.rules import DEFAULT_THRESHOLD
 from crasplab.reports.selection import SELECTED, Configuration, select_per_task, selection_markdown, sweep_folder
 from crasplab.train.config import PRESETS, RunSettings
 from crasplab.train.engines import EngineSettings, run_jobs_on
@@ -122,7 +121,6 @@ def verdict_settings(config: SweepSettings, selection: dict) -> RunSettings | No
         preset=preset.name,
         tasks=tasks,
         seeds=config.verdict_seeds,
-        threshold=DEFAULT_THRESHOLD,
         model=preset.model.replace(pe=config.pe),
         train={
             task: preset.train_for(task, learning_rate=chosen[task].learning_rate, **train_changes(config))
@@ -161,7 +159,8 @@ def run(settings: SweepInvocation, run_dir: Path) -> None:
     verdict_dir = run_dir / VERDICT_FOLDER
     verdict_jobs = make_jobs(verdict, verdict_dir)
     check_jobs(verdict_jobs, verdict_dir)
-    predictions = settings_predictions(verdict, with_discrimination=False)
+    predictions = settings_predictions(verdict, None)
+    # A config.json written while the threshold was a run setting holds one; it leaves the file.
     open_run_folder(verdict_dir, verdict.to_dict(), may_change=("threshold",))
     write_predictions(verdict_dir, predictions)
     run_jobs_on(settings.engine, verdict_jobs, show_progress=settings.show_progress)

@@ -32,7 +32,6 @@ from crasplab.models import ModelConfig, set_params
 from crasplab.records.files import append_jsonl, write_json
 from crasplab.records.job_folder import EvalRecord, JobResult, job_folder
 from crasplab.verdicts.predictions import PREDICTIONS_FILE, settings_predictions, write_predictions
-from crasplab.verdicts.rules import DEFAULT_THRESHOLD
 from crasplab.records.run_folder import CONFIG_FILE
 from crasplab.train.checkpoint import encode_checkpoint, write_encoded
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
@@ -109,7 +108,6 @@ def compiled_job(
         preset=preset,
         tasks=(task_code,),
         seeds=(seed,),
-        threshold=DEFAULT_THRESHOLD,
         model=job.model,
         train={task_code: job.train},
         task_overrides={task_code: task_overrides},
@@ -143,7 +141,7 @@ def record_evaluation(run_dir: Path, job: Job, settings: RunSettings) -> None:
     append_jsonl(job.files.metrics_file, EvalRecord(step=0, bins=bins).to_dict())
     result = JobResult(job.task_code, job.seed, job.model.pe, steps=0, stopped_early=False, elapsed_s=0.0, bins=bins)
     write_json(job.files.result_file, result.to_dict())
-    predictions = settings_predictions(settings, with_discrimination=False)
+    predictions = settings_predictions(settings, None)
     (run_dir / PREDICTIONS_FILE).unlink(missing_ok=True)  # the prediction for this compile, not an earlier one
     write_predictions(run_dir, predictions)
 

@@ -20,6 +20,7 @@ from crasplab.models.analysis import SCORES
 from crasplab.models.config import DTYPES
 from crasplab.records.settings import Settings, SettingsError
 from crasplab.incontext.finetune_config import FinetuneConfig
+from crasplab.verdicts.rules import DEFAULT_THRESHOLD
 
 ABLATIONS = ("mean", "zero")
 
@@ -100,7 +101,7 @@ class FinetuneSettings(PromptSettings):
     preset: str = "quick"
     tasks: tuple[str, ...] = ("UF", "UB", "NF", "NB")
     seed: int = 0
-    threshold: float = 0.9
+    threshold: float = DEFAULT_THRESHOLD
     finetune: FinetuneConfig = FinetuneConfig()
 
     @property

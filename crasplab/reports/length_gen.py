@@ -28,7 +28,7 @@ from crasplab.train.config import ModelSettings, RunSettings
 from crasplab.train.provenance import bits_key
 from crasplab.verdicts.counting import final_evaluations, protocol_rows, recipe_rows
 from crasplab.verdicts.predictions import read_predictions
-from crasplab.verdicts.rules import FIT_THRESHOLD, VerdictRules, observe, read_protocol
+from crasplab.verdicts.rules import FIT_THRESHOLD, VerdictRules, observe, read_protocol, reading_threshold
 
 FIGURE_FILE = "accuracy_by_length.png"
 
@@ -86,10 +86,12 @@ def task_layers(config: dict, task: str) -> int:
 
 
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
-    """The run's summary; `threshold` overrides the one stored in config.json (the run's own)."""
+    """The run's summary, read at one threshold: a protocol run's, fixed in its rules before it ran
+    (another `threshold` is refused), else `threshold` (None: the rules' default)."""
     run_dir = Path(run_dir)
     config = read_settings(run_dir)
-    threshold = config["threshold"] if threshold is None else threshold
+    protocol = read_protocol(run_dir)
+    threshold = reading_threshold(protocol, threshold, run_dir)
     records = read_records(run_dir, config)
     finals = final_evaluations(records)
     # What the interpreter predicted when the run started.
@@ -152,7 +154,6 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         )
     judged = [row for row in rows if row["agrees"] is not None]
     first_task_train = config["train"][config["tasks"][0]]
-    protocol = read_protocol(run_dir)
     under_protocol = (
         None
         if protocol is None

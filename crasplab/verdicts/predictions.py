@@ -20,6 +20,7 @@ from crasplab.records.files import file_problem, read_json_object, write_json
 from crasplab.records.run_folder import RunFolderError
 from crasplab.train.config import PROTOCOL_REHEARSAL, RunSettings, TrainConfig
 from crasplab.train.sampling import cpu_only_children
+from crasplab.verdicts.rules import DEFAULT_THRESHOLD, VerdictRules, read_protocol
 
 PREDICTIONS_FILE = "predictions.json"
 # CPU seconds of `crasp search` for a program exact on the training lengths, per task the check covers.
@@ -91,22 +92,23 @@ def predictions_alongside(
             pool.join()
 
 
-def settings_predictions(settings: RunSettings, with_discrimination: bool) -> dict:
+def settings_predictions(settings: RunSettings, rules: VerdictRules | None) -> dict:
     """predictions_for the tasks, lengths and samplers of a run's settings."""
-    with settings_predictions_alongside(settings, with_discrimination) as predictions:
+    with settings_predictions_alongside(settings, rules) as predictions:
         return predictions()
 
 
-def settings_predictions_alongside(settings: RunSettings, with_discrimination: bool):
-    """predictions_alongside for the tasks, lengths and samplers of a run's settings."""
+def settings_predictions_alongside(settings: RunSettings, rules: VerdictRules | None):
+    """predictions_alongside for the tasks, lengths and samplers of a run's settings, with the
+    discrimination check at the threshold of `rules` (None: no check, a run outside the protocol)."""
     return predictions_alongside(
         settings.model.pe,
         settings.tasks,
         {task: train.train_lengths for task, train in settings.train.items()},
         {task: train.test_bins for task, train in settings.train.items()},
         settings.task_overrides,
-        settings.threshold,
-        with_discrimination,
+        DEFAULT_THRESHOLD if rules is None else rules.threshold,
+        rules is not None,
         SEARCH_SECONDS_OF_PRESET.get(settings.preset, SEARCH_SECONDS),
         {task: strings_per_bin(train) for task, train in settings.train.items()},
     )
@@ -172,6 +174,7 @@ def recheck_discrimination(run_dir: Path, tasks, today: str, search_seconds: flo
     stays under `discrimination_at_start`, and the new one's `rechecked` says when. The predictions themselves
     are not touched. Returns the tasks rechecked; rebuild the report after."""
     settings = RunSettings.of_run(Path(run_dir))
+    threshold = (read_protocol(run_dir) or VerdictRules()).threshold
     predictions = read_predictions(run_dir)
     rechecked = []
     for task in tasks:
@@ -186,7 +189,7 @@ def recheck_discrimination(run_dir: Path, tasks, today: str, search_seconds: flo
                 train.train_lengths,
                 train.test_bins[1:],
                 settings.task_overrides[task],
-                settings.threshold,
+                threshold,
                 search_seconds,
                 strings_per_bin(train),
             ),

@@ -150,10 +150,11 @@ REQUIRED_FITTED_SEEDS = {"ape": 5}
 DEFAULT_REQUIRED_FITTED_SEEDS = 3
 
 
-def rules_for(pe: str, threshold: float = DEFAULT_THRESHOLD) -> VerdictRules:
-    """The rules of a protocol run with position encoding `pe`."""
+def rules_for(pe: str, threshold: float | None = None) -> VerdictRules:
+    """The rules of a protocol run with position encoding `pe` (`threshold`: None for the default)."""
     return VerdictRules(
-        threshold=threshold, min_fitted_seeds=REQUIRED_FITTED_SEEDS.get(pe, DEFAULT_REQUIRED_FITTED_SEEDS)
+        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+        min_fitted_seeds=REQUIRED_FITTED_SEEDS.get(pe, DEFAULT_REQUIRED_FITTED_SEEDS),
     )
 
 
@@ -188,6 +189,19 @@ def write_protocol(run_dir: Path, rules: VerdictRules) -> None:
             )
         return
     write_json(path, dict(rules=rules.to_dict(), text=rules.text()))
+
+
+def reading_threshold(rules: VerdictRules | None, asked: float | None, run_dir: Path) -> float:
+    """The one threshold a run's report reads at: a protocol run's rules fixed it before the run
+    (`asked`, another one, is refused); any other run is read at `asked`, or the default."""
+    if rules is None:
+        return DEFAULT_THRESHOLD if asked is None else asked
+    if asked is not None and asked != rules.threshold:
+        raise RunFolderError(
+            f"{run_dir} is a protocol run: its rules (protocol.json) fixed the threshold at {rules.threshold:g} "
+            f"before it ran, so its report is read at that, not {asked:g}; leave out --threshold"
+        )
+    return rules.threshold
 
 
 # A run that is not a protocol run, and the fine-tuning runs, observe instead of judging. A model
