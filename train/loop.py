@@ -3,10 +3,11 @@
 A job folder holds `job.json` (everything that defines the run), `metrics.jsonl` (training and
 evaluation records), `checkpoint.npz` (parameters, optimizer state, step, stopping state),
 `provenance.jsonl` (what decided the bits of each process that trained it: train.provenance) and,
-once the job has finished, `result.json`. Running a job whose folder has a checkpoint resumes
-from it; a job with `result.json` is done and is not run again. Because every batch is drawn
-from a generator seeded by (seed, step) and the checkpoint holds the exact float32 state, a
-resumed run ends with the same numbers as an uninterrupted one.
+once the job has finished, `result.json` (its metrics.jsonl is then stored compressed, as
+metrics.jsonl.gz). Running a job whose folder has a checkpoint resumes from it; a job with
+`result.json` is done and is not run again. Because every batch is drawn from a generator seeded
+by (seed, step) and the checkpoint holds the exact float32 state, a resumed run ends with the same
+numbers as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -321,6 +322,9 @@ class _StackRun:
                 bins=EvalRecord.from_dict(self.last_eval[index]).bins,
             ).to_dict(),
         )
+        # After result.json: the job is done and its log complete. A kill between the two leaves the log
+        # plain, which reads as well (experiments/calibration/keep_run.py compresses a kept copy's).
+        job.files.compress_metrics()
         self.finished[index] = True
 
     def _checkpoint_one(self, index: int) -> None:
