@@ -29,6 +29,7 @@ def test_a_finished_jobs_files_read_back_as_their_record_types(tmp_path, tiny_tr
     result = run_job(make_job(tmp_path / "job", tiny_train_config(max_steps=8, eval_every=4), tiny_model_settings))
     files = JobFolder(tmp_path / "job")
     assert files.is_done() and files.read_result() == result
+    assert "out_dir" not in json.loads(files.job_file.read_text())  # the folder is where job.json lies
     assert not files.metrics_file.exists()  # a done job's log is stored compressed, and reads back the same
     lines = [json.loads(line) for line in gzip.decompress(compressed(files.metrics_file).read_bytes()).splitlines()]
     assert read_metrics(files) == lines
@@ -59,7 +60,7 @@ def test_the_worker_keeps_a_jobs_files_in_its_folder_whatever_job_json_says(
     folder, elsewhere = tmp_path / "job", tmp_path / "elsewhere"
     folder.mkdir()
     job = make_job(elsewhere, tiny_train_config(max_steps=4, eval_every=4), tiny_model_settings)
-    (folder / "job.json").write_text(json.dumps(job.to_dict()))
+    (folder / "job.json").write_text(json.dumps(dict(job.to_dict(), out_dir=str(elsewhere))))  # as written before
     done = subprocess.run(
         [sys.executable, "-m", "crasplab.train.workers", str(folder)],
         cwd=ROOT,

@@ -55,14 +55,19 @@ from crasplab.train.steps import (
 @dataclass(frozen=True)
 class Job(Settings):
     """One model: a task, a seed, the model (with its position encoding), the training settings,
-    the task's sampler parameters and where results go."""
+    the task's sampler parameters and where results go. Where they go (`out_dir`) is not a setting:
+    job.json leaves it out, a job's folder being the one its job.json lies in (train.runs.read_job),
+    so that a run folder can be moved or copied; and two jobs of the same settings are equal
+    wherever they are. A job.json written before holds an out_dir, which is read and ignored."""
 
     task_code: str
     seed: int
     model: ModelSettings
     train: TrainConfig
     task_overrides: dict = field(default_factory=dict)
-    out_dir: str = ""
+    out_dir: str = field(default="", compare=False)
+
+    NOT_STORED = ("out_dir",)
 
     def stack_key(self) -> tuple:
         """Jobs with equal keys differ only in seed and can share one compiled step."""
