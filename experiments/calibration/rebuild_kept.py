@@ -21,6 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from crasplab.errors import command_boundary
+from crasplab.records.run_folder import check_new_folder
+
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "evidence"
 # The folder of a report -> the experiment that rebuilds it, by where it is kept; a run folder of
@@ -77,11 +80,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--into", type=Path, help="a new folder to keep the rebuilt copy in (default: a temporary one)")
     args = parser.parse_args(argv)
-    if args.into is not None and args.into.exists():
-        raise SystemExit(f"error: --into {args.into} exists; give a new folder")
-    with tempfile.TemporaryDirectory() as scratch:
-        copy = args.into or Path(scratch) / "evidence"
-        shutil.copytree(EVIDENCE, copy)
+    with command_boundary(), tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) if args.into is None else check_new_folder(args.into, "--into")
+        shutil.copytree(EVIDENCE, copy, dirs_exist_ok=True)
         sys.path.insert(0, str(ROOT))
         planned = rebuilds(copy)
         failed = [problem for module, argv in planned if (problem := rebuild(module, argv)) is not None]
