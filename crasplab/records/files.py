@@ -171,8 +171,8 @@ def read_jsonl(path: Path) -> list[dict]:
     if path.exists():
         text = _read_text(path, "repair or delete it")
     elif compressed(path).exists():
-        path = compressed(path)
-        text = _decoded(path, _read_compressed(path, "restore it from a copy, or delete it"), "restore it from a copy")
+        path, fix = compressed(path), "restore it from a copy, or delete it"
+        text = _decoded(path, _read_compressed(path, fix), fix)
     else:
         return []
     records = []
