@@ -138,15 +138,15 @@ def run(settings: CompiledSettings, out: Path) -> None:
         trained_records,
         witness_records,
     )
-    from crasplab.records.files import append_jsonl, write_json
+    from crasplab.records.files import append_jsonl, write_json, write_jsonl
     from crasplab.records.run_folder import lock_run_folder
 
     check_trained_runs(settings.trained)
     if (out / "config.json").exists():
         read_config(out)  # a folder of another experiment is refused: its files are never replaced
     lock_run_folder(out)
-    if (out / "metrics.jsonl").exists() and not settings.append:
-        (out / "metrics.jsonl").unlink()  # a fresh run: every record below is recomputed
+    if not settings.append:
+        write_jsonl(out / "metrics.jsonl", [])  # a fresh run: every record below is recomputed
     name = f"config-append-{len(list(out.glob('config*')))}.json" if settings.append else "config.json"
     write_json(out / name, dataclasses.asdict(settings))
     records = witness_records(

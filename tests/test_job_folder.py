@@ -2,6 +2,7 @@
 job's records read back as their types, a checkpoint of another job refused, an out_dir in
 job.json that points elsewhere ignored, task names from config.json accepted only from the library."""
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from crasplab.records.job_folder import EvalRecord, JobFolder, JobResult, TrainRecord
+from crasplab.records.files import compressed
+from crasplab.records.job_folder import EvalRecord, JobFolder, JobResult, TrainRecord, read_metrics
 from crasplab.train.checkpoint import CheckpointError
 from crasplab.train.loop import Job, run_job
 
@@ -27,7 +29,10 @@ def test_a_finished_jobs_files_read_back_as_their_record_types(tmp_path, tiny_tr
     result = run_job(make_job(tmp_path / "job", tiny_train_config(max_steps=8, eval_every=4), tiny_model_settings))
     files = JobFolder(tmp_path / "job")
     assert files.is_done() and files.read_result() == result
-    lines = [json.loads(line) for line in files.metrics_file.read_text().splitlines()]
+    assert "out_dir" not in json.loads(files.job_file.read_text())  # the folder is where job.json lies
+    assert not files.metrics_file.exists()  # a done job's log is stored compressed, and reads back the same
+    lines = [json.loads(line) for line in gzip.decompress(compressed(files.metrics_file).read_bytes()).splitlines()]
+    assert read_metrics(files) == lines
     train = [TrainRecord(**{k: v for k, v in line.items() if k != "kind"}) for line in lines if line["kind"] == "train"]
     evals = [EvalRecord.from_dict(line) for line in lines if line["kind"] == "eval"]
     assert [r.step for r in train] == [4, 8] and [r.step for r in evals] == [4, 8]
@@ -55,7 +60,7 @@ def test_the_worker_keeps_a_jobs_files_in_its_folder_whatever_job_json_says(
     folder, elsewhere = tmp_path / "job", tmp_path / "elsewhere"
     folder.mkdir()
     job = make_job(elsewhere, tiny_train_config(max_steps=4, eval_every=4), tiny_model_settings)
-    (folder / "job.json").write_text(json.dumps(job.to_dict()))
+    (folder / "job.json").write_text(json.dumps(dict(job.to_dict(), out_dir=str(elsewhere))))  # as written before
     done = subprocess.run(
         [sys.executable, "-m", "crasplab.train.workers", str(folder)],
         cwd=ROOT,
@@ -98,8 +103,8 @@ def test_a_damaged_middle_line_of_a_finished_jobs_metrics_is_an_error_line(tmp_p
     ]
     length_gen.main(flags)
     metrics = JobFolder.of(run, "UR", 0).metrics_file
-    lines = metrics.read_text().splitlines(keepends=True)
-    metrics.write_text(lines[0] + "{not json\n" + "".join(lines[1:]))
+    lines = gzip.decompress(compressed(metrics).read_bytes()).decode().splitlines(keepends=True)
+    metrics.write_text(lines[0] + "{not json\n" + "".join(lines[1:]))  # a plain log is read before a compressed one
     for command in (flags, ["--report-only", str(run)]):
         with pytest.raises(SystemExit, match=r"metrics.jsonl:2: not a JSON record"):
             length_gen.main(command)

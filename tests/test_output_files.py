@@ -31,6 +31,7 @@ FOLDER_WRITERS = {
     ("benchmarks/gpu_run.py", "--out"),
     ("benchmarks/gpu_run.py", "--into"),
     ("benchmarks/paper_preset_dtypes.py", "--out"),
+    ("experiments/calibration/rebuild_kept.py", "--into"),
 }
 OUTPUT_FLAG = re.compile(r"add_argument\(\s*(?:[A-Z_]+,\s*)?\"(--(?:out|save|plot|json|into|output|dest)[a-z-]*)\"")
 

@@ -3,7 +3,6 @@ vmapped stacks with length buckets, stacks side by side in threads, batches samp
 processes, a time limit that stops stacks to resume later. Each test runs the training step
 itself; the GPU runs the same code (benchmarks/gpu_run.py runs the tests marked `device` there)."""
 
-import json
 import os
 import threading
 
@@ -13,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crasp.tasks import PAD_ID, get_task
+from crasplab.records.files import read_jsonl
 from crasplab.records.settings import SettingsError
 from crasplab.train.data import LengthBuckets, batch_rng, sample_training_batch, stack_batches
 from crasplab.train.device import ACCELERATOR_PATH_ENV, REHEARSE, AcceleratorPathError, accelerator_path
@@ -130,7 +130,7 @@ def test_a_deadline_within_an_evaluation_stops_it_unless_it_ends_jobs(tmp_path, 
 
 
 def comparable_records(job: Job) -> list[dict]:
-    return [json.loads(line) for line in (job.folder / "metrics.jsonl").read_text().splitlines()]
+    return read_jsonl(job.files.metrics_file)
 
 
 def test_a_time_limit_leaves_the_jobs_to_resume(tmp_path, rehearsal):

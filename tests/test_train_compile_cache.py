@@ -52,5 +52,5 @@ def test_a_second_identical_job_compiles_nothing_new_and_ends_with_the_same_numb
     second = run_job(job("second"))
     assert sorted(path.name for path in fresh_cache.iterdir()) == entries  # every compile was a hit
     assert first.bins == second.bins
-    metrics = [(tmp_path / name / "metrics.jsonl").read_text() for name in ("first", "second")]
-    assert metrics[0] == metrics[1]  # every loss and accuracy, bit for bit
+    metrics = [(tmp_path / name / "metrics.jsonl.gz").read_bytes() for name in ("first", "second")]
+    assert metrics[0] == metrics[1]  # every loss and accuracy, bit for bit (and compressed alike)

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from crasplab.records.files import read_jsonl
 from crasplab.train.config import TrainConfig
 from crasplab.train.data import sample_batch, sequence_length
 from crasplab.train.evaluate import build_eval_sets, greedy_disagreements, greedy_exact_match, teacher_forced_exact
@@ -214,7 +215,7 @@ def test_two_devices_give_the_same_loss_as_one(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout.splitlines()[-1])["devices"] == devices
-        outputs[devices] = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        outputs[devices] = read_jsonl(folder / "metrics.jsonl")
     losses = {d: [r["loss"] for r in records if r["kind"] == "train"] for d, records in outputs.items()}
     assert len(losses[1]) == 3
     np.testing.assert_allclose(losses[2], losses[1], rtol=1e-4)

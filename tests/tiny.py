@@ -12,7 +12,7 @@ from crasplab.models import (
     ModelConfig,
     Transformer,
 )
-from crasplab.records.files import append_jsonl, write_json
+from crasplab.records.files import append_jsonl, read_jsonl, write_json
 from crasplab.records.job_folder import JobFolder
 from crasplab.train.config import ModelSettings, TrainConfig
 from flax import nnx
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def comparable(folder: Path) -> tuple[list[dict], dict]:
-    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    records = read_jsonl(folder / "metrics.jsonl")  # a finished job's is stored compressed
     result = json.loads((folder / "result.json").read_text())
     result.pop("elapsed_s")
     return records, result

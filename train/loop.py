@@ -3,10 +3,11 @@
 A job folder holds `job.json` (everything that defines the run), `metrics.jsonl` (training and
 evaluation records), `checkpoint.npz` (parameters, optimizer state, step, stopping state),
 `provenance.jsonl` (what decided the bits of each process that trained it: train.provenance) and,
-once the job has finished, `result.json`. Running a job whose folder has a checkpoint resumes
-from it; a job with `result.json` is done and is not run again. Because every batch is drawn
-from a generator seeded by (seed, step) and the checkpoint holds the exact float32 state, a
-resumed run ends with the same numbers as an uninterrupted one.
+once the job has finished, `result.json` (its metrics.jsonl is then stored compressed, as
+metrics.jsonl.gz). Running a job whose folder has a checkpoint resumes from it; a job with
+`result.json` is done and is not run again. Because every batch is drawn from a generator seeded
+by (seed, step) and the checkpoint holds the exact float32 state, a resumed run ends with the same
+numbers as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -54,14 +55,19 @@ from crasplab.train.steps import (
 @dataclass(frozen=True)
 class Job(Settings):
     """One model: a task, a seed, the model (with its position encoding), the training settings,
-    the task's sampler parameters and where results go."""
+    the task's sampler parameters and where results go. Where they go (`out_dir`) is not a setting:
+    job.json leaves it out, a job's folder being the one its job.json lies in (train.runs.read_job),
+    so that a run folder can be moved or copied; and two jobs of the same settings are equal
+    wherever they are. A job.json written before holds an out_dir, which is read and ignored."""
 
     task_code: str
     seed: int
     model: ModelSettings
     train: TrainConfig
     task_overrides: dict = field(default_factory=dict)
-    out_dir: str = ""
+    out_dir: str = field(default="", compare=False)
+
+    NOT_STORED = ("out_dir",)
 
     def stack_key(self) -> tuple:
         """Jobs with equal keys differ only in seed and can share one compiled step."""
@@ -321,6 +327,9 @@ class _StackRun:
                 bins=EvalRecord.from_dict(self.last_eval[index]).bins,
             ).to_dict(),
         )
+        # After result.json: the job is done and its log complete. A kill between the two leaves the log
+        # plain, which reads as well (experiments/calibration/keep_run.py compresses a kept copy's).
+        job.files.compress_metrics()
         self.finished[index] = True
 
     def _checkpoint_one(self, index: int) -> None:

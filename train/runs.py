@@ -43,8 +43,9 @@ def make_jobs(settings: RunSettings, run_dir: Path, seeds_by_task: dict[str, lis
 
 def read_job(folder: Path | str) -> Job:
     """The job a job folder's job.json defines, validated (a ResultFileError names the file, what is
-    wrong and what to do). Its folder is `folder`, whatever out_dir the file holds: a copied or
-    hand-edited job.json cannot send the job's files elsewhere."""
+    wrong and what to do). Its folder is `folder`: job.json names none, and the out_dir that one
+    written before held is ignored, so a copied or hand-edited job.json cannot send the job's files
+    elsewhere."""
     files = JobFolder(Path(folder))
     values = files.read_job_values()
     try:

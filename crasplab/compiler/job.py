@@ -29,7 +29,7 @@ from crasp.tasks import get_task
 from crasplab.compiler import CompiledProgram
 from crasplab.compiler.lower import CompileError
 from crasplab.models import ModelConfig, set_params
-from crasplab.records.files import append_jsonl, write_json
+from crasplab.records.files import write_json, write_jsonl
 from crasplab.records.job_folder import EvalRecord, JobResult, job_folder
 from crasplab.verdicts.predictions import PREDICTIONS_FILE, settings_predictions, write_predictions
 from crasplab.records.run_folder import CONFIG_FILE
@@ -137,8 +137,7 @@ def record_evaluation(run_dir: Path, job: Job, settings: RunSettings) -> None:
     """The job's evaluation at step 0, written as training writes a finished job's, and what the
     interpreter predicts for the task: the files length_gen's report reads."""
     bins = evaluate_every_bin(load_trained_model(job.folder))
-    job.files.metrics_file.unlink(missing_ok=True)  # a recompiled job is evaluated afresh
-    append_jsonl(job.files.metrics_file, EvalRecord(step=0, bins=bins).to_dict())
+    write_jsonl(job.files.metrics_file, [EvalRecord(step=0, bins=bins).to_dict()])  # a recompiled job: afresh
     result = JobResult(job.task_code, job.seed, job.model.pe, steps=0, stopped_early=False, elapsed_s=0.0, bins=bins)
     write_json(job.files.result_file, result.to_dict())
     predictions = settings_predictions(settings, None)

@@ -5,7 +5,12 @@ that one left by a killed writer (a fine-tuning checkpoint's is over a gigabyte)
 removed the next time its folder is opened (remove_stale_temporaries). Only a writer on this host
 can be known dead, so on a file system shared by several machines another host's temporaries stay.
 JSON-lines files are appended to by running jobs; a line torn by a killed writer is skipped
-when read, and said so, and the next append starts a line of its own after it. Every JSON file
+when read, and said so, and the next append starts a line of its own after it. A JSON-lines file
+that nothing appends to any more (a finished job's metrics.jsonl, the logs of a kept run) is stored
+gzip-compressed as `<name>.gz` (compress_jsonl; docs/evidence.md), and read_jsonl reads it wherever
+the plain file is absent: the plain file is the one written to, so it wins while both exist (a kill
+between writing the .gz and removing the plain file), and an append or a rewrite first takes the
+records back out of the .gz, so none is lost or read twice. Every JSON file
 the lab reads back goes through a reader that names the file, what is wrong with it and what to
 do (read_json_object, read_jsonl; the formats' own readers check their fields with file_problem).
 """
@@ -13,12 +18,14 @@ do (read_json_object, read_jsonl; the formats' own readers check their fields wi
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import os
 import re
 import socket
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -111,13 +118,21 @@ def write_text(path: Path, text: str) -> None:
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:
+    """The records as the whole of a JSON-lines file; a compressed copy of what it held before is removed."""
     atomic_write(path, lambda f: f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode()))
+    compressed(path).unlink(missing_ok=True)
 
 
 def append_jsonl(path: Path, record: dict) -> None:
     """One record at the end of a JSON-lines file. After a line torn by a killed writer (the file
     does not end with a newline) the record starts a line of its own, so that the torn line stays
-    alone and read_jsonl reports it as torn instead of the two being read as one bad record."""
+    alone and read_jsonl reports it as torn instead of the two being read as one bad record. A file
+    stored compressed is first made plain again, so that the record follows the ones it holds."""
+    path = Path(path)
+    if not path.exists() and compressed(path).exists():
+        data = _read_compressed(compressed(path), "restore it from a copy, or delete it to start the log afresh")
+        atomic_write(path, lambda f: f.write(data))
+        compressed(path).unlink()
     try:
         with open(path, "a+b") as f:
             torn = f.tell() > 0 and f.seek(-1, os.SEEK_END) >= 0 and f.read(1) != b"\n"
@@ -128,16 +143,40 @@ def append_jsonl(path: Path, record: dict) -> None:
         raise
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a JSON-lines file ([] when it does not exist). A torn line (what a writer
-    killed mid-line leaves: the start of a record, cut before its closing brace) is skipped, and
-    said so on stderr once per file and line; any other line that is not a JSON object is a
-    ResultFileError naming the file and the line."""
+def compressed(path: Path) -> Path:
+    """Where the JSON-lines file `path` is stored once compressed: `<path>.gz`."""
     path = Path(path)
-    if not path.exists():
+    return path.with_name(path.name + ".gz")
+
+
+def compress_jsonl(path: Path) -> None:
+    """Store a JSON-lines file that nothing appends to any more compressed, as `<path>.gz`: its
+    bytes as they are (a torn line included), gzipped with no time or name in the header, so that
+    the same file always gives the same bytes; written atomically, then the plain file removed. A
+    kill between the two leaves both, holding the same records: the plain file is read, and the
+    next compress_jsonl finishes. Nothing happens when there is no plain file."""
+    path = Path(path)
+    if path.exists():
+        data = path.read_bytes()
+        atomic_write(compressed(path), lambda f: f.write(gzip.compress(data, compresslevel=9, mtime=0)))
+        path.unlink()
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file, or of its compressed copy where the plain file is absent
+    ([] when neither exists). A torn line (what a writer killed mid-line leaves: the start of a
+    record, cut before its closing brace) is skipped, and said so on stderr once per file and line;
+    any other line that is not a JSON object is a ResultFileError naming the file and the line."""
+    path = Path(path)
+    if path.exists():
+        text = _read_text(path, "repair or delete it")
+    elif compressed(path).exists():
+        path, fix = compressed(path), "restore it from a copy, or delete it"
+        text = _decoded(path, _read_compressed(path, fix), fix)
+    else:
         return []
     records = []
-    for number, line in enumerate(_read_text(path, "repair or delete it").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         try:
             record = json.loads(line)
         except RecursionError:
@@ -191,16 +230,34 @@ def _report_torn(path: Path, number: int) -> None:
 
 def _read_text(path: Path, fix: str) -> str:
     """The text of a file the lab wrote, or a ResultFileError naming it, what is wrong and `fix`."""
+    return _decoded(path, _read_bytes(path, fix), fix)
+
+
+def _read_bytes(path: Path, fix: str) -> bytes:
     try:
-        return path.read_bytes().decode()
+        return path.read_bytes()
     except FileNotFoundError:
         raise ResultFileError(f"{path} is missing; {fix}") from None
+    except OSError as error:
+        raise ResultFileError(f"cannot read {path}: {error.strerror}; {fix}") from None
+
+
+def _decoded(path: Path, data: bytes, fix: str) -> str:
+    try:
+        return data.decode()
     except UnicodeDecodeError as error:
         raise ResultFileError(
             f"{path} is not text (byte {error.start} is not UTF-8), so not the file the lab wrote; {fix}"
         ) from None
-    except OSError as error:
-        raise ResultFileError(f"cannot read {path}: {error.strerror}; {fix}") from None
+
+
+def _read_compressed(path: Path, fix: str) -> bytes:
+    """The bytes a compressed JSON-lines file holds, or a ResultFileError: not gzip, or cut short."""
+    data = _read_bytes(path, fix)
+    try:
+        return gzip.decompress(data)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise file_problem(path, f"not a whole gzip stream ({error or 'cut short'})", fix) from None
 
 
 def read_json_object(path: Path, fix: str, required: tuple[str, ...] = ()) -> dict:

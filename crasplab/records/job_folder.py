@@ -12,7 +12,8 @@ the format has one owner:
     <run>/<task>/seed<k>/       one job:
         job.json                everything that defines the job (train.loop.Job)
         task.json               the task's effective lengths, position table and vocabulary size
-        metrics.jsonl           TrainRecord and EvalRecord lines, in step order
+        metrics.jsonl           TrainRecord and EvalRecord lines, in step order; once the job is
+                                done, stored compressed as metrics.jsonl.gz (compress_metrics)
         checkpoint.npz          parameters, optimizer state, step and stopping state
         provenance.jsonl        what decided the bits of each process that trained the job
         progress.json           the worker's last progress line (for the launcher's bars)
@@ -21,7 +22,7 @@ the format has one owner:
 
 The job folders are the run's only record of what was measured: reports read them through
 `run_records`. A copy of a run kept for its numbers (experiments/calibration/keep_run.py) is the
-run folder without its checkpoints.
+run folder without its checkpoints, its logs compressed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from crasplab.records.files import file_problem, read_json_object, read_jsonl
+from crasplab.records.files import compress_jsonl, file_problem, read_json_object, read_jsonl
 
 # What a report and train.trained read from a run's config.json.
 RUN_SETTINGS_KEYS = ("preset", "tasks", "model", "train")
@@ -65,6 +66,11 @@ class JobFolder:
 
     def is_done(self) -> bool:
         return self.result_file.exists()
+
+    def compress_metrics(self) -> None:
+        """Store metrics.jsonl compressed, as a done job's is (nothing appends to it any more): a tenth
+        of its size, read back as it was (crasplab.records.files.compress_jsonl)."""
+        compress_jsonl(self.metrics_file)
 
     def read_result(self) -> JobResult:
         values = self.read_result_values()

@@ -24,13 +24,23 @@ from pathlib import Path
 from typing import TextIO
 
 from crasplab.errors import LabError
-from crasplab.records.files import ResultFileError, cannot_write, is_temporary, remove_stale_temporaries, write_json
+from crasplab.records.files import (
+    ResultFileError,
+    cannot_write,
+    compress_jsonl,
+    is_temporary,
+    remove_stale_temporaries,
+    write_json,
+)
 from crasplab.records.settings import Settings
 
 CONFIG_FILE = "config.json"
 # The records of the experiments that answer prompts (pretrained, realistic, finetune): one line
 # per answered prompt, appended as answers come, so an interrupted run keeps every answer.
 RESULTS_FILE = "results.jsonl"
+# The JSON-lines logs that grow with a run (a job's metrics, an experiment's answers): a kept copy
+# of a run stores them compressed (compress_logs; docs/evidence.md).
+LOG_FILES = ("metrics.jsonl", RESULTS_FILE)
 LOCK_FILE = ".lock"
 _held: dict[Path, TextIO] = {}  # run folder (resolved) -> its open lock file
 
@@ -58,6 +68,14 @@ def check_output_folder(path: Path, marker: str = CONFIG_FILE, writer: str = "an
                 "a run of this command, to resume it)"
             )
     return path
+
+
+def compress_logs(folder: Path) -> list[Path]:
+    """Store every log (LOG_FILES) under `folder`, at any depth, compressed; return those it compressed."""
+    logs = sorted(path for name in LOG_FILES for path in Path(folder).rglob(name) if path.is_file())
+    for path in logs:
+        compress_jsonl(path)
+    return logs
 
 
 def check_new_folder(path: Path, flag: str = "--out") -> Path:

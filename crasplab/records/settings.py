@@ -55,6 +55,9 @@ class Settings:
     # Settings added after runs were kept whose defaults are what those runs did: a file without
     # one is read with its default.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ()
+    # Fields that say where, not what (a job's folder): the stored copy leaves them out, so that
+    # the files can move, and the value a file written before still holds is ignored.
+    NOT_STORED: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
@@ -86,7 +89,7 @@ class Settings:
 
     def to_dict(self) -> dict:
         """The settings as JSON stores them (tuples become lists, nested settings their to_dict)."""
-        return {field.name: _stored(getattr(self, field.name)) for field in dataclasses.fields(self)}
+        return {name: _stored(getattr(self, name)) for name in self.names() if name not in self.NOT_STORED}
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -95,7 +98,7 @@ class Settings:
     @classmethod
     def recorded(cls) -> tuple[str, ...]:
         """The settings every stored copy holds."""
-        optional = set(cls.RESULTS_UNCHANGED) | set(cls.ADDED_LATER)
+        optional = set(cls.RESULTS_UNCHANGED) | set(cls.ADDED_LATER) | set(cls.NOT_STORED)
         return tuple(name for name in cls.names() if name not in optional)
 
     @classmethod
@@ -109,7 +112,7 @@ class Settings:
         """The settings `to_dict` stored, checked as they are built."""
         if not isinstance(values, dict):
             raise SettingsError(f"{_shown(values)} is not {cls.__name__}'s settings; expected a JSON object")
-        values = cls.upgrade_config(values)
+        values = {name: value for name, value in cls.upgrade_config(values).items() if name not in cls.NOT_STORED}
         unknown = sorted(set(values) - set(cls.names()))
         if unknown:
             raise SettingsError(f"unknown {cls.__name__} setting(s) {unknown}; known: {list(cls.names())}")

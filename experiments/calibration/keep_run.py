@@ -1,6 +1,8 @@
 """Keep a finished length_gen run in the repository: copy its folder without what only resuming
 needs (each job's checkpoint.npz and progress.json, the folder's lock), so that the copy holds
-every record its report is computed from and rebuilds the same report.
+every record its report is computed from and rebuilds the same report. Each job's metrics.jsonl
+is kept compressed (metrics.jsonl.gz, as a job that finished writes it; docs/evidence.md).
+experiments/calibration/compress_logs.py does the same for a folder kept otherwise.
 
     python experiments/calibration/keep_run.py runs/length_gen/ape-protocol evidence/protocol-ape
 
@@ -14,7 +16,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from crasplab.records.run_folder import LOCK_FILE
+from crasplab.records.run_folder import LOCK_FILE, compress_logs
 
 LEFT_BEHIND = ("checkpoint.npz", "progress.json", LOCK_FILE)
 
@@ -25,6 +27,7 @@ def keep_run(run_dir: Path, dest: Path) -> None:
     if dest.exists():
         raise SystemExit(f"error: {dest} exists; remove it first or choose another destination")
     shutil.copytree(run_dir, dest, ignore=shutil.ignore_patterns(*LEFT_BEHIND))
+    compress_logs(dest)  # a job that finished before its log was compressed: a kill, or older code
 
 
 def main(argv=None) -> None:
