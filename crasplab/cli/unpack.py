@@ -73,7 +73,7 @@ def unpack_run(came_back: Path, here: Path) -> Unpacked:
     lock_run_folder(here)
     if (here / CONFIG_FILE).exists():
         local = RunSettings.of_run(here)
-        if dataclasses.replace(local, threshold=settings.threshold) != settings:  # a threshold only reads results
+        if local != settings:
             raise RunFolderError(
                 f"{here} holds a run of other settings than the {came_back.name} that came back; unpack into "
                 "another --into, or move the local run aside"
