@@ -371,7 +371,6 @@ def _from_scratch_run(run: Path, n_layers: int, checkpoint: bytes | None = None)
         preset="quick",
         tasks=("UF",),
         seeds=(0,),
-        threshold=0.9,
         model=preset.model,
         train={"UF": preset.train_for("UF")},
         task_overrides={"UF": preset.overrides_for("UF")},
