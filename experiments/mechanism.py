@@ -219,9 +219,8 @@ def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSett
         raise RunFolderError(str(error)) from None
     examples = settings.examples_per_length or trained.job.train.eval_examples_per_length
     settings = settings.replace(examples_per_length=examples)
-    eval_sets = build_eval_sets(
-        trained.task, trained.job.seed, trained.setup.bins, examples, trained.setup.max_positions
-    )
+    setup, seed = trained.setup, trained.job.seed
+    eval_sets = build_eval_sets(trained.task, seed, setup.bins, examples, setup.max_positions, setup.score_eos)
 
     def cell(eval_set):
         batch = eval_set.batch
