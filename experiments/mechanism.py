@@ -14,10 +14,12 @@ retrieval, anti-induction heads backward copying and left retrieval.
    adds one; a from-scratch model's task symbols, after <bos> and with <sep> between the copies as
    in its copying strings (the offsets then grow by one: the earlier occurrence is at p - T - 1).
 2. Ablations: the top k heads of each score in `--ablate`, for each k of `--k`, and `--draws`
-   random controls of k heads drawn from the heads no ablated score puts in its top k. A removed
-   head outputs its mean over a reference batch (`--ablation mean`: the evaluated prompts of a
-   pretrained model, the training-length test strings of a from-scratch one) or zeros
-   (`--ablation zero`).
+   random controls of k heads drawn from the heads no ablated score puts in its top k; then, for
+   each ablated score and k, `--draws` controls of each set in `--controls`, matched to its heads
+   (crasplab.incontext.controls: heads of the same layers; heads of the same ranks under the other
+   scores). A removed head outputs its mean over a reference batch (`--ablation mean`: the
+   evaluated prompts of a pretrained model, the training-length test strings of a from-scratch
+   one) or zeros (`--ablation zero`).
 3. Accuracy, teacher-forced exact match of the whole answer (equal to greedy exact match for the
    answer's own tokenization; the unablated model is also decoded greedily on `--greedy-check`
    strings per cell, and disagreements are reported): a pretrained model on the few-shot prompts
@@ -25,16 +27,18 @@ retrieval, anti-induction heads backward copying and left retrieval.
    experiments/length_gen.py on the test strings of each of its length bins (the strings its
    training evaluated, `--examples-per-length` per input length).
 
-The default pretrained run (tasks UF UB UR UL at length 5, 32 prompts each; 100 sequences for
-each of the periods 5, 10, 20; the top k = 4 and 16 heads of four scores and 2 random draws per k:
-13 conditions x 128 prompts) took 12 minutes on 2 shared CPU cores (8.4 minutes of CPU time).
+The default pretrained run without matched controls (`--controls` with no set; tasks UF UB UR UL
+at length 5, 32 prompts each; 100 sequences for each of the periods 5, 10, 20; the top k = 4 and
+16 heads of four scores and 2 random draws per k: 13 conditions x 128 prompts) took 12 minutes on
+2 shared CPU cores (8.4 minutes of CPU time); the two matched sets add 32 conditions.
 Length 5 because SmolLM2-135M is most accurate on short inputs (at length 10 its UR accuracy is
 near 0, leaving nothing for an ablation to remove). A from-scratch model (8 heads: k = 1 and 2) takes
 under a minute.
 
 The run folder (default runs/mechanism/<model name>, or runs/mechanism/<run name>-<task>) holds
-config.json, scores.json, ablations.jsonl (one record per ablation, k, draw and task, rewritten
-atomically after each), summary.json, report.md and the figures scores.png and ablations.png.
+config.json, scores.json, ablations.jsonl (one record per ablation, k, draw and task, with each
+string's verdict in order, rewritten atomically after each), summary.json, report.md and the
+figures scores.png and ablations.png.
 Running the same command again continues where an interrupted run stopped; the seed fixes the
 sequences, the prompts and the random draws.
 """
@@ -54,6 +58,7 @@ from tqdm import tqdm
 
 from crasp.tasks import BOS_ID, NUM_SPECIALS, SEP_ID, TASK_CODES
 from crasplab.cli.arguments import (
+    DistinctValues,
     HelpFormatter,
     add_batch_size_flag,
     add_list_flag,
@@ -66,6 +71,7 @@ from crasplab.cli.arguments import (
     settings_from_flags,
 )
 from crasplab.cli.experiment import Report
+from crasplab.incontext.controls import CONTROL_SETS, matched_plan
 from crasplab.incontext.formal_prompts import Demonstrations, cell_items
 from crasplab.incontext.greedy import answer_lines
 from crasplab.models.memory import check_prompt_count
@@ -219,9 +225,8 @@ def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSett
         raise RunFolderError(str(error)) from None
     examples = settings.examples_per_length or trained.job.train.eval_examples_per_length
     settings = settings.replace(examples_per_length=examples)
-    eval_sets = build_eval_sets(
-        trained.task, trained.job.seed, trained.setup.bins, examples, trained.setup.max_positions
-    )
+    setup, seed = trained.setup, trained.job.seed
+    eval_sets = build_eval_sets(trained.task, seed, setup.bins, examples, setup.max_positions, setup.score_eos)
 
     def cell(eval_set):
         batch = eval_set.batch
@@ -356,17 +361,15 @@ def run(settings: MechanismSettings, out: Path) -> None:
         may_change=settings.RESULTS_UNCHANGED,
     )
     scores = scores_of(settings, subject, out)
-    plan = ablation_plan(
-        {name: np.array(scores[name]["mean"]) for name in SCORES},
-        list(settings.ablate),
-        list(settings.k),
-        settings.draws,
-        settings.seed,
+    means = {name: np.array(scores[name]["mean"]) for name in SCORES}
+    ablate, k_grid = list(settings.ablate), list(settings.k)
+    plan = ablation_plan(means, ablate, k_grid, settings.draws, settings.seed) + matched_plan(
+        means, ablate, k_grid, list(settings.controls), settings.draws, settings.seed
     )
     records = read_jsonl(out / ABLATIONS_FILE)
-    done = {(r["ablation"], r["k"], r["draw"], r["task"]) for r in records}
+    done = {(r["ablation"], r["k"], r["draw"], r["task"], r.get("matches")) for r in records}
     tasks = list(dict.fromkeys(cell.task for cell in subject.cells))
-    pending = [(a, task) for a in plan for task in tasks if (a.name, a.k, a.draw, task) not in done]
+    pending = [(a, task) for a in plan for task in tasks if (a.name, a.k, a.draw, task, a.matches) not in done]
     means = None
     if settings.ablation == "mean" and pending:
         means = reference_means(subject.model, subject.reference, settings.batch_size)
@@ -381,11 +384,16 @@ def run(settings: MechanismSettings, out: Path) -> None:
             eligible=condition.eligible,
             cells=[],
         )
+        if condition.matches is not None:
+            record["matches"] = condition.matches
         if condition.heads is not None:
             interventions = ablation(condition.heads, means, subject.model.config)
             for cell in (c for c in subject.cells if c.task == task):
                 exact_N = answer_exact(subject.model, cell.batch, interventions, settings.batch_size)
-                result = dict(cell=cell.label, correct=int(exact_N.sum()), total=len(exact_N))
+                # Each string's verdict, in the cell's order: the same strings under two conditions
+                # make pairs, which paired tests (McNemar) compare.
+                verdicts = "".join("1" if right else "0" for right in exact_N)
+                result = dict(cell=cell.label, correct=int(exact_N.sum()), total=len(exact_N), exact=verdicts)
                 if condition.name == "none":
                     result["greedy_checked"], result["greedy_disagreements"] = cell.greedy_check(subject.model, exact_N)
                 record["cells"].append(result)
@@ -453,7 +461,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
     )
     analysis.add_argument(
-        "--draws", type=at_least(0), default=PRETRAINED_DEFAULTS.draws, help="random-head controls per k"
+        "--draws",
+        type=at_least(0),
+        default=PRETRAINED_DEFAULTS.draws,
+        help="random-head controls per k, and controls of each matched set per ablated score and k",
+    )
+    analysis.add_argument(
+        "--controls",
+        nargs="*",
+        action=DistinctValues,
+        default=list(PRETRAINED_DEFAULTS.controls),
+        choices=CONTROL_SETS,
+        metavar="SET",
+        help="controls matched to each ablated score's heads: same-layers (a head of each ablated head's layer), "
+        "same-ranks (a head near each in its ranks under the other scores); the flag alone: none",
     )
     analysis.add_argument(
         "--ablation",

@@ -253,7 +253,8 @@ def reference_means(model, batches: list[AnswerBatch], chunk: int) -> np.ndarray
 @dataclass(frozen=True)
 class Ablation:
     """One condition: `heads` removed. name: "none", a score (its top k heads) or "random" (k
-    heads drawn, draw number `draw`, from the `eligible` heads no ablated score puts in its top k);
+    heads drawn, draw number `draw`, from the `eligible` heads no ablated score puts in its top k),
+    or a control matched to the top k heads of the score `matches` (crasplab.incontext.controls);
     heads None: fewer than k heads are eligible."""
 
     name: str
@@ -261,6 +262,7 @@ class Ablation:
     draw: int
     heads: list[Head] | None
     eligible: int | None = None  # random controls only
+    matches: str | None = None  # matched controls only
 
 
 def ablation_plan(

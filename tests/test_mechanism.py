@@ -166,7 +166,8 @@ def whole_run(tiny_llama, tmp_path_factory):
 
 def test_an_interrupted_run_resumes_to_the_same_files(tmp_path, tiny_llama, whole_run, monkeypatch):
     whole = _records(whole_run)
-    assert len(whole) == 2 * (1 + 2 * (4 + 2))  # (none + per k: 4 scores, 2 draws) x 2 tasks
+    # (none + per k: 4 scores, 2 random draws, 2 draws of 2 matched sets per score) x 2 tasks
+    assert len(whole) == 2 * (1 + 2 * (4 + 2 + 4 * 2 * 2))
     assert {r["task"] for r in whole} == {"UF", "UR"}
 
     real_answer_exact, allowed_calls = mechanism.answer_exact, iter(range(7))
@@ -196,8 +197,11 @@ def test_an_interrupted_run_resumes_to_the_same_files(tmp_path, tiny_llama, whol
         mechanism.main(_flags(tiny_llama, tmp_path, "--draws", "3"))
 
 
-def test_the_report_judges_each_claim_from_the_counts(whole_run):
-    summary = json.loads((whole_run / "summary.json").read_text())
+def test_the_report_judges_each_claim_from_the_counts(tiny_llama, tmp_path):
+    """A run without matched controls judges the paper's claims unpaired, against random heads."""
+    mechanism.main(_flags(tiny_llama, tmp_path, "--controls"))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "matched" not in summary
     assert {(j["score"], j["task"], j["k"]) for j in summary["claims"]} == {
         (score, task, k)
         for score, task in [("induction", "UF"), ("induction", "UR"), ("anti_induction", "UF")]
@@ -223,7 +227,7 @@ def test_the_report_judges_each_claim_from_the_counts(whole_run):
             if r["ablation"] == "random" and r["k"] == row["k"] and r["task"] == row["task"] and r["draw"] in (0, 1)
         ]
         assert row["pooled"]["total"] == sum(r["pooled"]["total"] for r in draws)
-    assert "removing induction heads drops UF" in (whole_run / "report.md").read_text()
+    assert "removing induction heads drops UF" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,12 @@ def test_a_misspelt_or_missing_stored_setting_is_refused_naming_it(settings):
     "settings, added",
     [
         (ModelSettings(), dict(dtype="float32", architecture={})),
-        (TrainConfig(), dict(max_grad_norm=0.0, test_bins_at_stop_only=False, position_reach=0, steps_per_call=1)),
+        (
+            TrainConfig(),
+            dict(
+                max_grad_norm=0.0, test_bins_at_stop_only=False, position_reach=0, steps_per_call=1, retrieval_eos=True
+            ),
+        ),
         (run_settings().replace(model_overrides={}), dict(model_overrides={})),
     ],
     ids=["ModelSettings", "TrainConfig", "RunSettings"],

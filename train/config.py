@@ -139,7 +139,7 @@ class TrainConfig(Settings):
     are command-line flags of experiments/length_gen.py.
     """
 
-    ADDED_LATER = ("max_grad_norm", "test_bins_at_stop_only", "position_reach", "steps_per_call")
+    ADDED_LATER = ("max_grad_norm", "test_bins_at_stop_only", "position_reach", "steps_per_call", "retrieval_eos")
 
     train_lengths: tuple[int, int] = (1, 50)
     test_bins: tuple[tuple[int, int], ...] = ((1, 50), (51, 100), (101, 150))
@@ -200,6 +200,11 @@ class TrainConfig(Settings):
     )
     # APE only: each training example starts at a random offset so every position row is trained.
     random_position_offset: bool = True
+    # Whether the loss and exact match cover the <eos> after a retrieval answer (copying always
+    # scores its <eos>, as the official code does). The lab has always scored it, and every run
+    # made before this setting did; the official code supervises the answer token alone, and
+    # `--sampler official` sets it False (docs/official-sampler.md).
+    retrieval_eos: bool = True
     # Score the test bins only at a job's last evaluation (the one that stops it), not at every
     # one: the verdict protocol reads nothing else of them, so no test accuracy exists before a job
     # is done to inform any choice, and an evaluation costs the training bin alone. Training is
@@ -289,6 +294,10 @@ class TrainConfig(Settings):
             self.warmup_steps < self.max_steps,
             f"warmup_steps ({self.warmup_steps}) must be below max_steps ({self.max_steps})",
         )
+
+    def scores_eos(self, task) -> bool:
+        """Whether the loss and exact match cover the EOS after `task`'s answer."""
+        return self.retrieval_eos or not task.has_query
 
     def _check_steps_per_call(self) -> None:
         k = self.steps_per_call

@@ -64,19 +64,46 @@ def sequence_length(task, input_length: int) -> int:
     return int(examples.lengths[0])
 
 
+def draw_lengths(task, rng: np.random.Generator, n: int, length_range: tuple[int, int]) -> np.ndarray:
+    """n input lengths from `length_range` (both ends included), each as often as the task's
+    sampler draws it (Task.length_weights): uniformly, except on the official retrieval sampler."""
+    lo, hi = length_range
+    weights = task.length_weights(np.arange(lo, hi + 1))
+    if np.all(weights == weights[0]):
+        return rng.integers(lo, hi + 1, size=n)  # the draw of every run made before weighted lengths
+    return lo + rng.choice(hi - lo + 1, size=n, p=weights / weights.sum())
+
+
+def length_counts(task, length_range: tuple[int, int], per_length: int) -> np.ndarray:
+    """Test strings at each length of `length_range`: `per_length` at every length, or, where the
+    task's sampler weights its lengths, as many in all shared out in proportion to the weights
+    (largest remainders), so that a bin's accuracy, the mean over its strings, is the accuracy the
+    sampler's own length distribution gives without the noise of drawing the lengths."""
+    lo, hi = length_range
+    weights = task.length_weights(np.arange(lo, hi + 1))
+    if np.all(weights == weights[0]):
+        return np.full(hi - lo + 1, per_length)
+    shares = per_length * len(weights) * weights / weights.sum()
+    counts = np.floor(shares).astype(int)
+    counts[np.argsort(counts - shares, kind="stable")[: per_length * len(weights) - counts.sum()]] += 1
+    return counts
+
+
 @dataclass(frozen=True)
 class LengthBuckets:
     """The training lengths split into contiguous ranges, each batch drawn from one range.
 
     A batch padded to its own longest string wastes little on padding when its strings are of
     nearly equal length: the step then costs what its real tokens cost, and there is one compiled
-    shape per bucket. A bucket is drawn with probability proportional to how many lengths it
-    holds and a length uniformly inside it, so every training length keeps its share 1/n of the
-    examples, as with lengths drawn uniformly from the whole range.
+    shape per bucket. A bucket is drawn with probability proportional to the weight of its lengths
+    (how many it holds, where the task draws lengths uniformly) and a length inside it as
+    `draw_lengths` does, so every training length keeps the share it has when lengths are drawn
+    from the whole range.
     """
 
     ranges: tuple[tuple[int, int], ...]
     padded_lengths: tuple[int, ...]  # tokens of the longest string of each range
+    weights: tuple[float, ...]  # of each range: the sum of its lengths' Task.length_weights
 
     @classmethod
     def split(cls, task, length_range: tuple[int, int], count: int) -> LengthBuckets:
@@ -85,7 +112,11 @@ class LengthBuckets:
         count = min(count, hi - lo + 1)
         edges = np.linspace(lo, hi + 1, count + 1).round().astype(int)
         ranges = tuple((int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:]))
-        return cls(ranges=ranges, padded_lengths=tuple(sequence_length(task, b) for _, b in ranges))
+        return cls(
+            ranges=ranges,
+            padded_lengths=tuple(sequence_length(task, b) for _, b in ranges),
+            weights=tuple(float(task.length_weights(np.arange(a, b + 1)).sum()) for a, b in ranges),
+        )
 
     def sizes(self) -> np.ndarray:
         return np.array([b - a + 1 for a, b in self.ranges])
@@ -94,17 +125,30 @@ class LengthBuckets:
         """The index of the bucket of the next batch (one bucket: no draw, so the stream is unchanged)."""
         if len(self.ranges) == 1:
             return 0
-        sizes = self.sizes()
-        return int(rng.choice(len(sizes), p=sizes / sizes.sum()))
+        weights = np.array(self.weights)
+        return int(rng.choice(len(weights), p=weights / weights.sum()))
 
 
 def sample_training_batch(
-    task, rng: np.random.Generator, batch_size: int, buckets: LengthBuckets, max_positions: int, random_offset: bool
+    task,
+    rng: np.random.Generator,
+    batch_size: int,
+    buckets: LengthBuckets,
+    max_positions: int,
+    random_offset: bool,
+    score_eos: bool = True,
 ) -> Batch:
     """A batch from one length bucket (drawn first), padded to that bucket's longest string."""
     index = buckets.draw(rng)
     return sample_batch(
-        task, rng, batch_size, buckets.ranges[index], buckets.padded_lengths[index], max_positions, random_offset
+        task,
+        rng,
+        batch_size,
+        buckets.ranges[index],
+        buckets.padded_lengths[index],
+        max_positions,
+        random_offset,
+        score_eos,
     )
 
 
@@ -116,14 +160,16 @@ def sample_batch(
     padded_length: int,
     max_positions: int,
     random_offset: bool,
+    score_eos: bool = True,
 ) -> Batch:
-    """`batch_size` examples with input lengths uniform in `length_range`, padded to `padded_length`.
+    """`batch_size` examples with input lengths from `length_range` (`draw_lengths`), padded to
+    `padded_length`.
 
     With `random_offset`, example i starts at position o_i ~ U{0 .. max_positions - length_i}
-    (the APE training trick); otherwise every example starts at position 0.
+    (the APE training trick); otherwise every example starts at position 0. With `score_eos`
+    False, the loss leaves out the EOS after the answer (make_batch).
     """
-    lo, hi = length_range
-    input_lengths_B = rng.integers(lo, hi + 1, size=batch_size)
+    input_lengths_B = draw_lengths(task, rng, batch_size, length_range)
     tokens_BxT = np.full((batch_size, padded_length), PAD_ID, dtype=np.int32)
     prompt_lengths_B = np.zeros(batch_size, dtype=np.int64)
     lengths_B = np.zeros(batch_size, dtype=np.int64)
@@ -147,7 +193,7 @@ def sample_batch(
     offsets_B = (
         rng.integers(0, max_positions - lengths_B + 1) if random_offset else np.zeros(batch_size, dtype=np.int64)
     )
-    return make_batch(tokens_BxT, prompt_lengths_B, lengths_B, offsets_B, max_positions)
+    return make_batch(tokens_BxT, prompt_lengths_B, lengths_B, offsets_B, max_positions, score_eos)
 
 
 def make_batch(
@@ -156,13 +202,17 @@ def make_batch(
     lengths_B: np.ndarray,
     offsets_B: np.ndarray,
     max_positions: int,
+    score_eos: bool = True,
 ) -> Batch:
+    """The batch of these strings; the loss and exact match cover the answer tokens and the EOS
+    after them, or the answer tokens alone with `score_eos` False."""
     t_T = np.arange(tokens_BxT.shape[1])
     valid_BxT = t_T[None, :] < lengths_B[:, None]
     positions_BxT = np.minimum(offsets_B[:, None] + t_T[None, :], max_positions - 1).astype(np.int32)
     targets_BxT = np.concatenate([tokens_BxT[:, 1:], np.full_like(tokens_BxT[:, :1], PAD_ID)], axis=1)
     # Position t predicts token t + 1; the answer and EOS are tokens prompt_length .. length - 1.
-    loss_mask_BxT = (t_T[None, :] >= prompt_lengths_B[:, None] - 1) & (t_T[None, :] <= lengths_B[:, None] - 2)
+    last_scored_B = lengths_B - 2 if score_eos else lengths_B - 3
+    loss_mask_BxT = (t_T[None, :] >= prompt_lengths_B[:, None] - 1) & (t_T[None, :] <= last_scored_B[:, None])
     return Batch(
         tokens_BxT=tokens_BxT.astype(np.int32),
         positions_BxT=positions_BxT,

@@ -16,7 +16,7 @@ import numpy as np
 
 from crasp.tasks import EOS_ID, PAD_ID
 from crasplab.models.generate import generate
-from crasplab.train.data import EVAL_STREAM, Batch, batch_rng, make_batch, stack_batches
+from crasplab.train.data import EVAL_STREAM, Batch, batch_rng, length_counts, make_batch, stack_batches
 from crasplab.train.device import accelerator_path
 
 # What one teacher-forced pass of a stack may hold in activations on the accelerator path: a few
@@ -29,7 +29,8 @@ EVAL_PASS_BYTES = 2 << 30
 class EvalSet:
     """The test strings of one bin for one seed, at position offset 0: the same number of strings
     at every input length of the bin, so the bin's accuracy is the mean over its lengths and the
-    accuracy at each length can be drawn as a curve."""
+    accuracy at each length can be drawn as a curve (on a sampler that weights its lengths, such
+    as the official one, numbers in proportion to the weights: train.data.length_counts)."""
 
     lo: int
     hi: int
@@ -39,7 +40,7 @@ class EvalSet:
 
     def by_length(self, exact_N: np.ndarray) -> dict:
         """{"lengths": [...], "length_accuracy": [...]}: exact match at each input length of the bin."""
-        lengths = np.arange(self.lo, self.hi + 1)
+        lengths = np.unique(self.input_lengths_N)
         return dict(
             lengths=[int(n) for n in lengths],
             length_accuracy=[round(float(exact_N[self.input_lengths_N == n].mean()), 6) for n in lengths],
@@ -47,12 +48,21 @@ class EvalSet:
 
 
 def build_eval_sets(
-    task, seed: int, bins: list[tuple[int, int]], examples_per_length: int, max_positions: int
+    task,
+    seed: int,
+    bins: list[tuple[int, int]],
+    examples_per_length: int,
+    max_positions: int,
+    score_eos: bool = True,
 ) -> list[EvalSet]:
+    """The test strings of each bin; with `score_eos` False, exact match leaves out the EOS after
+    the answer (train.data.make_batch)."""
     sets = []
     for index, (lo, hi) in enumerate(bins):
         rng = batch_rng(seed, EVAL_STREAM, index)
-        parts = [task.sample(rng, examples_per_length, n) for n in range(lo, hi + 1)]
+        counts = length_counts(task, (lo, hi), examples_per_length)
+        lengths = np.arange(lo, hi + 1)[counts > 0]
+        parts = [task.sample(rng, int(count), int(n)) for n, count in zip(lengths, counts[counts > 0])]
         width = max(p.tokens.shape[1] for p in parts)
         tokens_NxT = np.concatenate([np.pad(p.tokens, ((0, 0), (0, width - p.tokens.shape[1]))) for p in parts])
         prompt_lengths_N = np.concatenate([p.prompt_lengths for p in parts]).astype(np.int64)
@@ -62,14 +72,14 @@ def build_eval_sets(
                 f"task {task.code}: test bin {lo}-{hi} has {lengths_N.max()}-token strings, "
                 f"more than max_positions={max_positions}"
             )
-        batch = make_batch(tokens_NxT, prompt_lengths_N, lengths_N, np.zeros_like(lengths_N), max_positions)
+        batch = make_batch(tokens_NxT, prompt_lengths_N, lengths_N, np.zeros_like(lengths_N), max_positions, score_eos)
         sets.append(
             EvalSet(
                 lo=lo,
                 hi=hi,
                 batch=batch,
                 prompt_lengths_N=prompt_lengths_N,
-                input_lengths_N=np.repeat(np.arange(lo, hi + 1), examples_per_length),
+                input_lengths_N=np.repeat(lengths, counts[counts > 0]),
             )
         )
     return sets
@@ -110,7 +120,8 @@ def teacher_forced_exact(eval_step, params_S, stacked_sets: list[EvalSet], chunk
 
 def greedy_exact_match(model, tokens_NxT: np.ndarray, prompts_N: np.ndarray, lengths_N: np.ndarray) -> np.ndarray:
     """exact_N under the model's KV-cache greedy decoding: the answer is right when the first
-    (length - prompt length) tokens generated equal the reference answer and EOS."""
+    (length - prompt length) tokens generated equal the reference's. `lengths_N` ends what is
+    scored: the string's length (the answer and its EOS), or one less (the answer alone)."""
     answers_N = lengths_N - prompts_N
     generated_NxM = np.asarray(
         generate(
@@ -132,9 +143,10 @@ def greedy_disagreements(model, eval_set: EvalSet, exact_N: np.ndarray, count: i
     if count == 0:
         return 0
     rows = np.linspace(0, len(exact_N) - 1, count).round().astype(int)
-    greedy_N = greedy_exact_match(
-        model, eval_set.batch.tokens_BxT[rows], eval_set.prompt_lengths_N[rows], eval_set.batch.lengths_B[rows]
-    )
+    # The scored tokens: the answer and its EOS, or the answer alone (build_eval_sets' score_eos).
+    prompts_N = eval_set.prompt_lengths_N[rows]
+    scored_ends_N = prompts_N + eval_set.batch.loss_mask_BxT[rows].sum(axis=1).astype(np.int64)
+    greedy_N = greedy_exact_match(model, eval_set.batch.tokens_BxT[rows], prompts_N, scored_ends_N)
     return int(np.sum(greedy_N != exact_N[rows].astype(bool)))
 
 

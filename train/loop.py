@@ -110,6 +110,7 @@ class TaskSetup:
     bins: list[tuple[int, int]]
     buckets: LengthBuckets
     max_positions: int
+    score_eos: bool  # the loss and exact match cover the EOS after the answer (TrainConfig.scores_eos)
 
     @classmethod
     def for_job(cls, job: Job) -> TaskSetup:
@@ -131,6 +132,7 @@ class TaskSetup:
             bins=bins,
             max_positions=max_positions,
             buckets=LengthBuckets.split(task, train_range, job.train.length_buckets),
+            score_eos=job.train.scores_eos(task),
         )
 
 
@@ -236,6 +238,7 @@ class _StackRun:
                 self.setup.bins,
                 self.config.eval_examples_per_length,
                 self.setup.max_positions,
+                self.setup.score_eos,
             )
             for job in jobs
         ]
@@ -364,6 +367,7 @@ class _StackRun:
             setup.buckets,
             setup.max_positions,
             config.random_position_offset and SCHEMES[job.model.pe].learned_table,
+            setup.score_eos,
         )
 
     def _train(self, stream: BatchStream) -> None:

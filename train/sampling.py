@@ -53,11 +53,24 @@ class StackBatches:
     buckets: LengthBuckets
     max_positions: int
     random_offset: bool
+    score_eos: bool = True
 
     @classmethod
-    def of(cls, task_code: str, task_overrides: dict, seeds, batch_size: int, buckets, max_positions, random_offset):
+    def of(
+        cls,
+        task_code: str,
+        task_overrides: dict,
+        seeds,
+        batch_size: int,
+        buckets,
+        max_positions,
+        random_offset,
+        score_eos: bool = True,
+    ):
         overrides_json = json.dumps(task_overrides, sort_keys=True)
-        return cls(task_code, overrides_json, tuple(seeds), batch_size, buckets, max_positions, random_offset)
+        return cls(
+            task_code, overrides_json, tuple(seeds), batch_size, buckets, max_positions, random_offset, score_eos
+        )
 
     def at(self, step: int) -> dict[str, np.ndarray]:
         """The stacked batch of `step`: each seed's own batch (its own length bucket), padded to the widest."""
@@ -70,6 +83,7 @@ class StackBatches:
                 self.buckets,
                 self.max_positions,
                 self.random_offset,
+                self.score_eos,
             )
             for seed in self.seeds
         ]

@@ -69,7 +69,7 @@ def evaluation_strings(trained: TrainedModel) -> list[EvalSet]:
     strings come from a stream numbered by its place among the bins)."""
     setup, config = trained.setup, trained.job.train
     return build_eval_sets(
-        setup.task, trained.job.seed, setup.bins, config.eval_examples_per_length, setup.max_positions
+        setup.task, trained.job.seed, setup.bins, config.eval_examples_per_length, setup.max_positions, setup.score_eos
     )
 
 

@@ -235,6 +235,13 @@ class Task:
         """The longest input the task's definition allows; sampling also stops at MAX_LENGTH."""
         return UNBOUNDED
 
+    def length_weights(self, lengths: np.ndarray) -> np.ndarray:
+        """How often each of `lengths` is drawn, relative to the others, where a range of lengths is
+        drawn from: equally often, unless the sampler redraws the length with every rejected string
+        (the official retrieval sampler: crasp.tasks.retrieval), which weights a length by the
+        probability that a string drawn at it is kept."""
+        return np.ones(len(lengths))
+
     def check_length(self, length) -> None:
         accepted = f"{self.min_length()} to {min(self.max_length(), MAX_LENGTH)}"
         if isinstance(length, bool) or not isinstance(length, (int, np.integer)):

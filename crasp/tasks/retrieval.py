@@ -21,7 +21,11 @@ given rank, and draw contexts in one of two ways:
   fromscratch/create_datasets.py): it also rejects NLLast strings whose last occurrence is the
   final context slot (28% of "iid" NLLast strings at lengths 2-50), although the left neighbour
   lies inside the context; for the other three tasks it is "iid". (Its NLFirst wrap-around is
-  a bug and is not reproduced.)
+  a bug and is not reproduced.) The official code draws the length anew with every rejected
+  string, so over a range of lengths a length comes up in proportion to the probability that a
+  string of it is kept (`length_weights`, `official_acceptance`), and a range lo-hi holds the
+  lengths max(4, lo) to hi - 1 (`official_lengths`). docs/official-sampler.md lists what else
+  differs from the official code.
 - occurrences="spread" (a sampler that can show the impossibility for the "last" tasks; the
   mirror image for the "first" ones, as their control): q is uniform, k is uniform in
   2..length // 2, then the distance D of the retrieved occurrence from its end of the context
@@ -251,6 +255,13 @@ class NonUniqueRetrieval(Retrieval):
         contexts_NxM[chosen_NxM] = np.repeat(queries_N, counts_N)
         return contexts_NxM, queries_N
 
+    def length_weights(self, lengths: np.ndarray) -> np.ndarray:
+        """The official sampler's lengths come up as often as the official code keeps a string of
+        them (`official_acceptance`); the other samplers draw strings at the length asked for."""
+        if self.occurrences != "official":
+            return super().length_weights(lengths)
+        return official_acceptance(np.asarray(lengths), self.alphabet_size, self.rank)
+
     def occurrence_cells(self, examples: Examples) -> tuple[np.ndarray, np.ndarray]:
         """(D_N, k_N) of a batch of this task, whatever its sampler: D the distance of the
         retrieved occurrence from its end of the context (slots after the last occurrence, or
@@ -280,6 +291,34 @@ class NonUniqueRetrieval(Retrieval):
 
 # The named samplers of the non-unique tasks; a pair (lo, hi) is the fourth kind.
 SAMPLERS = ("iid", "official", "spread")
+
+
+# The official code draws a length from a range lo-hi as randint(max(4, lo), hi - 1): its training
+# range 1-50 holds the lengths 4-49, its test bins 51-100 and 101-150 hold 51-99 and 101-149.
+OFFICIAL_SHORTEST = 4
+
+
+def official_lengths(lo: int, hi: int) -> tuple[int, int]:
+    """The lengths (both ends included) the official code draws for its length range lo-hi."""
+    return max(OFFICIAL_SHORTEST, lo), hi - 1
+
+
+def official_acceptance(lengths_N: np.ndarray, alphabet_size: int, rank: str) -> np.ndarray:
+    """The probability that the official code keeps a non-unique retrieval string it drew at each
+    length m. Its context is i.i.d. uniform over A symbols and its query the token at a uniform
+    position j, so each other slot holds the query with probability 1/A, independently of the
+    rest. It rejects a query that occurs once, and for "last" also one whose last occurrence is
+    the final slot:
+        first: 1 - (1 - 1/A)^(m - 1)                          another of the m - 1 slots holds q
+        last:  (m - 1)/m (1 - 1/A) (1 - (1 - 1/A)^(m - 2))    j is not the final slot, the final slot
+                                                              is not q, one of the m - 2 others is
+    Its NLFirst keeps a first occurrence at position 0 (its answer wraps around to the end, a bug
+    this library does not reproduce), so both "first" tasks get the first line."""
+    m_N = np.asarray(lengths_N, dtype=np.float64)
+    miss = 1.0 - 1.0 / alphabet_size
+    if rank == "first":
+        return 1.0 - miss ** (m_N - 1)
+    return (m_N - 1) / m_N * miss * (1.0 - miss ** np.maximum(m_N - 2, 0))
 
 
 def _uniform_subsets(rng: np.random.Generator, counts_N: np.ndarray, available_N: np.ndarray, width: int) -> np.ndarray:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from crasp.discrimination import NON_UNIQUE_RETRIEVAL, SAMPLERS, sampler_parameters
 from crasp.tasks import CONTROLS
+from crasp.tasks.retrieval import official_lengths
 from crasplab.cli.arguments import chosen_preset
 from crasplab.cli.experiment import Experiment, Report, run_experiment
 from crasplab.records.invocations import InvocationRecord, recorded_invocation
@@ -30,6 +31,7 @@ from crasplab.train.config import (
     PROTOCOL_PRESETS,
     PROTOCOL_REHEARSAL,
     RunSettings,
+    TrainConfig,
     bins_for_train_lengths,
     scaled_length,
 )
@@ -115,17 +117,35 @@ def run_settings(request: RunRequest) -> RunSettings:
             return {}
         return sampler_parameters(task, sampler, preset.train_for(task, **changes).train_lengths[1])
 
+    def train_of(task: str) -> TrainConfig:
+        train = preset.train_for(task, **changes)
+        return as_the_official_code_trains(train) if sampler == "official" and task in drawn else train
+
     return RunSettings(
         preset=preset.name,
         tasks=tasks,
         seeds=tuple(request.seeds or protocol_seeds(preset.seeds, request.seed_block)),
         model=preset.model.replace(**model_changes),
-        train={task: preset.train_for(task, **changes) for task in tasks},
+        train={task: train_of(task) for task in tasks},
         task_overrides={task: {**preset.overrides_for(task), **sampler_of(task)} for task in tasks},
         model_overrides={
             task: changed for task in tasks if (changed := preset.model_changes_for(task, **model_changes))
         },
     )
+
+
+def as_the_official_code_trains(train: TrainConfig) -> TrainConfig:
+    """The official retrieval code's lengths and supervision: each length range lo-hi holds the
+    lengths it draws, max(4, lo) to hi - 1 (crasp.tasks.retrieval.official_lengths), and the loss
+    and exact match cover the answer token, not the EOS after it (TrainConfig.retrieval_eos)."""
+    bins = tuple(official_lengths(lo, hi) for lo, hi in train.test_bins)
+    empty = [f"{lo}-{hi}" for (lo, hi), (a, b) in zip(train.test_bins, bins) if a > b]
+    if empty:
+        raise SettingsError(
+            f"--sampler official draws the lengths max(4, lo) to hi - 1 of a range lo-hi, so the range "
+            f"{', '.join(empty)} holds none; give ranges with hi > max(4, lo)"
+        )
+    return train.replace(train_lengths=bins[0], test_bins=bins, retrieval_eos=False)
 
 
 def protocol_seeds(seeds: tuple[int, ...], block: int) -> tuple[int, ...]:

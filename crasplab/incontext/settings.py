@@ -13,6 +13,7 @@ from pathlib import Path
 from dataclasses import dataclass
 
 from crasp.tasks import RETRIEVAL_AND_COPYING, TASK_CODES, TaskError
+from crasplab.incontext.controls import CONTROL_SETS
 from crasplab.incontext.directions import DIRECTIONS
 from crasplab.incontext.formal_prompts import Demonstrations, check_prompt_lengths
 from crasplab.incontext.git_history import COMMANDS
@@ -201,6 +202,9 @@ class MechanismSettings(PromptSettings):
     ablate: tuple[str, ...] = ("induction", "anti_induction", "previous_token", "first_occurrence")
     k: tuple[int, ...] = (4, 16)
     draws: int = 2
+    # The controls matched to each ablated score's heads (crasplab.incontext.controls), `draws`
+    # of each, beside the "random" control every run draws.
+    controls: tuple[str, ...] = CONTROL_SETS
     ablation: str = "mean"
     greedy_check: int = 8
     seed: int = 0
@@ -208,9 +212,11 @@ class MechanismSettings(PromptSettings):
 
     @classmethod
     def upgrade_config(cls, values: dict) -> dict:
-        """Runs before these settings (the committed ones in evidence/mechanism)
-        recorded only their own kind of model, and a from-scratch model's seed only in the name
-        of its job folder (<run>/<task>/seed<k>)."""
+        """Runs before these settings (the committed ones in evidence/mechanism) drew no matched
+        controls, recorded only their own kind of model, and a from-scratch model's seed only in
+        the name of its job folder (<run>/<task>/seed<k>)."""
+        if "controls" not in values:
+            values = {**values, "controls": []}
         if "train_seed" in values or "kind" not in values:
             return values
         if values["kind"] == "from-scratch":
@@ -246,4 +252,5 @@ class MechanismSettings(PromptSettings):
         self.at_least(1, "k")
         self.at_least(0, "draws", "greedy_check")
         self.among("ablate", SCORES)
+        self.among("controls", CONTROL_SETS)
         self.among("ablation", ABLATIONS)

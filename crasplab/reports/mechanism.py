@@ -1,8 +1,9 @@
 """The mechanism report (experiments/mechanism.py), computed from a run folder's files only.
 
-Inputs: `config.json` (the model, the cells, the k grid, the ablated scores), `scores.json`
-(per score: mean, std and per-period means of every (layer, head)) and `ablations.jsonl` (one
-record per ablation, k, draw and task: the heads removed and, per cell, correct of total).
+Inputs: `config.json` (the model, the cells, the k grid, the ablated scores, the matched control
+sets), `scores.json` (per score: mean, std and per-period means of every (layer, head)) and
+`ablations.jsonl` (one record per ablation, k, draw and task: the heads removed and, per cell,
+correct of total and, in runs since matched controls, each string's verdict).
 Outputs, written atomically into the same folder: `summary.json`, `report.md`, `scores.png`
 (a layer x head map per score) and `ablations.png` (accuracy against k per cell).
 
@@ -15,8 +16,17 @@ are judged on each task's counts pooled over its cells, at each k:
 After correction (reports.statistics): each testable judgement gets the larger of the two
 p-values (against no ablation, against random heads; both must hold, an intersection-union
 test), and Holm corrects them over the report's family, every testable claim judgement at every
-k. ablations.jsonl keeps counts, not each string's answer, so the tests are unpaired (Newcombe's,
-inverted), where McNemar on the same strings would be sharper.
+k. Runs before matched controls kept counts, not each string's verdict, so those tests are
+unpaired (Newcombe's, inverted).
+
+Runs with matched controls (crasplab.incontext.controls) keep every string's verdict and get one
+more section: every ablated score (induction, anti-induction, previous-token, first-occurrence)
+on every task at every k, against no ablation and against each control set, paired on the same
+strings. A change's interval is a paired bootstrap of the per-string differences (a control's
+draws averaged per string), its p-value McNemar's exact test (against a control set, the largest
+over its draws: the drop must beat each). A judgement takes the smallest drop and the largest
+p-value over its comparisons (intersection-union), and Holm corrects them over every testable
+judgement of the section; the paper's claims are read from the same judgements.
 """
 
 from __future__ import annotations
@@ -34,7 +44,15 @@ from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.records.files import ResultFileError, read_jsonl, write_summary_and_report
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
-from crasplab.reports.statistics import correct_family, difference_p_value, p_value_text
+from crasplab.reports.statistics import (
+    ALPHA,
+    BOOTSTRAP_DRAWS,
+    BOOTSTRAP_SEED,
+    correct_family,
+    difference_p_value,
+    mcnemar_exact,
+    p_value_text,
+)
 from crasplab.incontext.settings import MechanismSettings
 from crasplab.records.run_folder import read_run_settings
 
@@ -112,22 +130,32 @@ def _change(counts: tuple[int, int], base: tuple[int, int]) -> dict:
     return dict(change=difference, change_low=low, change_high=high)
 
 
+def _drawn(name: str, k: int, draws: int, matches: str | None = None) -> list[tuple]:
+    """The conditions of a control: each draw, and the draws pooled where there are several."""
+    return [(name, k, draw, matches) for draw in range(draws)] + [(name, k, "pooled", matches)] * (draws > 1)
+
+
 def _rows(config: dict, records: list[dict]) -> list[dict]:
     """One row per condition and task: no ablation, each score's top k, each random draw and the
-    draws pooled; per cell the accuracy and its change against no ablation."""
-    conditions = [("none", 0, None)]
+    draws pooled, then each matched control's; per cell the accuracy and its change against no
+    ablation."""
+    conditions = [("none", 0, None, None)]
     for k in config["k"]:
-        conditions += [(name, k, None) for name in config["ablate"]]
-        conditions += [("random", k, draw) for draw in range(config["draws"])] + [("random", k, "pooled")] * (
-            config["draws"] > 1
-        )
+        conditions += [(name, k, None, None) for name in config["ablate"]]
+        conditions += _drawn("random", k, config["draws"])
+        for score in config["ablate"]:
+            for control in config["controls"]:
+                conditions += _drawn(control, k, config["draws"], score)
     rows = []
     for task in dict.fromkeys(task for task, _ in config["cells"]):
         task_records = [r for r in records if r["task"] == task]
         base = _counts([r for r in task_records if r["ablation"] == "none"])
-        for name, k, draw in conditions:
+        for name, k, draw, matches in conditions:
             chosen = [
-                r for r in task_records if r["ablation"] == name and r["k"] == k and draw in (None, "pooled", r["draw"])
+                r
+                for r in task_records
+                if (r["ablation"], r["k"], r.get("matches")) == (name, k, matches)
+                and draw in (None, "pooled", r["draw"])
             ]
             if not chosen:
                 continue
@@ -142,6 +170,8 @@ def _rows(config: dict, records: list[dict]) -> list[dict]:
                 skipped=any(r["heads"] is None for r in chosen),
                 cells={},
             )
+            if matches is not None:
+                row["matches"] = matches
             for label, cell_counts in counts.items():
                 row["cells"][label] = _accuracy(*cell_counts)
                 if label in base and name != "none":
@@ -157,9 +187,13 @@ def _rows(config: dict, records: list[dict]) -> list[dict]:
 
 def _find(rows: list[dict], task: str, ablation: str, k: int) -> dict | None:
     """The row of one condition with counts; for random heads, the draws pooled when there are several."""
-    matches = [r for r in rows if r["task"] == task and r["ablation"] == ablation and r["k"] == k and "pooled" in r]
-    pooled = [r for r in matches if r["draw"] == "pooled"]
-    return (pooled or matches or [None])[0]
+    found = [
+        r
+        for r in rows
+        if r["task"] == task and r["ablation"] == ablation and r["k"] == k and "pooled" in r and "matches" not in r
+    ]
+    pooled = [r for r in found if r["draw"] == "pooled"]
+    return (pooled or found or [None])[0]
 
 
 def _judge_drop(rows: list[dict], score: str, task: str, k: int) -> dict | None:
@@ -226,6 +260,65 @@ def _direction(rows: list[dict], k: int) -> dict | None:
     return dict(k=k, forward=forward["pooled"], backward=backward["pooled"], verdict=verdict)
 
 
+def _verdicts(records: list[dict]) -> dict[tuple, list[np.ndarray]]:
+    """(ablation, k, task, matched score) -> each draw's string verdicts (its cells in order), for
+    the records that kept them (runs since matched controls; a skipped control has none)."""
+    verdicts = defaultdict(list)
+    for record in sorted(records, key=lambda r: r["draw"]):
+        if record["cells"] and all("exact" in cell for cell in record["cells"]):
+            key = (record["ablation"], record["k"], record["task"], record.get("matches"))
+            verdicts[key].append(np.array([v == "1" for cell in record["cells"] for v in cell["exact"]]))
+    return verdicts
+
+
+def _paired(ablated_N: np.ndarray, others: list[np.ndarray]) -> dict:
+    """The ablated strings' accuracy minus another condition's on the same strings (its draws
+    averaged string by string): the change, the 95% percentile interval of a bootstrap that
+    resamples strings, and McNemar's exact p-value, the largest over the draws."""
+    differences_N = ablated_N.astype(float) - np.mean(others, axis=0)
+    n = len(differences_N)
+    rows_DxN = np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, (BOOTSTRAP_DRAWS, n))
+    low, high = np.quantile(differences_N[rows_DxN].mean(axis=1), [ALPHA / 2, 1 - ALPHA / 2])
+    p = max(mcnemar_exact(int(np.sum(ablated_N & ~o)), int(np.sum(~ablated_N & o))) for o in others)
+    return dict(change=float(differences_N.mean()), change_low=float(low), change_high=float(high), p=p)
+
+
+def _matched_judgements(config: dict, records: list[dict], scores: dict) -> list[dict]:
+    """Every ablated score on every task at every k, against no ablation and each control set
+    ("random", then the matched ones), paired on the same strings; Holm over the testable ones."""
+    verdicts = _verdicts(records)
+    judgements = []
+    for task in dict.fromkeys(task for task, _ in config["cells"]):
+        base = verdicts.get(("none", 0, task, None))
+        for score in config["ablate"]:
+            for k in config["k"]:
+                ablated = verdicts.get((score, k, task, None))
+                if not base or not ablated:
+                    continue
+                comparisons = {"none": _paired(ablated[0], base)}
+                for name in ("random", *config["controls"]):
+                    draws = verdicts.get((name, k, task, None if name == "random" else score))
+                    if draws:  # none where too few heads were left to draw from
+                        comparisons[name] = _paired(ablated[0], draws)
+                heads = next(r["heads"] for r in records if (r["ablation"], r["k"], r["task"]) == (score, k, task))
+                judgement = dict(
+                    task=task,
+                    score=score,
+                    k=k,
+                    heads=heads,
+                    heads_score=float(np.mean([scores[score]["mean"][layer][head] for layer, head in heads])),
+                    base=_accuracy(int(base[0].sum()), len(base[0])),
+                    ablated=_accuracy(int(ablated[0].sum()), len(ablated[0])),
+                    comparisons=comparisons,
+                )
+                if base[0].any():  # a model that answers nothing has nothing to lose
+                    judgement["gap"] = max(c["change"] for c in comparisons.values())
+                    judgement["p"] = max(c["p"] for c in comparisons.values())
+                judgements.append(judgement)
+    correct_family([j for j in judgements if "p" in j])
+    return judgements
+
+
 def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     config = read_run_settings(run_dir, MechanismSettings, EXPERIMENT, facts=REPORTED_FACTS)
@@ -240,10 +333,12 @@ def summarize(run_dir: Path) -> dict:
         ]
         for name in SCORES
     }
+    # Runs with matched controls read the claims from the paired judgements of every ablation.
+    matched = _matched_judgements(config, records, scores) if config["controls"] else None
     claims = [
         j
         for score, task in DROP_CLAIMS + SPARE_CLAIMS
-        if score in config["ablate"] and task in tasks
+        if score in config["ablate"] and task in tasks and matched is None
         for k in config["k"]
         for j in [_judge_drop(rows, score, task, k)]
         if j is not None
@@ -256,8 +351,9 @@ def summarize(run_dir: Path) -> dict:
             np.mean([scores[judgement["score"]]["mean"][layer][head] for layer, head in judgement["heads"]])
         )
     none_records = [r for r in records if r["ablation"] == "none"]
-    planned = len(tasks) * (1 + len(config["k"]) * (len(config["ablate"]) + config["draws"]))
-    return dict(
+    per_k = len(config["ablate"]) * (1 + len(config["controls"]) * config["draws"]) + config["draws"]
+    planned = len(tasks) * (1 + len(config["k"]) * per_k)
+    summary = dict(
         config=config,
         top_heads=top,
         rows=rows,
@@ -274,6 +370,9 @@ def summarize(run_dir: Path) -> dict:
         evaluated=len(records),
         seconds=sum(r["seconds"] for r in records),
     )
+    if matched is not None:  # runs before matched controls have no such section
+        summary["matched"] = matched
+    return summary
 
 
 def _interpreter(tasks: list[str], position: str) -> dict:
@@ -317,7 +416,8 @@ def _condition(row: dict) -> str:
     if row["ablation"] == "none":
         return "none"
     draw = "" if row["draw"] is None else (" (draws pooled)" if row["draw"] == "pooled" else f" draw {row['draw']}")
-    return f"{row['ablation']} k={row['k']}{draw}"
+    matched = f" of {row['matches']}" if "matches" in row else ""
+    return f"{row['ablation']}{matched} k={row['k']}{draw}"
 
 
 def _heads_text(heads: list[list[int]] | None) -> str:
@@ -372,6 +472,86 @@ def claim_statements(summary: dict) -> list[str]:
     return lines
 
 
+MATCHED_READINGS = {
+    "below 0 after correction": "drops beyond no ablation and every control, after correction",
+    "above 0 after correction": "rises above no ablation and every control, after correction",
+    "not resolved after correction": "not resolved after correction",
+}
+
+
+def _matched_reading(j: dict) -> str:
+    return MATCHED_READINGS[j["corrected"]] if "corrected" in j else "untestable: the unablated model answers none"
+
+
+def _paired_text(entry: dict) -> str:
+    return f"{_signed(entry['change'], entry['change_low'], entry['change_high'])} (p {p_value_text(entry['p'])})"
+
+
+def matched_lines(summary: dict) -> list[str]:
+    """The section on every ablation against its controls, paired (runs with matched controls)."""
+    config = summary["config"]
+    compared = ("none", "random", *config["controls"])
+    testable = sum("p_holm" in j for j in summary["matched"])
+    lines = [
+        "## Every ablation against its controls (paired)\n",
+        "Each score's top k heads removed, on every task, against no ablation and each control on the same strings: "
+        "random heads (from those no ablated score puts in its top k), "
+        + ", ".join(f"{name} (matched to the score's heads)" for name in config["controls"])
+        + ". A change is the ablated accuracy minus the other condition's (a control's draws averaged string by "
+        "string), with a 95% paired bootstrap interval and McNemar's exact p (against a control, the largest over "
+        "its draws). A judgement takes the smallest drop and the largest p over its comparisons (all must hold), "
+        f"and Holm corrects them over the {testable} testable judgements of this table; a control that could not "
+        "be drawn (too few heads) is left out.\n",
+        "| task | heads removed | k | accuracy | "
+        + " | ".join(f"vs {name}" for name in compared)
+        + " | Holm p | reading |",
+        "|---|---|---|---|" + "---|" * len(compared) + "---|---|",
+    ]
+    for j in summary["matched"]:
+        versus = [_paired_text(j["comparisons"][name]) if name in j["comparisons"] else "-" for name in compared]
+        holm = p_value_text(j["p_holm"]) if "p_holm" in j else "-"
+        lines.append(
+            f"| {j['task']} | {j['score']} ({_heads_text(j['heads'])}; mean score {j['heads_score']:.2f}) | {j['k']} | "
+            f"{j['base']['accuracy']:.2f} -> {j['ablated']['accuracy']:.2f} | "
+            + " | ".join(versus)
+            + f" | {holm} | {_matched_reading(j)} |"
+        )
+    return [*lines, ""]
+
+
+def matched_claim_statements(summary: dict) -> list[str]:
+    """One line per claim of the paper, read from the paired judgements."""
+    lines = []
+    tasks = {j["task"] for j in summary["matched"]}
+    for score, task in DROP_CLAIMS + SPARE_CLAIMS:
+        judgements = [j for j in summary["matched"] if j["score"] == score and j["task"] == task]
+        if not judgements or task not in tasks:
+            continue
+        spares = (score, task) in SPARE_CLAIMS
+        name = score.replace("_", "-")
+        claim = f"removing {name} heads leaves {task} alone" if spares else f"removing {name} heads drops {task}"
+        dropping = [j["k"] for j in judgements if j.get("corrected") == "below 0 after correction"]
+        testable = [j["k"] for j in judgements if "corrected" in j]
+        if not testable:
+            verdict = "cannot be tested on this model"
+        elif spares:
+            kept = [k for k in testable if k not in dropping]
+            # No drop resolved is the absence of evidence against sparing, not evidence for it.
+            verdict = (
+                f"no drop survives correction at k = {', '.join(map(str, kept))}"
+                if kept
+                else "fails: it drops beyond every control at every k"
+            )
+        else:
+            verdict = (
+                f"holds after correction at k = {', '.join(map(str, dropping))}"
+                if dropping
+                else "does not hold after correction at any k of the grid"
+            )
+        lines.append(f"- **{task}**, {claim}: {verdict}.")
+    return lines
+
+
 def direction_statements(summary: dict) -> list[str]:
     lines = []
     for d in summary["direction"]:
@@ -391,6 +571,12 @@ def direction_statements(summary: dict) -> list[str]:
 def _changes(summary: dict, task: str, score: str) -> str:
     """The pooled change of accuracy when the top k heads of `score` are removed, for each k, judged
     as the claims are."""
+    if "matched" in summary:
+        return ", ".join(
+            f"k={j['k']} {_paired_text(j['comparisons']['none'])} ({_matched_reading(j)})"
+            for j in summary["matched"]
+            if j["task"] == task and j["score"] == score
+        )
     texts = []
     for k in summary["config"]["k"]:
         judgement = _judge_drop(summary["rows"], score, task, k)
@@ -459,6 +645,15 @@ def report_markdown(summary: dict) -> str:
             lines.append(f"| {_condition(row)} | {heads} | " + " | ".join(cells) + f" | {pooled} |")
         lines.append("")
     claims, direction = claim_statements(summary), direction_statements(summary)
+    if "matched" in summary:
+        lines += [
+            *matched_lines(summary),
+            "## The paper's claims on this model\n",
+            "Read from the table above: a drop claim holds at the k where removing the score's heads drops the task "
+            "beyond no ablation and every control after correction.\n",
+            *matched_claim_statements(summary),
+            "",
+        ]
     if claims:
         lines += [
             "## The paper's claims on this model\n",
