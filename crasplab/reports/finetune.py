@@ -287,6 +287,33 @@ def change_table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seeds_table(summaries: list[dict]) -> str:
+    """Runs of one preset on several seeds side by side: each task's verdict after fine-tuning (its
+    fit first: "did not fit" when the training bin is below the fit threshold) and each gap's change
+    beyond the training lengths with its paired interval and Holm's reading within that run."""
+    tasks = summaries[0]["tasks"]
+    gaps = [gap["name"] for gap in summaries[0]["gaps"] if gap["change"]]
+    lines = [
+        "| seed | " + " | ".join(tasks) + " | " + " | ".join(f"{name}: change of the gap" for name in gaps) + " |",
+        "|---|" + "---|" * (len(tasks) + len(gaps)),
+    ]
+    for summary in summaries:
+        rows = {row["task"]: row for row in summary["rows"]}
+        changes = {gap["name"]: gap["change"] for gap in summary["gaps"] if gap["change"]}
+        lines.append(
+            f"| {summary['seed']} | "
+            + " | ".join(
+                f"{rows[task]['observed'] or 'not finished'} ({rows[task]['after'][0]['accuracy']:.3f} on "
+                f"{'-'.join(map(str, summary['bins'][0]))})"
+                for task in tasks
+            )
+            + " | "
+            + " | ".join(f"{_gap_cell(changes[name])}, {changes[name]['corrected']}" for name in gaps)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def direction_statement(summary: dict) -> str:
     """One line per directional pair: where its gap beyond the training lengths lies, before and after."""
     lines = [

@@ -16,6 +16,7 @@ Each page keeps its prose; only the blocks between `<!-- BEGIN generated NAME ..
     in-context gaps          the pretrained models' pooled gaps beside the paper's pattern
                              (crasplab.reports.in_context.families_markdown)
     fine-tuning              the quick fine-tuning run, before and after (crasplab.reports.finetune.markdown_table)
+    fine-tuning seeds        the power preset's runs, one per seed (crasplab.reports.finetune.seeds_table)
 
 tests/test_results_pages.py fails when a committed page differs from what this writes.
 """
@@ -51,6 +52,7 @@ PAGES = (
 )
 IN_CONTEXT_RUNS = ("smollm2", "gemma3-270m")  # evidence/pretrained/<model>, in the table's column order
 FINETUNE_RUN = ROOT / "evidence" / "finetune" / "quick-run"
+FINETUNE_SEED_RUNS = tuple(ROOT / "evidence" / "finetune" / f"smollm2-power-seed{seed}" for seed in range(3))
 # The README's findings link each encoding to its section of the per-run tables (docs/protocol-runs.md).
 RUNS_PAGE = "docs/protocol-runs.md"
 
@@ -108,6 +110,10 @@ def fine_tuning() -> str:
     return finetune.markdown_table(finetune.summarize(FINETUNE_RUN))
 
 
+def fine_tuning_seeds() -> str:
+    return finetune.seeds_table([finetune.summarize(run) for run in FINETUNE_SEED_RUNS])
+
+
 def render(name: str) -> str:
     """The text of the generated block called `name`; KeyError for a name no block has."""
     if name.startswith("run "):
@@ -119,6 +125,7 @@ def render(name: str) -> str:
         "quick runs": quick_runs,
         "in-context gaps": in_context_gaps,
         "fine-tuning": fine_tuning,
+        "fine-tuning seeds": fine_tuning_seeds,
     }
     if name not in blocks:
         raise KeyError(f"known: {', '.join(blocks)}, run FOLDER")
