@@ -17,7 +17,9 @@ from experiments import mechanism
 from crasplab.models import ModelConfig, Transformer, set_params
 from crasplab.models.analysis import SCORES, ablation, ablation_plan, head_scores, score_edges, top_heads
 from crasplab.train.config import PRESETS, RunSettings
+from crasplab.train.data import sequence_length
 from crasplab.train.loop import Job
+from crasp.tasks import get_task
 from tests.tiny import ROOT, STYLES, random_tokens, tiny_model
 from tests.model_files import write_tiny_llama
 
@@ -362,8 +364,13 @@ def test_a_from_scratch_model_is_scored_and_ablated_on_its_own_test_strings(tmp_
     assert all(cell["greedy_disagreements"] == 0 for cell in none["cells"])
     with pytest.raises(SystemExit, match="trained the tasks UF, not 'UB'"):
         mechanism.main(["--run", str(run), "--task", "UB", "--out", str(tmp_path / "other")])
-    with pytest.raises(SystemExit, match="--periods 7 makes 16-token sequences; the model's position table has"):
-        mechanism.main(["--run", str(run), "--task", "UF", "--periods", "7", "--out", str(tmp_path / "other")])
+    # The table holds the strings of inputs up to the preset's position reach, scaled to lengths 1-4.
+    job = Job.from_dict(json.loads((run / "UF" / "seed0" / "job.json").read_text()))
+    rows = sequence_length(get_task("UF", **job.task_overrides), job.train.position_reach)
+    periods = (rows - 2) // 2 + 1  # one past what <bos>, the separator and two periods fit
+    refusal = f"--periods {periods} makes {2 + 2 * periods}-token sequences; the model's position table has {rows} rows"
+    with pytest.raises(SystemExit, match=refusal):
+        mechanism.main(["--run", str(run), "--task", "UF", "--periods", str(periods), "--out", str(tmp_path / "other")])
     assert not (tmp_path / "other").exists()
 
 
