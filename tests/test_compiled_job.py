@@ -130,7 +130,7 @@ def test_the_compile_command_writes_a_job_that_mechanism_finds_the_built_heads_i
     length_gen.main(["--report-only", str(out)])
     [row] = json.loads((out / "summary.json").read_text())["rows"]
     assert [(b["lo"], b["mean"]) for b in row["bins"]] == [(2, 1.0), (21, 1.0), (31, 1.0)]
-    assert row["observed"] == "generalizes" and row["agrees"] is True
+    assert row["observed"] == "passes" and row["agrees"] is True
     analysis = tmp_path / "mechanism"
     mechanism.main(
         ["--run", str(out), "--task", "NRFirst", "--examples-per-length", "2", "--periods", "3", "4"]

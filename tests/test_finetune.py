@@ -275,7 +275,7 @@ def test_the_report_keeps_did_not_fit_apart_and_measures_the_gaps(tmp_path):
     _write_run(tmp_path, accuracy)
     summary = summarize(tmp_path)
     rows = {row["task"]: row for row in summary["rows"]}
-    assert rows["UF"]["observed"] == "does not generalize" and rows["UF"]["agrees"] is False
+    assert rows["UF"]["observed"] == "fails" and rows["UF"]["agrees"] is False
     assert rows["UB"]["observed"] == "did not fit" and rows["UB"]["agrees"] is None
     assert rows["UB"]["after"][0]["accuracy"] == pytest.approx(0.95)
     (gap,) = summary["gaps"]

@@ -281,7 +281,7 @@ def test_discrimination_checks_made_beside_the_training_are_those_made_here():
     then returns is what checking in this process gives (a task predicted to generalize gets none)."""
     tasks, lengths, bins = ("NLFirst", "NLLast", "NF"), (1, 6), ((1, 6), (7, 11))
     overrides = {task: dict(alphabet_size=4) for task in tasks}
-    arguments = ("ape", tasks, dict.fromkeys(tasks, lengths), dict.fromkeys(tasks, bins), overrides, 0.9, True, 0.0)
+    arguments = ("ape", tasks, dict.fromkeys(tasks, lengths), dict.fromkeys(tasks, bins), overrides, 0.9, 0.0)
     with predictions_alongside(*arguments) as predictions:
         made = predictions()
     assert made == predictions_made_here(*arguments)
@@ -289,7 +289,7 @@ def test_discrimination_checks_made_beside_the_training_are_those_made_here():
     assert made["tasks"]["NLLast"]["discrimination"]["checked"]
 
 
-def predictions_made_here(pe, tasks, lengths, bins, overrides, threshold, _, search_seconds) -> dict:
+def predictions_made_here(pe, tasks, lengths, bins, overrides, threshold, search_seconds) -> dict:
     def check(task):
         if predict(task, pe).generalizes is not False:
             return None

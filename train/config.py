@@ -589,11 +589,14 @@ class RunSettings(Settings):
     def model_for(self, task: str) -> ModelSettings:
         return self.model.replace(**self.model_overrides.get(task, {}))
 
+    # Settings an older config.json holds that no longer are run settings: the verdict threshold (how
+    # results are read is the verdict rules', crasplab.verdicts.rules). Reading drops them; a resumed
+    # run rewrites its config.json without them instead of calling the folder another run's.
+    RETIRED = ("threshold",)
+
     @classmethod
     def upgrade_config(cls, values: dict) -> dict:
-        """A config.json written while the verdict threshold was a run setting holds one: how results
-        are read is the verdict rules' (crasplab.verdicts.rules), so it is left out here."""
-        return {name: value for name, value in values.items() if name != "threshold"}
+        return {name: value for name, value in values.items() if name not in cls.RETIRED}
 
     @classmethod
     def of_run(cls, run_dir: Path) -> RunSettings:

@@ -204,8 +204,7 @@ def run(settings: Invocation, run_dir: Path) -> None:
     setups = check_jobs(jobs, run_dir)
     if settings.protocol is not None:
         check_protocol_sizes(jobs, setups, settings.protocol)
-    # A config.json written while the threshold was a run setting holds one; it leaves the file.
-    open_run_folder(run_dir, settings.run.to_dict(), may_change=("threshold",))
+    open_run_folder(run_dir, settings.run.to_dict(), may_change=RunSettings.RETIRED)
     if settings.protocol is not None:
         write_protocol(run_dir, settings.protocol)
     # What the interpreter predicts at the run's start is what the report will show, whenever it is

@@ -160,8 +160,7 @@ def run(settings: SweepInvocation, run_dir: Path) -> None:
     verdict_jobs = make_jobs(verdict, verdict_dir)
     check_jobs(verdict_jobs, verdict_dir)
     predictions = settings_predictions(verdict, None)
-    # A config.json written while the threshold was a run setting holds one; it leaves the file.
-    open_run_folder(verdict_dir, verdict.to_dict(), may_change=("threshold",))
+    open_run_folder(verdict_dir, verdict.to_dict(), may_change=RunSettings.RETIRED)
     write_predictions(verdict_dir, predictions)
     run_jobs_on(settings.engine, verdict_jobs, show_progress=settings.show_progress)
 

@@ -36,7 +36,7 @@ from crasplab.records.job_folder import run_jobs, run_records
 from crasplab.incontext.settings import FinetuneSettings
 from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
 from crasplab.verdicts.predictions import read_predictions
-from crasplab.verdicts.rules import FIT_THRESHOLD, observe
+from crasplab.verdicts.rules import FIT_THRESHOLD, in_line, observe_seed
 
 FIGURE_FILE = "accuracy_by_length.png"
 EXPERIMENT = "experiments/finetune.py"
@@ -121,9 +121,12 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         }
         after = stages["after"]
         complete = all(cell is not None for cell in after)
-        observed = observe(after[0]["accuracy"], after[-1]["accuracy"], threshold) if complete else None
+        seen = (
+            observe_seed(config["seed"], *((c["correct"], c["total"]) for c in (after[0], after[-1])), threshold)
+            if complete
+            else None
+        )
         prediction = predictions[task]["prediction"]
-        judged = complete and observed != "did not fit" and prediction["generalizes"] is not None
         lengths = sorted({n for (t, _, n) in counts if t == task})
         pairs = _pairs(answers, task, beyond)
         change = (
@@ -142,8 +145,8 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                 predicted=prediction,
                 before=stages["before"],
                 after=after,
-                observed=observed,
-                agrees=prediction["generalizes"] == (observed == "generalizes") if judged else None,
+                observed=seen and seen.observation.value,
+                agrees=in_line(prediction["generalizes"], [seen]) if seen else None,
                 training=_training(metrics, task),
                 change_beyond=change,
                 curve=dict(
@@ -359,11 +362,12 @@ def report_markdown(summary: dict) -> str:
         f"model; both on the same {s['examples_per_length']} prompts per length, greedy, exact match of the answer "
         "line. Accuracy with its 95% Wilson interval. `predicted`: the interpreter's C-RASP[pos] prediction, the "
         f"theory of APE transformers trained from scratch (shown for comparison; this model may use another "
-        f"position encoding). After fine-tuning: generalizes when the last bin reaches {summary['threshold']}; did "
-        f"not fit when the training bin is below {summary['fit_threshold']}.\n\n",
+        f"position encoding). After fine-tuning, observed as one seed (not a verdict): did not fit when the training "
+        f"bin is below {summary['fit_threshold']}; else passes when the last bin's interval lies at or above "
+        f"{summary['threshold']}, fails when it lies below, inconclusive otherwise.\n\n",
         markdown_table(summary),
-        f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks that have a "
-        "prediction and fit their training lengths.\n",
+        f"\nIn line with the prediction: {summary['agreements']} of {summary['judged']} tasks that have a "
+        "prediction, fit their training lengths and are conclusive.\n",
         "\nGaps (accuracy difference with Newcombe's 95% interval), per bin and pooled over the lengths beyond "
         "training:\n\n",
         gap_table(summary),

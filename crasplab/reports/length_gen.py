@@ -11,6 +11,7 @@ gets the APE prediction marked "no theorem".
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,9 +27,18 @@ from crasplab.reports.protocol import discrimination_markdown, protocol_markdown
 from crasplab.records.run_folder import RunFolderError, read_run_config
 from crasplab.train.config import ModelSettings, RunSettings
 from crasplab.train.provenance import bits_key
-from crasplab.verdicts.counting import final_evaluations, protocol_rows, recipe_rows
+from crasplab.verdicts.counting import final_evaluations, protocol_rows, recipe_rows, strings_right
 from crasplab.verdicts.predictions import read_predictions
-from crasplab.verdicts.rules import FIT_THRESHOLD, VerdictRules, observe, read_protocol, reading_threshold
+from crasplab.verdicts.rules import (
+    FIT_THRESHOLD,
+    Observation,
+    VerdictRules,
+    in_line,
+    observation_text,
+    observe_seed,
+    read_protocol,
+    reading_threshold,
+)
 
 FIGURE_FILE = "accuracy_by_length.png"
 
@@ -110,28 +120,23 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
         bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
         prediction = written[task]["prediction"]
-        # Seeds that did not fit their training lengths say nothing about longer ones: the verdict
-        # is made from the seeds that fit (none: the task did not fit).
-        fit_S = accuracy_SxK[:, 0] >= FIT_THRESHOLD
-        observed = (
-            "did not fit"
-            if not fit_S.any()
-            else observe(accuracy_SxK[fit_S, 0].mean(), accuracy_SxK[fit_S, -1].mean(), threshold)
-        )
-        judged = prediction["generalizes"] is not None and observed != "did not fit"
+        # Each seed is observed on its own; seeds that did not fit say nothing about longer inputs.
+        observations = [
+            observe_seed(s, strings_right(by_seed[s]["bins"][0]), strings_right(by_seed[s]["bins"][-1]), threshold)
+            for s in seeds
+        ]
+        fitted = [o for o in observations if o.observation != Observation.DID_NOT_FIT]
         rows.append(
             dict(
                 task=task,
                 predicted=prediction,
-                observed=observed,
-                seeds_fit=int(fit_S.sum()),
-                agrees=(prediction["generalizes"] == (observed == "generalizes")) if judged else None,
+                observed=observation_text(observations),
+                observations=[dataclasses.asdict(o) for o in observations],
+                seeds_fit=len(fitted),
+                agrees=in_line(prediction["generalizes"], observations),
                 seeds_agreeing=None
-                if not judged
-                else sum(
-                    (observe(a[0], a[-1], threshold) == "generalizes") == prediction["generalizes"]
-                    for a in accuracy_SxK[fit_S]
-                ),
+                if prediction["generalizes"] is None or not fitted
+                else sum(in_line(prediction["generalizes"], [o]) is True for o in fitted),
                 bins=[
                     dict(
                         lo=lo,
@@ -191,7 +196,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         bins=[list(b) for b in first_task_train["test_bins"]],
         agreements=sum(row["agrees"] for row in judged),
         judged=len(judged),
-        did_not_fit=[row["task"] for row in rows if row["observed"] == "did not fit"],
+        did_not_fit=[row["task"] for row in rows if not row["seeds_fit"]],
         missing_tasks=[t for t in config["tasks"] if t not in finals],
         train_seconds=round(sum(row["train_seconds"] for row in rows), 1),
     )
@@ -285,10 +290,11 @@ def markdown_table(summary: dict) -> str:
         ]
         agrees = "-" if row["agrees"] is None else ("yes" if row["agrees"] else "NO")
         if row["seeds_agreeing"] is not None and len(row["seeds"]) > 1:
-            agrees += f" ({row['seeds_agreeing']} of {row['seeds_fit']} fit seeds)"
-        observed = row["observed"] + (
-            f" ({row['seeds_fit']}/{len(row['seeds'])} seeds fit)" if 0 < row["seeds_fit"] < len(row["seeds"]) else ""
-        )
+            agrees += f" ({row['seeds_agreeing']} of {row['seeds_fit']} fitted seeds in line)"
+        observed = row["observed"]
+        if len(row["observations"]) == 1 and row["seeds_fit"]:
+            seed = row["observations"][0]
+            observed += f" [{seed['low']:.3f}, {seed['high']:.3f}]"
         lines.append(
             f"| {row['task']} | {row['predicted']['label']} | " + " | ".join(cells) + f" | {observed} | {agrees} |"
         )
@@ -341,14 +347,17 @@ def mean_table_markdown(summary: dict) -> str:
         [
             "Accuracy = exact match of the whole answer (teacher forcing, argmax), the same number of test "
             f"strings at every input length; mean ± std over seeds {seeds}. "
-            f"Observed: generalizes when the last bin's mean accuracy is at least {summary['threshold']}; "
-            f"did not fit when the training bin's mean accuracy is below {summary['fit_threshold']} (such a "
-            "model has not learned the task, so it says nothing about length generalization). "
+            f"Observed, seed by seed: a seed that fits (at least {summary['fit_threshold']} of its training-length "
+            "strings exact; one that does not has not learned the task, so it says nothing about length "
+            "generalization) passes the last bin when the 95% Wilson interval of its accuracy there lies at or "
+            f"above {summary['threshold']}, fails it when the interval lies below, and is inconclusive otherwise "
+            "(with one seed, its interval is shown). These are observations, not verdicts: a verdict needs the "
+            "protocol's fitted seeds (--protocol), and the means in the table are numbers, never a decision. "
             "Lengths a task's sampler cannot produce are left out of its bins (the cell then names the lengths "
             "it holds).\n\n",
             markdown_table(summary),
-            f"\nAgreement with the prediction: {summary['agreements']} of {summary['judged']} tasks that have a "
-            f"prediction and fit their training lengths.\n",
+            f"\nIn line with the prediction: {summary['agreements']} of {summary['judged']} tasks whose fitted seeds "
+            "are all conclusive and on one side of it.\n",
             (
                 f"Did not fit the training lengths, left out of the agreement count: "
                 f"{len(summary['did_not_fit'])} ({', '.join(summary['did_not_fit'])}).\n"

@@ -34,7 +34,7 @@ def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
     return finals
 
 
-def _correct_of(bin_record: dict) -> tuple[int, int]:
+def strings_right(bin_record: dict) -> tuple[int, int]:
     """(strings answered right, strings) of one bin of an evaluation record."""
     bin_eval = BinEval.from_dict(bin_record)
     return bin_eval.correct, bin_eval.n
@@ -45,7 +45,7 @@ def fitted_seeds(rules: VerdictRules, finals: dict[int, dict]) -> list[int]:
     return [
         seed
         for seed, record in sorted(finals.items())
-        if record["finished"] and seed_fits(rules, *_correct_of(record["bins"][0]))
+        if record["finished"] and seed_fits(rules, *strings_right(record["bins"][0]))
     ]
 
 
@@ -105,7 +105,7 @@ def protocol_rows(
         discrimination = predictions[task]["discrimination"]
         bins = []
         for k, first in enumerate(by_seed[fitted[0]]["bins"][1:] if fitted else [], start=1):
-            seeds = [judge_seed(rules, seed, *_correct_of(by_seed[seed]["bins"][k])) for seed in fitted]
+            seeds = [judge_seed(rules, seed, *strings_right(by_seed[seed]["bins"][k])) for seed in fitted]
             verdict = task_verdict(rules, seeds)
             discriminates = (
                 None if not (discrimination and discrimination["checked"]) else discrimination["discriminates"][k - 1]
@@ -166,7 +166,7 @@ def recipe_rows(rules: VerdictRules, records: list[dict], tasks) -> list[dict]:
         seeds = sorted(seed for (t, seed) in results if t == task)
         steps_to_fit = {}
         for seed in seeds:
-            fitted_at = [e["step"] for e in evals[(task, seed)] if seed_fits(rules, *_correct_of(e["bins"][0]))]
+            fitted_at = [e["step"] for e in evals[(task, seed)] if seed_fits(rules, *strings_right(e["bins"][0]))]
             if fitted_at:
                 steps_to_fit[seed] = fitted_at[0]
         rows.append(

@@ -20,7 +20,7 @@ from crasplab.records.files import file_problem, read_json_object, write_json
 from crasplab.records.run_folder import RunFolderError
 from crasplab.train.config import PROTOCOL_REHEARSAL, RunSettings, TrainConfig
 from crasplab.train.sampling import cpu_only_children
-from crasplab.verdicts.rules import DEFAULT_THRESHOLD, VerdictRules, read_protocol
+from crasplab.verdicts.rules import VerdictRules, read_protocol
 
 PREDICTIONS_FILE = "predictions.json"
 # CPU seconds of `crasp search` for a program exact on the training lengths, per task the check covers.
@@ -35,7 +35,7 @@ PREDICTIONS_FIX = (
 
 def predictions_for(pe: str, tasks) -> dict:
     """Each task's prediction, without discrimination checks (a run that is not a protocol run)."""
-    with predictions_alongside(pe, tasks, {}, {}, {}, threshold=0.0, with_discrimination=False) as predictions:
+    with predictions_alongside(pe, tasks, {}, {}, {}, check_at=None) as predictions:
         return predictions()
 
 
@@ -46,13 +46,12 @@ def predictions_alongside(
     train_lengths: dict,
     test_bins: dict,
     task_overrides: dict,
-    threshold: float,
-    with_discrimination: bool,
+    check_at: float | None,
     search_seconds: float = SEARCH_SECONDS,
     bin_strings: dict | None = None,
 ) -> Iterator[Callable[[], dict]]:
-    """For each task its prediction and, with `with_discrimination`, for a task predicted not to
-    generalize, per test bin, whether the bin discriminates (no bounded approximation exact on the
+    """For each task its prediction and, with a threshold `check_at` (None: no check), for a task
+    predicted not to generalize, per test bin, whether the bin discriminates (no bounded approximation exact on the
     training lengths passes it), with each approximation's score and interval. The checks (a
     minute or two per task, SEARCH_SECONDS of it the search) run in helper processes, one per
     task checked, while the `with` block runs: a protocol run trains meanwhile instead of waiting
@@ -60,7 +59,7 @@ def predictions_alongside(
     predictions; leaving the block stops any check still running. The predictions depend on the
     settings alone, never on training. `bin_strings`: task -> strings per bin the bounded programs
     are scored on (default DEFAULT_STRINGS)."""
-    checked = [task for task in tasks if with_discrimination and predict(task, pe).generalizes is False]
+    checked = [task for task in tasks if check_at is not None and predict(task, pe).generalizes is False]
     pool = None
     if checked:
         with cpu_only_children():  # multiprocessing's Pool starts every process here
@@ -69,7 +68,7 @@ def predictions_alongside(
         pending = {
             task: pool.apply_async(
                 _discrimination,
-                (task, train_lengths[task], test_bins[task][1:], task_overrides[task], threshold, search_seconds),
+                (task, train_lengths[task], test_bins[task][1:], task_overrides[task], check_at, search_seconds),
                 dict(strings=(bin_strings or {}).get(task, DEFAULT_STRINGS)),
             )
             for task in checked
@@ -107,8 +106,7 @@ def settings_predictions_alongside(settings: RunSettings, rules: VerdictRules | 
         {task: train.train_lengths for task, train in settings.train.items()},
         {task: train.test_bins for task, train in settings.train.items()},
         settings.task_overrides,
-        DEFAULT_THRESHOLD if rules is None else rules.threshold,
-        rules is not None,
+        None if rules is None else rules.threshold,
         SEARCH_SECONDS_OF_PRESET.get(settings.preset, SEARCH_SECONDS),
         {task: strings_per_bin(train) for task, train in settings.train.items()},
     )

@@ -102,14 +102,15 @@ def seed_fits(rules: VerdictRules, train_correct: int, train_total: int) -> bool
     return train_total >= rules.min_train_strings and train_correct == train_total
 
 
+def _outcome(low: float, high: float, threshold: float) -> Outcome:
+    return Outcome.PASS if low >= threshold else Outcome.FAIL if high < threshold else Outcome.INCONCLUSIVE
+
+
 def judge_seed(rules: VerdictRules, seed: int, correct: int, total: int) -> SeedAtBin:
     if total < rules.min_bin_strings:
         raise ValueError(f"seed {seed}: a bin of {total} strings is below the protocol's {rules.min_bin_strings}")
     low, high = wilson_interval(correct, total, rules.z)
-    outcome = (
-        Outcome.PASS if low >= rules.threshold else Outcome.FAIL if high < rules.threshold else Outcome.INCONCLUSIVE
-    )
-    return SeedAtBin(seed, correct, total, low, high, outcome)
+    return SeedAtBin(seed, correct, total, low, high, _outcome(low, high, rules.threshold))
 
 
 def _count_verdict(rules: VerdictRules, passed: int, fitted: int) -> Verdict:
@@ -207,10 +208,68 @@ def reading_threshold(rules: VerdictRules | None, asked: float | None, run_dir: 
 # A run that is not a protocol run, and the fine-tuning runs, observe instead of judging. A model
 # below this on its own training lengths has not learned the task, so its longer bins say
 # nothing about length generalization: it is reported apart and left out of the agreement count.
+# (The protocol asks more: every one of at least min_train_strings exact.)
 FIT_THRESHOLD = 0.99
 
 
-def observe(train_bin_mean: float, last_bin_mean: float, threshold: float) -> str:
-    if train_bin_mean < FIT_THRESHOLD:
-        return "did not fit"
-    return "generalizes" if last_bin_mean >= threshold else "does not generalize"
+class Observation(StrEnum):
+    """What one seed of a run outside the protocol shows at its last test bin: rule 2 applied to it,
+    with no minimum string counts. An observation, not a verdict: a task's verdict needs the
+    protocol's fitted seeds (rule 3), and no observation is made from a mean over seeds."""
+
+    DID_NOT_FIT = "did not fit"
+    PASSES = "passes"
+    FAILS = "fails"
+    INCONCLUSIVE = "inconclusive"
+
+
+_OBSERVED = {
+    Outcome.PASS: Observation.PASSES,
+    Outcome.FAIL: Observation.FAILS,
+    Outcome.INCONCLUSIVE: Observation.INCONCLUSIVE,
+}
+
+
+@dataclass(frozen=True)
+class SeedObservation:
+    seed: int
+    observation: Observation
+    train_accuracy: float
+    accuracy: float  # at the last test bin
+    low: float
+    high: float
+
+
+def observe_seed(
+    seed: int, train: tuple[int, int], last: tuple[int, int], threshold: float, z: float = Z_95
+) -> SeedObservation:
+    """One seed's observation from (strings right, strings) on its training lengths and its last bin."""
+    low, high = wilson_interval(*last, z)
+    fits = train[0] >= FIT_THRESHOLD * train[1]
+    observation = _OBSERVED[_outcome(low, high, threshold)] if fits else Observation.DID_NOT_FIT
+    return SeedObservation(seed, observation, train[0] / train[1], last[0] / last[1], low, high)
+
+
+def in_line(predicted_generalizes: bool | None, observations: list[SeedObservation]) -> bool | None:
+    """Whether a task's observations agree with its prediction: True when every fitted seed is
+    conclusive and on the predicted side (passes where it is predicted to generalize, fails where
+    not), False when every one is on the other side, None otherwise (no prediction, no fitted seed,
+    an inconclusive seed, or seeds on both sides)."""
+    fitted = [o.observation for o in observations if o.observation != Observation.DID_NOT_FIT]
+    if predicted_generalizes is None or not fitted or Observation.INCONCLUSIVE in fitted:
+        return None
+    sides = {(o == Observation.PASSES) == predicted_generalizes for o in fitted}
+    return sides.pop() if len(sides) == 1 else None
+
+
+def observation_text(observations: list[SeedObservation]) -> str:
+    """One seed's observation, or a tally of several ("2 pass, 1 fails, 1 did not fit")."""
+    if len(observations) == 1:
+        return observations[0].observation.value
+    counts = {kind: sum(o.observation == kind for o in observations) for kind in Observation}
+    plural = {Observation.PASSES: "pass", Observation.FAILS: "fail"}
+    return ", ".join(
+        f"{n} {plural.get(kind, kind.value) if n > 1 else kind.value}"
+        for kind in (Observation.PASSES, Observation.FAILS, Observation.INCONCLUSIVE, Observation.DID_NOT_FIT)
+        if (n := counts[kind])
+    )

@@ -2,10 +2,11 @@
 (quick-run-ape/, quick-run-rope/, quick-run-nope/ in evidence/), so that no number in it is typed by hand:
 experiments/calibration/results_pages.py writes it into the page.
 
-Each cell is the mean exact match per bin (training lengths first), then what was observed; the
-mark says whether that agrees with the prediction (APE and NoPE against their theorems, RoPE
-against the APE prediction, without a theorem). A model below the fit threshold on its training
-lengths is shown as "did not fit" and gets no mark.
+Each cell is the mean exact match per bin (training lengths first), then what its one seed shows at
+the last bin (passes, fails or inconclusive: crasplab.verdicts.rules.observe_seed, an observation,
+not a verdict); the mark says whether that is in line with the prediction (APE and NoPE against
+their theorems, RoPE against the APE prediction, without a theorem). A model below the fit
+threshold on its training lengths is shown as "did not fit" and gets no mark.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ ENCODINGS = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}  # folder suffix -> n
 
 def cell(row: dict) -> str:
     accuracies = " / ".join(f"{b['mean']:.2f}" for b in row["bins"])
-    if row["observed"] == "did not fit":
+    if not row["seeds_fit"]:
         return f"{accuracies} (**did not fit**)"
-    observed = "does not" if row["observed"] == "does not generalize" else row["observed"]
+    observed = row["observed"]
     mark = {True: " ✓", False: " ✗", None: ""}[row["agrees"]]
     return f"{accuracies} ({observed}{mark})"
 
@@ -51,7 +52,8 @@ def agreement_line(summaries: dict[str, dict]) -> str:
             f"{ENCODINGS[pe]} {summary['agreements']} of {summary['judged']}"
             + (f" ({not_fit} did not fit)" if not_fit else "")
         )
-    return "Agreement over the tasks that fit and have a prediction: " + ", ".join(parts) + "."
+    over = "over the tasks that fit, have a prediction and are conclusive"
+    return f"In line with the prediction, {over}: " + ", ".join(parts) + "."
 
 
 def committed_summaries() -> dict[str, dict]:
