@@ -2,8 +2,10 @@
 
 One row per encoding. The theory side is all here: `crasp.fragment` and `crasp.prediction` read
 this table and never test an encoding by name, so a new encoding gets a prediction (or the
-plain statement that no theorem covers it) by adding a row. The model side has its own table,
-keyed by the same codes (crasplab.models.positions), and a test keeps the two equal.
+plain statement that no theorem covers it) by adding a row. This table is the row's identity; the
+layers above add their parts in tables keyed by the same codes (the model side, training, the
+verdict rules, the compiler, the exporter: docs/layout.md, "Position encodings"), and
+tests/test_position_encoding_facts.py keeps every part complete.
 
 Huang et al. 2025 prove two results: a task expressible in C-RASP[periodic, local] length-
 generalizes for transformers with learned absolute positions (APE), and one expressible in

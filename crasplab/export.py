@@ -66,34 +66,74 @@ def _params(model: Transformer) -> dict[str, np.ndarray]:
     return {".".join(map(str, path)): np.asarray(variable.get_value(), np.float32) for path, variable in flat}
 
 
+@dataclass(frozen=True)
+class Refused:
+    """Why no transformers class computes the lab's blocks with an encoding."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class PositionExport:
+    """What the exporter writes for one position encoding: the exporter's part of the encoding's
+    row (crasp.position_encodings, models.positions), per family of the lab's blocks."""
+
+    code: str
+    gpt2: str | Refused  # the class for GPT-2 blocks
+    llama: str | Refused  # the class for Llama blocks (Phi-3's where RoPE turns part of each head)
+
+
+_ALIBI = Refused(
+    "ALiBi has no counterpart: transformers has ALiBi only in BLOOM and MPT, whose blocks are "
+    "neither GPT-2's nor Llama's (an extra norm after the embeddings, other MLPs)"
+)
+EXPORTS: dict[str, PositionExport] = {
+    e.code: e
+    for e in (
+        PositionExport(
+            "ape",
+            gpt2="GPT2LMHeadModel",
+            llama=Refused(
+                "Llama blocks with a learned position table (a compiled APE program) have no counterpart: no "
+                "transformers architecture adds a position table to RMSNorm and SwiGLU blocks; compile the "
+                "program with --pe rope or --pe nope to export it"
+            ),
+        ),
+        PositionExport(
+            "rope",
+            gpt2=Refused("GPT-2 blocks with rope positions have no counterpart in transformers"),
+            llama="LlamaForCausalLM",
+        ),
+        PositionExport("nope", gpt2="GPT2LMHeadModel", llama="SmolLM3ForCausalLM"),
+        PositionExport("alibi", gpt2=_ALIBI, llama=_ALIBI),
+    )
+}
+
+
+def _class_or_refusal(entry: str | Refused) -> str:
+    if isinstance(entry, Refused):
+        raise ExportError(entry.why)
+    return entry
+
+
 def architecture_of(config: ModelConfig) -> str:
     """The transformers class that computes what `config` does, or ExportError naming what has none."""
-    if config.position == "alibi":
-        raise ExportError(
-            "ALiBi has no counterpart: transformers has ALiBi only in BLOOM and MPT, whose blocks are "
-            "neither GPT-2's nor Llama's (an extra norm after the embeddings, other MLPs)"
-        )
+    exported = EXPORTS[config.position]
     if config.block == "gpt2":
-        if config.position not in ("ape", "nope"):
-            raise ExportError(f"GPT-2 blocks with {config.position} positions have no counterpart in transformers")
+        architecture = _class_or_refusal(exported.gpt2)
         if config.kv_heads != config.n_heads or config.head_dim * config.n_heads != config.d_model:
             raise ExportError(
                 f"GPT-2 blocks with {config.kv_heads} key/value heads for {config.n_heads} query heads of width "
                 f"{config.head_dim} (d_model {config.d_model}): GPT2LMHeadModel holds only n_heads heads of "
                 "width d_model / n_heads"
             )
-        return "GPT2LMHeadModel"
-    if config.position == "ape":
-        raise ExportError(
-            "Llama blocks with a learned position table (a compiled APE program) have no counterpart: no "
-            "transformers architecture adds a position table to RMSNorm and SwiGLU blocks; compile the "
-            "program with --pe rope or --pe nope to export it"
-        )
+        return architecture
+    architecture = _class_or_refusal(exported.llama)
     if config.qkv_bias:
         raise ExportError("Llama blocks with q/k/v biases (Qwen2's) are not exported")
-    if config.position == "nope":
-        return "SmolLM3ForCausalLM"
-    return "LlamaForCausalLM" if config.rotary_dim == config.head_dim else "Phi3ForCausalLM"
+    if architecture == "LlamaForCausalLM" and config.rotary_dim != config.head_dim:
+        return "Phi3ForCausalLM"  # Llama's blocks with partial_rotary_factor
+    return architecture
 
 
 def _gpt2(config: ModelConfig, p: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:

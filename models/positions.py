@@ -6,8 +6,9 @@ An encoding acts in at most three places, and its entry says which:
 - `rotate`: queries and keys rotated by their positions before the scores (RoPE).
 - `score_bias`: a bias on the attention scores computed from query and key positions (ALiBi),
   shared by every layer and read from the positions the KV cache keeps.
-The transformer asks the entry, never the name, so an encoding is added here and in the theory's
-table (crasp.position_encodings, same codes; a test keeps the two equal).
+The transformer asks the entry, never the name. This is the model layer's part of an encoding's
+row, whose identity (name, theorem) is crasp.position_encodings; the other layers' parts and the
+test that every encoding has every one are in docs/layout.md ("Position encodings").
 """
 
 from __future__ import annotations

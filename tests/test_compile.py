@@ -137,8 +137,8 @@ def test_unsupported_programs_are_refused_naming_the_node_and_its_place(text, pe
 
 
 def test_an_encoding_that_biases_the_scores_is_refused_with_the_ones_the_compiler_builds():
-    """ALiBi's bias would tilt the averaging heads: the compiler takes the encodings the model's
-    table gives no score bias, and says which."""
+    """ALiBi's bias would tilt the averaging heads: the compiler's table (compiler.positions)
+    refuses it, and the error says which encodings the compiler builds."""
     with pytest.raises(CompileError, match="position encoding 'alibi'; the compiler builds ape, rope and nope"):
         compile_text('alphabet: <bos> a\naccept: seen\nseen := #[j <= i] Q("a") >= 1\n', "prog.crasp", "alibi", 64)
 

@@ -17,11 +17,9 @@ from crasplab.models import (
 )
 from crasplab.models.positions import POSITIONS
 from crasplab.models.transformer import LayerNorm
-from crasplab.train.config import ARCHITECTURE_OF_POSITION
 from crasplab.train.config import PRESETS as TRAIN_PRESETS
 from flax import nnx
 
-from crasp.fragment import POSITION_ENCODINGS
 from tests.tiny import STYLES, random_tokens, tiny_model
 
 
@@ -199,11 +197,6 @@ def test_published_parameter_counts_of_pretrained_shapes():
     assert parameter_count(PRESETS["qwen2.5_0.5b"]) == 494_032_768
     assert parameter_count(PRESETS["gpt2_124m"]) == 124_439_808
     assert parameter_count(PRESETS["gemma3_270m"]) == 268_098_176  # the tensors of its GGUF file
-
-
-def test_the_models_and_the_predictions_know_the_same_position_encodings():
-    assert POSITIONS == POSITION_ENCODINGS
-    assert set(ARCHITECTURE_OF_POSITION) <= set(POSITIONS)
 
 
 def test_bad_config_and_preset_names_are_clear_errors():

@@ -22,11 +22,16 @@ from crasplab.records.run_folder import RunFolderError, read_run_config
 from crasplab.records.settings import Settings, SettingsError
 
 SCHEDULES = ("linear", "constant")
-# The block each position encoding gets, as in the official from-scratch setups of the
+# The block each position encoding gets from scratch, as in the official from-scratch setups of the
 # retrieval/copying paper: Llama blocks (RMSNorm, SwiGLU, untied output) with base 500 for RoPE,
-# GPT-2 blocks (LayerNorm, GELU) for APE, NoPE and every other encoding.
-ARCHITECTURE_OF_POSITION = {"rope": dict(block="llama", rope_base=500.0, tie_embeddings=False)}
+# GPT-2 blocks (LayerNorm, GELU) for APE and NoPE; ALiBi, the lab's addition, takes GPT-2's like APE.
 GPT2_BLOCKS = dict(block="gpt2")
+ARCHITECTURE_OF_POSITION = {
+    "ape": GPT2_BLOCKS,
+    "rope": dict(block="llama", rope_base=500.0, tie_embeddings=False),
+    "nope": GPT2_BLOCKS,
+    "alibi": GPT2_BLOCKS,
+}
 # The ModelConfig fields a ModelSettings' `architecture` may set: all but its own size, encoding
 # and dtype fields, and the vocabulary and position table, which the task decides.
 SET_ELSEWHERE = ("vocab_size", "max_positions", "n_layers", "n_heads", "d_model", "d_ff", "dtype", "position")
@@ -121,7 +126,7 @@ class ModelSettings(Settings):
             d_ff=self.d_ff or 4 * self.d_model,
             dtype=self.dtype,
             position=self.pe,
-            **{**ARCHITECTURE_OF_POSITION.get(self.pe, GPT2_BLOCKS), **self.architecture},
+            **{**ARCHITECTURE_OF_POSITION[self.pe], **self.architecture},
         )
 
     def build(self, vocab_size: int, max_positions: int, seed: int) -> Transformer:

@@ -23,7 +23,8 @@ from crasp.tasks import Task
 from crasplab.compiler import DEFAULT_MAX_LENGTH, compile_program, definition_places
 from crasplab.compiler.folder import CHECKPOINT_FILE, DESCRIPTION_FILE, compiled_checkpoint, save_compiled
 from crasplab.compiler.job import compiled_job, write_compiled_job
-from crasplab.compiler.lower import COMPILED_ENCODINGS, CompileError
+from crasplab.compiler.lower import CompileError
+from crasplab.compiler.positions import COMPILED_ENCODINGS
 from crasplab.compiler.run import answers_right, output_table, require_dtype_available
 from crasplab.errors import command_boundary
 from crasplab.records.run_folder import check_output_folder

@@ -38,7 +38,8 @@ from crasp import expr as E
 from crasp.position_encodings import PE_NAMES
 from crasp.program import Program
 from crasplab.compiler.plan import ONE, START, Affine, Feature, HeadGroup, Step
-from crasplab.models.positions import SCHEMES, PositionScheme
+from crasplab.compiler.positions import COMPILATIONS, COMPILED_ENCODINGS
+from crasplab.models.positions import SCHEMES
 
 BOS = "<bos>"
 STEP_OFFSET = 64.0  # T of plan.Step: silu(x) = x exactly for x >= 38 and ~0 for x <= -64 in float64
@@ -48,23 +49,20 @@ LOCAL_SCORE_MARGIN = 60.0  # local heads: score gap between the peak, the sink a
 EXACT_STEP_INPUT = 2.0**30  # |gain * z| below this keeps (g + T) - (g - T) = 2T exact in float32
 ROPE_DIM, ROPE_BASE = 32, 100.0
 ARITH = {"+": operator.add, "-": operator.sub, "min": min, "max": max}
-# A bias on the attention scores (ALiBi) would tilt the uniform heads whose averages are counts:
-# the compiler builds the encodings that leave the scores to the heads' queries and keys.
-COMPILED_ENCODINGS = tuple(code for code, scheme in SCHEMES.items() if scheme.score_bias is None)
 
 
-def _has_table(scheme: PositionScheme) -> bool:
-    return scheme.learned_table
+def _compiled_where(holds) -> tuple[str, ...]:
+    """The encodings the compiler builds for which `holds(code)`, to name them in an error."""
+    return tuple(code for code in COMPILED_ENCODINGS if holds(code))
 
 
-def _locates(scheme: PositionScheme) -> bool:
-    """Whether a head can single out the key at j = i - c (the local relation): a learned position
-    table gives the query and key codes, a rotation turns the query back by c positions."""
-    return scheme.learned_table or scheme.rotate is not None
+def _tabled(code: str) -> bool:
+    return SCHEMES[code].learned_table
 
 
-def _encodings_that(has) -> tuple[str, ...]:
-    return tuple(code for code in COMPILED_ENCODINGS if has(SCHEMES[code]))
+def _compiles(operation: str):
+    """Whether an encoding's fragment has `operation` ("local" or "periodic")."""
+    return lambda code: getattr(COMPILATIONS[code].fragment, operation)
 
 
 def _listed(codes: tuple[str, ...], last: str) -> str:
@@ -203,9 +201,14 @@ def _count_through_definitions(node: E.Expr, name: str) -> tuple[E.CountOf | Non
 class Lowering:
     def __init__(self, program: Program, pe: str, max_length: int, places: dict[str, str] | None = None):
         if pe not in COMPILED_ENCODINGS:
-            raise CompileError(f"position encoding {pe!r}; the compiler builds {_listed(COMPILED_ENCODINGS, 'and')}")
+            refused = COMPILATIONS[pe].refused if pe in COMPILATIONS else ""
+            raise CompileError(
+                f"position encoding {pe!r}; the compiler builds {_listed(COMPILED_ENCODINGS, 'and')}"
+                + (f" ({PE_NAMES[pe]}: {refused})" if refused else "")
+            )
         self.program, self.pe, self.max_length = program, pe, max_length
         self.scheme = SCHEMES[pe]
+        self.fragment = COMPILATIONS[pe].fragment  # the operations the program may use
         self.alphabet = program.alphabet
         self.places = places or {}
         self.context: list[str] = []  # the definitions being lowered, innermost last
@@ -249,7 +252,7 @@ class Lowering:
             raise CompileError(
                 f"{self.where()} needs the first position, which --pe {self.pe} recognizes by its "
                 f"symbol {BOS}; the alphabet ({' '.join(self.alphabet)}) lacks it: add it, or "
-                f"compile with --pe {_listed(_encodings_that(_has_table), 'or')}"
+                f"compile with --pe {_listed(_compiled_where(_tabled), 'or')}"
             )
         return {START: 1.0}
 
@@ -367,8 +370,8 @@ class Lowering:
         return self._BoolConst(E.BoolConst(left == right if node.op == "=" else left < right), env)
 
     def _Periodic(self, node, env) -> Affine:
-        if not self.scheme.learned_table:
-            tabled = _encodings_that(_has_table)
+        if not self.fragment.periodic:
+            tabled = _compiled_where(_compiles("periodic"))
             raise self.unsupported(
                 node,
                 f"MOD reads absolute positions, which only the {_listed(tuple(PE_NAMES[c] for c in tabled), 'or')} "
@@ -536,10 +539,11 @@ class Lowering:
             if constant is not None:  # #[j <= i] true = i: its average is the constant 1
                 return Count("averaged", {ONE: constant} if constant else {})
             return Count("averaged", {self.head("uniform", (), body, f"{name} / i", "average over j <= i"): 1.0})
-        if not _locates(self.scheme):
+        if not self.fragment.local:
+            locating = _compiled_where(_compiles("local"))
             raise self.unsupported(
                 node,
-                f"the local relation j = i - c needs positions (--pe {_listed(_encodings_that(_locates), 'or')}); "
+                f"the local relation j = i - c needs positions (--pe {_listed(locating, 'or')}); "
                 f"{PE_NAMES[self.pe]} compiles C-RASP[] programs (counts over every j <= i) only",
             )
         if node.offset == 0:

@@ -146,16 +146,16 @@ def counted_agreement(generalizes: bool | None, verdict: Verdict, discriminates:
     return agrees(generalizes, verdict) if counted else None
 
 
-# Fitted seeds a verdict needs: five for APE, whose theorem the lab tests first; three elsewhere.
-REQUIRED_FITTED_SEEDS = {"ape": 5}
-DEFAULT_REQUIRED_FITTED_SEEDS = 3
+# Fitted seeds a verdict needs, per position encoding: five for APE, whose theorem the lab tests
+# first; three for the others.
+REQUIRED_FITTED_SEEDS = {"ape": 5, "rope": 3, "nope": 3, "alibi": 3}
 
 
 def rules_for(pe: str, threshold: float | None = None) -> VerdictRules:
     """The rules of a protocol run with position encoding `pe` (`threshold`: None for the default)."""
     return VerdictRules(
         threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-        min_fitted_seeds=REQUIRED_FITTED_SEEDS.get(pe, DEFAULT_REQUIRED_FITTED_SEEDS),
+        min_fitted_seeds=REQUIRED_FITTED_SEEDS[pe],
     )
 
 

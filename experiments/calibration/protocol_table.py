@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crasp.position_encodings import IN_THE_PAPERS, PE_NAMES
 from crasplab.reports.length_gen import task_layers
 from crasplab.reports.protocol import control_text, recipe_text
 from crasplab.verdicts.counting import apply_controls
@@ -74,7 +75,8 @@ PAPER_SCALE_RUNS = ("protocol-paper-ape",)
 RUNS = CURRENT_RUNS + EARLIER_RUNS + PAPER_SCALE_RUNS
 # The headline's rows: the paper's sampler first, each in the task library's order.
 TASK_ORDER = ("UL", "UR", "NLFirst", "NRFirst", "NLLast", "NRLast", "UF", "UB", "NF", "NB")
-ENCODINGS = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}
+# The encodings the protocol trains (the papers'), by the names the page shows.
+ENCODINGS = {pe: PE_NAMES[pe] for pe in IN_THE_PAPERS}
 PROTOCOL_PRESET = PRESETS["protocol"]
 
 # The retrieval/copying paper's from-scratch numbers as the lab's spec records them (read from the
@@ -463,7 +465,7 @@ def paper_table(runs: dict[str, tuple[dict, dict]]) -> str:
         rows = {pe: by_key[key] for pe, by_key in cells.items() if key in by_key}
         lab = {pe: _accuracies(rows[pe]) if pe in rows else "not run" for pe in ENCODINGS}
         paper = {}
-        for pe in ("ape", "rope"):
+        for pe in PAPER_FIGURE[task]:
             figure = " / ".join(f"{a:.2f}" for a in PAPER_FIGURE[task][pe])
             means = PAPER_THREE_SEED_MEANS.get(task, {}).get(pe)
             paper[pe] = figure + (f" (one seed; three seeds: {' / '.join(f'{a:.2f}' for a in means)})" if means else "")

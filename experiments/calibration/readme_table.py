@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from crasp.position_encodings import IN_THE_PAPERS, PE_NAMES
+
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "evidence"  # the kept runs
-ENCODINGS = {"ape": "APE", "rope": "RoPE", "nope": "NoPE"}  # folder suffix -> name shown
+ENCODINGS = {pe: PE_NAMES[pe] for pe in IN_THE_PAPERS}  # folder suffix -> name shown
 
 
 def cell(row: dict) -> str:

@@ -144,7 +144,8 @@ def _model_config(
     architecture: Architecture, hyperparameters: dict, tensor_names: tuple[str, ...], where: str
 ) -> ModelConfig:
     try:
-        return architecture.config(hyperparameters, frozenset(tensor_names), where)
+        config = architecture.config(hyperparameters, frozenset(tensor_names), where)
+        return config.replace(position=architecture.position)
     except UnsupportedModelError:  # a ValueError too, already saying what is wrong
         raise
     except ValueError as error:  # ModelConfig's own checks: values that fit no model together

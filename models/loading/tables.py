@@ -54,9 +54,10 @@ class Architecture:
     """A source format's architecture: its hyperparameters and its name-mapping table."""
 
     name: str
-    # (GGUF metadata or config.json, the source's tensor names, where) -> config
+    # (GGUF metadata or config.json, the source's tensor names, where) -> config, its position aside
     config: Callable[[dict[str, Any], frozenset[str], str], ModelConfig]
     rules: tuple[Rule, ...]
+    position: str  # the encoding of every model it loads (a code of models.positions.SCHEMES)
 
 
 _REQUIRED = object()
@@ -133,7 +134,6 @@ class _GGUFHyperparameters:
                 n_kv_heads=self.size("attention.head_count_kv", n_heads),
                 d_ff=self.size("feed_forward_length"),
                 d_head=self.size("attention.key_length", d_model // n_heads),
-                position="rope",
                 max_positions=self.size("context_length", context),
                 rope_base=self.real("rope.freq_base", rope_base),
                 norm_eps=self.real("attention.layer_norm_rms_epsilon"),
@@ -159,6 +159,7 @@ _GGUF_BLOCK = r"blk\.(?P<layer>\d+)\."
 GGUF_LLAMA = Architecture(
     name="llama",
     config=_gguf_llama_config,
+    position="rope",
     rules=(
         Rule(r"token_embd\.weight", ("embed.embedding",)),
         Rule(r"output_norm\.weight", ("final_norm.scale",)),
@@ -213,6 +214,7 @@ def _gguf_gemma3_config(metadata: dict[str, Any], tensor_names: frozenset[str], 
 GGUF_GEMMA3 = Architecture(
     name="gemma3",
     config=_gguf_gemma3_config,
+    position="rope",
     # Gemma rotates in the rotate_half layout and llama.cpp keeps it (NEOX rope): no row permutation.
     rules=(
         Rule(r"token_embd\.weight", ("embed.embedding",)),
@@ -266,7 +268,6 @@ def _llama_family_config(config: dict[str, Any], where: str, *, qkv_bias: bool) 
         d_ff=_size(config, "intermediate_size", where),
         d_head=head_dim,
         block="llama",
-        position="rope",
         max_positions=_size(config, "max_position_embeddings", where, 2048),
         rope_base=base,
         rope_dim=int(head_dim * factor),
@@ -305,7 +306,6 @@ def _hf_gpt2_config(config: dict[str, Any], tensor_names: frozenset[str], where:
         n_heads=_size(config, "n_head", where),
         d_ff=_size(config, "n_inner", where, 4 * d_model),
         block="gpt2",
-        position="ape",
         max_positions=_size(config, "n_positions", where),
         norm_eps=_real(config, "layer_norm_epsilon", where, 1e-5),
         tie_embeddings=True,
@@ -325,8 +325,8 @@ _HF_LLAMA_RULES = (
     Rule(_HF_LAYER + r"self_attn\.o_proj\.weight", ("layers.{layer}.attn.o.kernel",), (transpose,)),
     Rule(_HF_LAYER + r"mlp\.(?P<p>gate|up|down)_proj\.weight", ("layers.{layer}.mlp.{p}.kernel",), (transpose,)),
 )
-HF_LLAMA = Architecture(name="llama", config=_hf_llama_config, rules=_HF_LLAMA_RULES)
-HF_QWEN2 = Architecture(name="qwen2", config=_hf_qwen2_config, rules=_HF_LLAMA_RULES)
+HF_LLAMA = Architecture(name="llama", config=_hf_llama_config, rules=_HF_LLAMA_RULES, position="rope")
+HF_QWEN2 = Architecture(name="qwen2", config=_hf_qwen2_config, rules=_HF_LLAMA_RULES, position="rope")
 
 # GPT2LMHeadModel saves names under "transformer."; GPT2Model (the hub's gpt2) without it.
 _GPT2 = r"(?:transformer\.)?"
@@ -344,6 +344,7 @@ def _gpt2_affine(source: str, *targets: str, weight: str) -> tuple[Rule, Rule]:
 HF_GPT2 = Architecture(
     name="gpt2",
     config=_hf_gpt2_config,
+    position="ape",
     rules=(
         Rule(_GPT2 + r"wte\.weight", ("embed.embedding",)),
         Rule(_GPT2 + r"wpe\.weight", ("pos_embed.embedding",)),
