@@ -34,6 +34,8 @@ def test_every_table_is_on_exactly_one_page():
         "in-context gaps",
         "fine-tuning",
         "fine-tuning seeds",
+        "mechanism claims",
+        "lorem",
     }
     assert sorted(names) == sorted(expected)
     assert "findings" in page_blocks()["README.md"]

@@ -552,6 +552,18 @@ def matched_claim_statements(summary: dict) -> list[str]:
     return lines
 
 
+def claims_markdown(summaries: dict[str, dict]) -> str:
+    """Each kept run's reading of the paper's claims, as its report states them: from the paired
+    judgements where the run has matched controls, else against its random control."""
+    parts = []
+    for name, summary in summaries.items():
+        paired = "matched" in summary
+        statements = matched_claim_statements(summary) if paired else claim_statements(summary)
+        against = "paired, against no ablation and every control" if paired else "against the random control"
+        parts.append(f"**{name}** ({against}):\n\n" + "\n".join(statements))
+    return "\n\n".join(parts) + "\n"
+
+
 def direction_statements(summary: dict) -> list[str]:
     lines = []
     for d in summary["direction"]:

@@ -310,6 +310,28 @@ def lorem_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def lorem_models_table(summaries: list[dict]) -> str:
+    """The lorem runs of several models side by side, each direction pooled over its lengths: exact
+    match, token accuracy, the accuracy after unambiguous and after ambiguous tokens, their gap, and
+    the gap with paragraphs resampled whole with Holm's reading over the run's directions."""
+    lines = [
+        "| model | direction | paragraphs | exact match | token accuracy | first errors (after ambiguous) "
+        "| after unambiguous | after ambiguous | gap | gap, by paragraph | after correction |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for summary in summaries:
+        for name, cell in summary["pooled"].items():
+            by_paragraph = cell["paragraph_gap"]
+            lines.append(
+                f"| {summary['model']} | {name} | {cell['items']} | {shown(cell['exact'])} "
+                f"| {cell['token_accuracy']:.2f} | {cell['first_errors']} "
+                f"({cell['first_errors_after_ambiguous_share']:.0%}) | {shown(cell['after_unambiguous'])} "
+                f"| {shown(cell['after_ambiguous'])} | {shown(cell['gap'], signed=True)} "
+                f"| {shown(by_paragraph, signed=True)} | {by_paragraph['corrected'] if by_paragraph else '-'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def draw_lorem_figure(summary: dict, path: Path) -> None:
     """Exact match and token accuracy against length per direction, and the accuracy after
     unambiguous and after ambiguous tokens."""

@@ -17,6 +17,9 @@ Each page keeps its prose; only the blocks between `<!-- BEGIN generated NAME ..
                              (crasplab.reports.in_context.families_markdown)
     fine-tuning              the quick fine-tuning run, before and after (crasplab.reports.finetune.markdown_table)
     fine-tuning seeds        the power preset's runs, one per seed (crasplab.reports.finetune.seeds_table)
+    mechanism claims         each kept pretrained mechanism run's reading of the paper's claims
+                             (crasplab.reports.mechanism.claims_markdown)
+    lorem                    the lorem runs of each model, directions pooled (crasplab.reports.realistic)
 
 tests/test_results_pages.py fails when a committed page differs from what this writes.
 """
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from crasp.position_encodings import encoding
 from crasplab.records.files import write_text
-from crasplab.reports import finetune, in_context
+from crasplab.reports import finetune, in_context, mechanism, realistic
 from crasplab.reports.results_pages import fill, stale_pages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,9 +52,13 @@ PAGES = (
     "docs/one-seed.md",
     "docs/pretrained.md",
     "docs/finetuning.md",
+    "docs/mechanism.md",
+    "docs/realistic.md",
 )
 IN_CONTEXT_RUNS = ("smollm2", "gemma3-270m")  # evidence/pretrained/<model>, in the table's column order
 FINETUNE_RUN = ROOT / "evidence" / "finetune" / "quick-run"
+MECHANISM_RUNS = ("smollm2", "smollm2-matched", "smollm2-retrieval-short", "gemma3-270m")  # evidence/mechanism/
+LOREM_RUNS = ("lorem-smollm2", "lorem-gemma3-270m")  # evidence/realistic/
 FINETUNE_SEED_RUNS = tuple(ROOT / "evidence" / "finetune" / f"smollm2-power-seed{seed}" for seed in range(3))
 # The README's findings link each encoding to its section of the per-run tables (docs/protocol-runs.md).
 RUNS_PAGE = "docs/protocol-runs.md"
@@ -114,6 +121,18 @@ def fine_tuning_seeds() -> str:
     return finetune.seeds_table([finetune.summarize(run) for run in FINETUNE_SEED_RUNS])
 
 
+def mechanism_claims() -> str:
+    return mechanism.claims_markdown(
+        {run: mechanism.summarize(ROOT / "evidence" / "mechanism" / run) for run in MECHANISM_RUNS}
+    )
+
+
+def lorem() -> str:
+    return realistic.lorem_models_table(
+        [realistic.summarize_lorem(ROOT / "evidence" / "realistic" / run) for run in LOREM_RUNS]
+    )
+
+
 def render(name: str) -> str:
     """The text of the generated block called `name`; KeyError for a name no block has."""
     if name.startswith("run "):
@@ -126,6 +145,8 @@ def render(name: str) -> str:
         "in-context gaps": in_context_gaps,
         "fine-tuning": fine_tuning,
         "fine-tuning seeds": fine_tuning_seeds,
+        "mechanism claims": mechanism_claims,
+        "lorem": lorem,
     }
     if name not in blocks:
         raise KeyError(f"known: {', '.join(blocks)}, run FOLDER")
