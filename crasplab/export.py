@@ -128,6 +128,10 @@ def architecture_of(config: ModelConfig) -> str:
                 "width d_model / n_heads"
             )
         return architecture
+    if config.block != "llama":
+        # Gemma 3's blocks (norms after attention and the MLP, (1 + scale) RMSNorm) are not Llama's:
+        # written as LlamaForCausalLM they would load and compute something else.
+        raise ExportError(f"{config.block} blocks are not exported; the exporter writes GPT-2 and Llama blocks")
     architecture = _class_or_refusal(exported.llama)
     if config.qkv_bias:
         raise ExportError("Llama blocks with q/k/v biases (Qwen2's) are not exported")

@@ -154,6 +154,7 @@ def test_a_compiled_job_folder_exports_to_the_lab_logits_and_answers_in_transfor
         (dict(block="llama", position="ape"), "Llama blocks with a learned position table"),
         (dict(block="gpt2", position="ape", n_kv_heads=2), "GPT2LMHeadModel holds only n_heads heads"),
         (dict(block="gpt2", position="rope"), "GPT-2 blocks with rope positions"),
+        (dict(block="gemma3", position="rope"), "gemma3 blocks are not exported"),
     ],
 )
 def test_what_has_no_counterpart_is_refused_naming_it(config, named):
