@@ -117,10 +117,10 @@ def run(cells: CellsSettings, out: Path) -> None:
         config, bin_index = settings.train[task], cells.bins[task]
         lo, hi = config.test_bins[bin_index]
         longest = config.train_lengths[1]
-        finished = {seed: record for seed, record in finals.get(task, {}).items() if record["finished"]}
+        finished = {seed: job for seed, job in finals.get(task, {}).items() if job.finished}
         seeds, pooled = [], []
         for seed in fitted_seeds(protocol, finished):
-            recorded = BinEval.from_dict(finished[seed]["bins"][bin_index])
+            recorded = finished[seed].final.bins[bin_index]
             distances_N, counts_N, exact_N = seed_cells(run_dir, task, seed, bin_index, recorded)
             seeds.append(dict(seed=seed, quadrants=quadrant_counts(distances_N, counts_N, exact_N, longest)))
             pooled.append((distances_N, counts_N, exact_N))

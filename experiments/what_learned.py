@@ -31,7 +31,7 @@ from crasp.tasks import get_task
 from crasplab.cli.arguments import add_run_folder_flags, run_from_flags
 from crasplab.cli.experiment import Report
 from crasplab.records.files import write_json, write_text
-from crasplab.records.job_folder import BinEval, job_folder, run_jobs, run_records
+from crasplab.records.job_folder import job_folder, run_jobs, run_records
 from crasplab.records.run_folder import RunFolderError
 from crasplab.records.settings import SettingsError
 from crasplab.verdicts.counting import final_evaluations, fitted_seeds
@@ -144,13 +144,13 @@ def run(settings: RunSettings, out: Path, run_dir: Path) -> None:
         exact_names = {a["name"] for a in entry["discrimination"]["approximations"] if a["exact_on_training"]}
         config, overrides = settings.train[task_code], settings.task_overrides[task_code]
         members = family(task_code, get_task(task_code, **overrides), config.train_lengths[1], exact_names)
-        finished = {seed: record for seed, record in finals.get(task_code, {}).items() if record["finished"]}
+        finished = {seed: job for seed, job in finals.get(task_code, {}).items() if job.finished}
         seeds = []
         for seed in fitted_seeds(protocol, finished):
             trained = load_trained_model(job_folder(run_dir, task_code, seed))
             bins = []
             for index, eval_set in enumerate(evaluation_strings(trained)[1:], start=1):
-                recorded = BinEval.from_dict(finished[seed]["bins"][index])
+                recorded = finished[seed].final.bins[index]
                 exact, agreements = bin_agreements(trained, eval_set, members)
                 if int(exact.sum()) != recorded.correct or len(exact) != recorded.n:
                     raise SystemExit(

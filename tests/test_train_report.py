@@ -64,8 +64,8 @@ def run_dir(tmp_path, verdicts):
         eval_record("NF", 0, 1000, [1.0, 0.95, 0.95]),
         eval_record("NF", 1, 1000, [1.0, 0.1, 0.0]),
         eval_record("NB", 0, 1000, [1.0, 0.2, 0.0]),
-        dict(kind="result", task="UF", seed=0, steps=1000, stopped_early=True, elapsed_s=10.0),
-        dict(kind="result", task="UF", seed=1, steps=1000, stopped_early=False, elapsed_s=12.0),
+        dict(kind="result", task="UF", seed=0, pe="ape", steps=1000, stopped_early=True, elapsed_s=10.0, bins=[]),
+        dict(kind="result", task="UF", seed=1, pe="ape", steps=1000, stopped_early=False, elapsed_s=12.0, bins=[]),
     ]
     write_run_records(tmp_path, records)
     settings = RunSettings.from_dict(config)
@@ -404,7 +404,8 @@ def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdict
     ]
     length_gen.main(argv)
     records = run_records(out, run_jobs(["UF", "NF"], [0]))
-    assert {(r["task"], r["kind"]) for r in records} >= {("UF", "eval"), ("NF", "eval"), ("UF", "result")}
+    assert [(job.task, job.final is not None) for job in records] == [("UF", True), ("NF", True)]
+    assert records[0].finished
     for name in ("config.json", "summary.json", "report.md", "accuracy_by_length.png"):
         assert (out / name).exists(), name
     first = (out / "UF" / "seed0" / "result.json").read_text()

@@ -86,17 +86,18 @@ def _gap(kind: str, first: str, second: str, counts: dict, lengths: list[int]) -
 
 def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
-    config = read_run_settings(run_dir, PretrainedSettings, EXPERIMENT, facts=("architecture",))
+    recorded = read_run_settings(run_dir, PretrainedSettings, EXPERIMENT, facts=("architecture",))
+    settings = recorded.settings
     records = read_jsonl(run_dir / RESULTS_FILE)
     counts = _counts(records)
-    lengths = list(config["lengths"])
+    lengths = list(settings.lengths)
     floors = {
         task: task_floor(task, [record for record in records if record["task"] == task])
-        for task in config["tasks"]
+        for task in settings.tasks
         if any(record["task"] == task for record in records)
     }
     cells = []
-    for task in config["tasks"]:
+    for task in settings.tasks:
         for length in lengths:
             if (task, length) in counts:
                 correct, total = counts[(task, length)]
@@ -115,7 +116,7 @@ def summarize(run_dir: Path) -> dict:
     gaps = [
         gap
         for kind, first, second in GAPS
-        if first in config["tasks"] and second in config["tasks"]
+        if first in settings.tasks and second in settings.tasks
         for gap in [_gap(kind, first, second, counts, lengths)]
         if gap is not None
     ]
@@ -130,18 +131,18 @@ def summarize(run_dir: Path) -> dict:
         gap["at_floor"] = [task for task in (gap["first"], gap["second"]) if floors[task]["at_floor"]]
     seconds = sum(record["seconds"] for record in records)
     return dict(
-        model=config["model"],
-        architecture=config["architecture"],
-        tasks=config["tasks"],
+        model=settings.model,
+        architecture=recorded.facts["architecture"],
+        tasks=list(settings.tasks),
         lengths=lengths,
-        planned=len(config["tasks"]) * len(lengths) * config["n"],
+        planned=len(settings.tasks) * len(lengths) * settings.n,
         evaluated=len(records),
         cells=cells,
         pooled=pooled,
         floors=floors,
         family=f"the {len(gaps)} pooled gaps of this report",
         gaps=gaps,
-        predictions={task: dataclasses.asdict(predict(task, "ape")) for task in config["tasks"]},
+        predictions={task: dataclasses.asdict(predict(task, "ape")) for task in settings.tasks},
         generation_seconds=seconds,
         prompts_per_second=len(records) / seconds if seconds else None,
     )

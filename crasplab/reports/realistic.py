@@ -88,13 +88,14 @@ def _summarize_grid(run_dir: Path, grid: Grid, summarize_cell) -> dict:
     """`summarize_cell` of the records of each (condition, size) cell and of each condition, and the
     exact-match gap forward minus backward, per size and pooled."""
     settings_type = {"lorem": LoremRunSettings, "git": GitRunSettings}[grid.experiment]
-    config = read_run_settings(run_dir, settings_type, f"{EXPERIMENT} {grid.experiment}", facts=("architecture",))
+    recorded = read_run_settings(run_dir, settings_type, f"{EXPERIMENT} {grid.experiment}", facts=("architecture",))
+    settings = recorded.settings
     records = read_jsonl(Path(run_dir) / RESULTS_FILE)
     by_cell, by_condition = defaultdict(list), defaultdict(list)
     for record in records:
         by_cell[(record[grid.condition], record[grid.size])].append(record)
         by_condition[record[grid.condition]].append(record)
-    conditions, sizes = config[grid.conditions], config[grid.sizes]
+    conditions, sizes = list(getattr(settings, grid.conditions)), list(getattr(settings, grid.sizes))
     cells = {
         (condition, size): summarize_cell(by_cell[(condition, size)])
         for condition in conditions
@@ -114,11 +115,11 @@ def _summarize_grid(run_dir: Path, grid: Grid, summarize_cell) -> dict:
         ]
         gaps.append(dict(size="pooled", **difference(pooled[first]["exact"], pooled[second]["exact"])))
     return {
-        "model": config["model"],
-        "architecture": config["architecture"],
+        "model": settings.model,
+        "architecture": recorded.facts["architecture"],
         grid.conditions: conditions,
         grid.sizes: sizes,
-        "planned": len(conditions) * len(sizes) * config["n"],
+        "planned": len(conditions) * len(sizes) * settings.n,
         "cells": [{grid.condition: condition, grid.size: size, **cell} for (condition, size), cell in cells.items()],
         "pooled": pooled,
         "gaps": gaps,

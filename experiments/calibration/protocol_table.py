@@ -19,12 +19,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crasplab.reports.length_gen import task_layers
 from crasplab.reports.protocol import control_text, recipe_text
 from crasplab.verdicts.counting import apply_controls
 from crasplab.verdicts.rules import Verdict, counted_agreement
 from crasplab.reports.what_learned import NONE_OF_THEM, behaviour
-from crasplab.train.config import PRESETS
+from crasplab.train.config import PRESETS, RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "evidence"  # the kept runs
@@ -126,6 +125,11 @@ def bin_cell(b: dict, row: dict) -> str:
     reason = not_counted_reason(b)
     counted = f"; not counted: {reason}" if reason else ""
     return f"{b['verdict']}{MARKS[b['agrees']]} ({passing} of {len(seeds)} pass, {spread}{counted})"
+
+
+def task_layers(config: dict, task: str) -> int:
+    """The depth a task of the run trained at: the run's model with the task's changes."""
+    return RunSettings.from_dict(config).model_for(task).n_layers
 
 
 def model_width(config: dict) -> str:
