@@ -171,3 +171,17 @@ def test_a_run_config_reads_into_its_settings_and_the_facts_recorded_beside_them
     (tmp_path / "config.json").write_text(json.dumps(dict(now, architecture="llama")))
     recorded = read_run_settings(tmp_path, FinetuneSettings, "experiments/finetune.py")
     assert recorded.settings == FinetuneSettings() and recorded.facts == dict(architecture="llama")
+
+
+def test_a_job_json_written_when_it_named_its_folder_reads_as_the_job_in_the_folder_it_lies_in(tmp_path):
+    from crasplab.train.loop import Job
+    from crasplab.train.runs import read_job
+
+    old, new = JobFolder.of(tmp_path / "old", "UR", 5), JobFolder.of(tmp_path / "new", "UR", 5)
+    job = Job(
+        task_code="UR", seed=5, model=ModelSettings(n_layers=1), train=TrainConfig(), task_overrides={}, out_dir=""
+    )
+    write_json(old.job_file, dict(job.to_dict(), out_dir=str(tmp_path / "elsewhere")))
+    write_json(new.job_file, job.to_dict())
+    assert read_job(old.path) == dataclasses.replace(read_job(new.path), out_dir=str(old.path))
+    assert read_job(old.path).out_dir == str(old.path)

@@ -11,6 +11,7 @@ from crasp.prediction import predict
 from crasp.tasks import CONTROLS
 from crasplab.records.job_folder import BinEval, EvalRecord, JobRecords, JobResult
 from crasplab.records.settings import SettingsError
+from crasplab.train.config import TrainConfig
 from crasplab.reports.protocol import protocol_markdown, recipe_markdown, recipe_text
 from crasplab.verdicts.counting import apply_controls, next_seeds, protocol_rows, recipe_rows
 from crasplab.verdicts.predictions import _discrimination, predictions_alongside
@@ -203,9 +204,9 @@ RECIPES = st.fixed_dictionaries(
 def test_two_recipes_read_alike_only_when_they_are_the_same(first, second):
     """A table is comparable only with tables of its own recipe: the text printed above it must tell
     every two recipes apart, and a run from before clipping existed reads as not clipping."""
-    assert (recipe_text(first) == recipe_text(second)) == (first == second)
-    legacy = {name: value for name, value in first.items() if name != "max_grad_norm"}
-    assert recipe_text(legacy) == recipe_text(dict(first, max_grad_norm=0.0))
+    assert (recipe_text(TrainConfig(**first)) == recipe_text(TrainConfig(**second))) == (first == second)
+    legacy = {name: value for name, value in TrainConfig(**first).to_dict().items() if name != "max_grad_norm"}
+    assert recipe_text(TrainConfig.from_dict(legacy)) == recipe_text(TrainConfig(**dict(first, max_grad_norm=0.0)))
 
 
 @pytest.mark.parametrize("task, control", sorted(CONTROLS.items()))

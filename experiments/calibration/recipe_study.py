@@ -20,7 +20,7 @@ from crasplab.verdicts.rules import VerdictRules, read_protocol
 
 def recipe_of(settings: RunSettings) -> str:
     """The recipe of the run's first task, and its seeds."""
-    return f"{recipe_text(settings.train[settings.tasks[0]].to_dict())}; seeds {list(settings.seeds)}"
+    return f"{recipe_text(settings.train[settings.tasks[0]])}; seeds {list(settings.seeds)}"
 
 
 def main(argv=None) -> None:
