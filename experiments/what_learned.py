@@ -17,7 +17,6 @@ the tables; --report-only FOLDER rebuilds the tables from what_learned.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from crasp.nexttoken import predictions
 from crasp.tasks import get_task
 from crasplab.cli.arguments import add_run_folder_flags, run_from_flags
 from crasplab.cli.experiment import Report
-from crasplab.records.files import write_json, write_text
+from crasplab.records.files import read_json_object, write_json, write_text
 from crasplab.records.job_folder import job_folder, run_jobs, run_records
 from crasplab.records.run_folder import RunFolderError
 from crasplab.records.settings import SettingsError
@@ -174,7 +173,7 @@ def write_learned_report(out: Path) -> dict:
     path = Path(out) / LEARNED_JSON
     if not path.exists():
         raise RunFolderError(f"{path} is missing: run `python experiments/what_learned.py RUN` first")
-    summary = json.loads(path.read_text())
+    summary = read_json_object(path, "run `python experiments/what_learned.py RUN` again to write it anew")
     write_text(Path(out) / LEARNED_MARKDOWN, learned_markdown(summary))
     return summary
 

@@ -21,7 +21,7 @@ from crasplab.records.job_folder import (
     run_jobs,
     run_records,
 )
-from crasplab.records.run_folder import read_run_settings
+from crasplab.records.run_folder import StagedAnswer, read_results, read_run_settings
 from crasplab.incontext.settings import FinetuneSettings
 from crasplab.reports.length_gen import read_settings
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
@@ -185,3 +185,12 @@ def test_a_job_json_written_when_it_named_its_folder_reads_as_the_job_in_the_fol
     write_json(new.job_file, job.to_dict())
     assert read_job(old.path) == dataclasses.replace(read_job(new.path), out_dir=str(old.path))
     assert read_job(old.path).out_dir == str(old.path)
+
+
+def test_a_fine_tuning_runs_answers_read_as_staged_answers_and_a_line_of_another_shape_is_an_error(tmp_path):
+    answer = StagedAnswer("UF", "after", 7, 3, expected="ab", output="ab", correct=True, seconds=0.25)
+    write_jsonl(tmp_path / "results.jsonl", [dataclasses.asdict(answer)])
+    assert read_results(tmp_path, StagedAnswer) == [answer]
+    write_jsonl(tmp_path / "results.jsonl", [dataclasses.asdict(answer), dict(task="UF", stage="after", correct=True)])
+    with pytest.raises(ResultFileError, match=r"results.jsonl.*line 2 is not a StagedAnswer"):
+        read_results(tmp_path, StagedAnswer)

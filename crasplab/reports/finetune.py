@@ -27,14 +27,14 @@ import numpy as np
 
 from crasp.tasks import LEFT_OR_BACKWARD
 from crasplab.reports.figures import pyplot, save_figure, set_title
-from crasplab.records.files import read_jsonl, rebuild_report
+from crasplab.records.files import rebuild_report
 from crasplab.reports.in_context import GAPS
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
 from crasplab.reports.statistics import bootstrap, correct_family, p_value_text, paired_change
 from crasplab.records.job_folder import FinetuneResult, JobRecords, run_jobs, run_records
 from crasplab.incontext.settings import FinetuneSettings
-from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.records.run_folder import StagedAnswer, read_results, read_run_settings
 from crasplab.verdicts.predictions import read_predictions
 from crasplab.verdicts.rules import FIT_THRESHOLD, observe
 
@@ -43,12 +43,12 @@ EXPERIMENT = "experiments/finetune.py"
 STAGES = ("before", "after")
 
 
-def _counts(records: list[dict]) -> dict[tuple[str, str, int], tuple[int, int]]:
+def _counts(records: list[StagedAnswer]) -> dict[tuple[str, str, int], tuple[int, int]]:
     """(task, stage, length) -> (correct, total)."""
     correct, total = defaultdict(int), defaultdict(int)
     for record in records:
-        key = (record["task"], record["stage"], record["length"])
-        correct[key] += bool(record["correct"])
+        key = (record.task, record.stage, record.length)
+        correct[key] += record.correct
         total[key] += 1
     return {key: (correct[key], total[key]) for key in total}
 
@@ -73,13 +73,13 @@ def _difference(counts: dict, first: str, second: str, stage: str, lengths) -> d
     return dict(gap=gap, low=low, high=high)
 
 
-def _pairs(answers: list[dict], task: str, lengths) -> np.ndarray:
+def _pairs(answers: list[StagedAnswer], task: str, lengths) -> np.ndarray:
     """(prompts, 2): each prompt's correctness before and after fine-tuning, for the prompts answered in both."""
     by_stage = {
         stage: {
-            (r["length"], r["index"]): bool(r["correct"])
+            (r.length, r.index): bool(r.correct)
             for r in answers
-            if r["task"] == task and r["stage"] == stage and r["length"] in lengths
+            if r.task == task and r.stage == stage and r.length in lengths
         }
         for stage in STAGES
     }
@@ -110,7 +110,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     settings = run.finetune
     bins = [tuple(b) for b in settings.test_bins]
     beyond = [n for lo, hi in bins for n in range(lo, hi + 1) if n > settings.train_lengths[1]]
-    answers = read_jsonl(run_dir / RESULTS_FILE)
+    answers = read_results(run_dir, StagedAnswer)
     counts = _counts(answers)
     jobs = {job.task: job for job in run_records(run_dir, run_jobs(run.tasks, [run.seed]), FinetuneResult)}
     predictions = read_predictions(run_dir)["tasks"]
@@ -179,7 +179,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                 )
             )
     correct_family([gap["change"] for gap in gaps if gap["change"] is not None])
-    seconds = {stage: sum(r["seconds"] for r in answers if r["stage"] == stage) for stage in STAGES}
+    seconds = {stage: sum(r.seconds for r in answers if r.stage == stage) for stage in STAGES}
     trained = [row["training"] for row in rows if row["training"]]
     examples = settings.examples_per_length
     return dict(
@@ -195,7 +195,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         rows=rows,
         gaps=gaps,
         planned=len(run.tasks) * len({n for lo, hi in bins for n in range(lo, hi + 1)}) * examples,
-        answered={stage: sum(r["stage"] == stage for r in answers) for stage in STAGES},
+        answered={stage: sum(r.stage == stage for r in answers) for stage in STAGES},
         eval_seconds=seconds,
         train_seconds=sum(t["elapsed_s"] for t in trained),
         train_tokens=sum(t["tokens"] for t in trained),
