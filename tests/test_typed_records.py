@@ -21,7 +21,7 @@ from crasplab.records.job_folder import (
     run_jobs,
     run_records,
 )
-from crasplab.records.run_folder import StagedAnswer, read_results, read_run_settings
+from crasplab.records.run_folder import PromptAnswer, StagedAnswer, read_results, read_run_settings
 from crasplab.incontext.settings import FinetuneSettings
 from crasplab.reports.length_gen import read_settings
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
@@ -187,10 +187,17 @@ def test_a_job_json_written_when_it_named_its_folder_reads_as_the_job_in_the_fol
     assert read_job(old.path).out_dir == str(old.path)
 
 
-def test_a_fine_tuning_runs_answers_read_as_staged_answers_and_a_line_of_another_shape_is_an_error(tmp_path):
-    answer = StagedAnswer("UF", "after", 7, 3, expected="ab", output="ab", correct=True, seconds=0.25)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        StagedAnswer("UF", "after", 7, 3, expected="ab", output="ab", correct=True, seconds=0.25),
+        PromptAnswer("UR", 10, 3, prompt="a b | a:", expected="b", output="a", correct=False, seconds=0.5),
+    ],
+    ids=["fine-tuning", "pretrained"],
+)
+def test_a_runs_answers_read_as_their_type_and_a_line_of_another_shape_is_an_error(tmp_path, answer):
     write_jsonl(tmp_path / "results.jsonl", [dataclasses.asdict(answer)])
-    assert read_results(tmp_path, StagedAnswer) == [answer]
-    write_jsonl(tmp_path / "results.jsonl", [dataclasses.asdict(answer), dict(task="UF", stage="after", correct=True)])
-    with pytest.raises(ResultFileError, match=r"results.jsonl.*line 2 is not a StagedAnswer"):
-        read_results(tmp_path, StagedAnswer)
+    assert read_results(tmp_path, type(answer)) == [answer]
+    write_jsonl(tmp_path / "results.jsonl", [dataclasses.asdict(answer), dict(task="UF", correct=True)])
+    with pytest.raises(ResultFileError, match=rf"results.jsonl.*line 2 is not a {type(answer).__name__}"):
+        read_results(tmp_path, type(answer))

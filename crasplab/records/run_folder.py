@@ -246,6 +246,21 @@ class StagedAnswer:
     seconds: float
 
 
+@dataclass(frozen=True)
+class PromptAnswer:
+    """One line of a pretrained run's results.jsonl (experiments/pretrained.py): a few-shot prompt
+    and the model's greedy answer line to it."""
+
+    task: str
+    length: int
+    index: int
+    prompt: str
+    expected: str
+    output: str
+    correct: bool
+    seconds: float
+
+
 def read_results(run_dir: Path, record_type: type[R]) -> list[R]:
     """The lines of a run's results.jsonl (read_jsonl: plain or compressed, a torn last line
     skipped) as `record_type`: a line that is not one is a ResultFileError naming the file and the line."""

@@ -23,12 +23,12 @@ from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
 from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.reports.floors import at_floor, task_floor
-from crasplab.records.files import read_jsonl, rebuild_report
+from crasplab.records.files import rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
 from crasplab.reports.statistics import correct_family, difference_p_value, p_value_text
 from crasplab.incontext.settings import PretrainedSettings
-from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.records.run_folder import PromptAnswer, read_results, read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
 EXPERIMENT = "experiments/pretrained.py"
@@ -49,11 +49,11 @@ GAPS = (
 )
 
 
-def _counts(records: list[dict]) -> dict[tuple[str, int], tuple[int, int]]:
+def _counts(records: list[PromptAnswer]) -> dict[tuple[str, int], tuple[int, int]]:
     correct, total = defaultdict(int), defaultdict(int)
     for record in records:
-        key = (record["task"], record["length"])
-        correct[key] += bool(record["correct"])
+        key = (record.task, record.length)
+        correct[key] += bool(record.correct)
         total[key] += 1
     return {key: (correct[key], total[key]) for key in total}
 
@@ -88,13 +88,13 @@ def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     recorded = read_run_settings(run_dir, PretrainedSettings, EXPERIMENT, facts=("architecture",))
     settings = recorded.settings
-    records = read_jsonl(run_dir / RESULTS_FILE)
+    records = read_results(run_dir, PromptAnswer)
     counts = _counts(records)
     lengths = list(settings.lengths)
     floors = {
-        task: task_floor(task, [record for record in records if record["task"] == task])
+        task: task_floor(task, [record for record in records if record.task == task])
         for task in settings.tasks
-        if any(record["task"] == task for record in records)
+        if any(record.task == task for record in records)
     }
     cells = []
     for task in settings.tasks:
@@ -129,7 +129,7 @@ def summarize(run_dir: Path) -> dict:
         floors[task]["at_floor"] = at_floor(low, floors[task]["accuracy"])
     for gap in gaps:
         gap["at_floor"] = [task for task in (gap["first"], gap["second"]) if floors[task]["at_floor"]]
-    seconds = sum(record["seconds"] for record in records)
+    seconds = sum(record.seconds for record in records)
     return dict(
         model=settings.model,
         architecture=recorded.facts["architecture"],
