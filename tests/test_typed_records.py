@@ -21,7 +21,8 @@ from crasplab.records.job_folder import (
     run_jobs,
     run_records,
 )
-from crasplab.records.run_folder import PromptAnswer, StagedAnswer, read_results, read_run_settings
+from crasplab.records.answers import GitAnswer, LoremAnswer, PromptAnswer, StagedAnswer, read_results
+from crasplab.records.run_folder import read_run_settings
 from crasplab.incontext.settings import FinetuneSettings
 from crasplab.reports.length_gen import read_settings
 from crasplab.train.config import ModelSettings, RunSettings, TrainConfig
@@ -192,8 +193,12 @@ def test_a_job_json_written_when_it_named_its_folder_reads_as_the_job_in_the_fol
     [
         StagedAnswer("UF", "after", 7, 3, expected="ab", output="ab", correct=True, seconds=0.25),
         PromptAnswer("UR", 10, 3, prompt="a b | a:", expected="b", output="a", correct=False, seconds=0.5),
+        LoremAnswer(
+            "backward", 4, 0, "lorem", "ab", [1, 2], ["a", "b"], output="a", output_ids=[1], limit=4, seconds=1.0
+        ),
+        GitAnswer("revert", 2, 1, prompt="git log", expected="aaaaaaa", output="aaaaaaa", correct=True, seconds=2.0),
     ],
-    ids=["fine-tuning", "pretrained"],
+    ids=["fine-tuning", "pretrained", "lorem", "git"],
 )
 def test_a_runs_answers_read_as_their_type_and_a_line_of_another_shape_is_an_error(tmp_path, answer):
     write_jsonl(tmp_path / "results.jsonl", [dataclasses.asdict(answer)])

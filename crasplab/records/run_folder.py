@@ -29,9 +29,7 @@ from crasplab.records.files import (
     ResultFileError,
     cannot_write,
     compress_jsonl,
-    file_problem,
     is_temporary,
-    read_jsonl,
     remove_stale_temporaries,
     write_json,
 )
@@ -47,7 +45,6 @@ LOG_FILES = ("metrics.jsonl", RESULTS_FILE)
 LOCK_FILE = ".lock"
 _held: dict[Path, TextIO] = {}  # run folder (resolved) -> its open lock file
 S = TypeVar("S", bound=Settings)
-R = TypeVar("R")
 
 
 class RunFolderError(LabError, ValueError):
@@ -229,53 +226,6 @@ def read_run_settings(
             "it, or run the experiment again into another --out"
         ) from None
     return RecordedSettings(settings, config)
-
-
-@dataclass(frozen=True)
-class StagedAnswer:
-    """One line of a fine-tuning run's results.jsonl (crasplab.incontext.finetune.answer_records):
-    a test prompt answered greedily before or after fine-tuning (`stage`)."""
-
-    task: str
-    stage: str
-    length: int
-    index: int
-    expected: str
-    output: str
-    correct: bool
-    seconds: float
-
-
-@dataclass(frozen=True)
-class PromptAnswer:
-    """One line of a pretrained run's results.jsonl (experiments/pretrained.py): a few-shot prompt
-    and the model's greedy answer line to it."""
-
-    task: str
-    length: int
-    index: int
-    prompt: str
-    expected: str
-    output: str
-    correct: bool
-    seconds: float
-
-
-def read_results(run_dir: Path, record_type: type[R]) -> list[R]:
-    """The lines of a run's results.jsonl (read_jsonl: plain or compressed, a torn last line
-    skipped) as `record_type`: a line that is not one is a ResultFileError naming the file and the line."""
-    path = Path(run_dir) / RESULTS_FILE
-    records = []
-    for number, values in enumerate(read_jsonl(path), start=1):
-        try:
-            records.append(record_type(**values))
-        except TypeError as error:
-            raise file_problem(
-                path,
-                f"line {number} is not a {record_type.__name__} ({error})",
-                "restore it from a copy, or run the experiment again into another --out",
-            ) from None
-    return records
 
 
 def _read_object(path: Path) -> dict | None:

@@ -34,7 +34,8 @@ from crasplab.reports.intervals import difference_interval
 from crasplab.reports.statistics import bootstrap, correct_family, p_value_text, paired_change
 from crasplab.records.job_folder import FinetuneResult, JobRecords, run_jobs, run_records
 from crasplab.incontext.settings import FinetuneSettings
-from crasplab.records.run_folder import StagedAnswer, read_results, read_run_settings
+from crasplab.records.answers import StagedAnswer, read_results
+from crasplab.records.run_folder import read_run_settings
 from crasplab.verdicts.predictions import read_predictions
 from crasplab.verdicts.rules import FIT_THRESHOLD, observe
 

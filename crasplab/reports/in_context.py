@@ -28,7 +28,8 @@ from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
 from crasplab.reports.statistics import correct_family, difference_p_value, p_value_text
 from crasplab.incontext.settings import PretrainedSettings
-from crasplab.records.run_folder import PromptAnswer, read_results, read_run_settings
+from crasplab.records.answers import PromptAnswer, read_results
+from crasplab.records.run_folder import read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
 EXPERIMENT = "experiments/pretrained.py"
