@@ -192,11 +192,22 @@ def test_a_job_json_written_when_it_named_its_folder_reads_as_the_job_in_the_fol
     "answer",
     [
         StagedAnswer("UF", "after", 7, 3, expected="ab", output="ab", correct=True, seconds=0.25),
-        PromptAnswer("UR", 10, 3, prompt="a b | a:", expected="b", output="a", correct=False, seconds=0.5),
+        PromptAnswer(
+            task="UR", length=10, index=3, prompt="a b | a:", expected="b", output="a", correct=False, seconds=0.5
+        ),
         LoremAnswer(
             "backward", 4, 0, "lorem", "ab", [1, 2], ["a", "b"], output="a", output_ids=[1], limit=4, seconds=1.0
         ),
-        GitAnswer("revert", 2, 1, prompt="git log", expected="aaaaaaa", output="aaaaaaa", correct=True, seconds=2.0),
+        GitAnswer(
+            command="revert",
+            commits=2,
+            index=1,
+            prompt="git log",
+            expected="aaaaaaa",
+            output="aaaaaaa",
+            correct=True,
+            seconds=2.0,
+        ),
     ],
     ids=["fine-tuning", "pretrained", "lorem", "git"],
 )

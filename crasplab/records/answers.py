@@ -16,18 +16,24 @@ from crasplab.records.run_folder import RESULTS_FILE
 A = TypeVar("A")
 
 
-@dataclass(frozen=True)
-class PromptAnswer:
-    """experiments/pretrained.py: a few-shot prompt and the model's greedy answer line to it."""
+@dataclass(frozen=True, kw_only=True)
+class GradedAnswer:
+    """A prompt, the answer expected and the model's greedy answer to it, graded, and the seconds it took."""
 
-    task: str
-    length: int
     index: int
     prompt: str
     expected: str
     output: str
     correct: bool
     seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptAnswer(GradedAnswer):
+    """experiments/pretrained.py: a few-shot prompt of a task's cell (`task`, `length`)."""
+
+    task: str
+    length: int
 
 
 @dataclass(frozen=True)
@@ -63,19 +69,12 @@ class LoremAnswer:
     seconds: float
 
 
-@dataclass(frozen=True)
-class GitAnswer:
-    """experiments/realistic.py git: the commit hashes a git `command` over `commits` commits
-    lists, as expected and as the model answered."""
+@dataclass(frozen=True, kw_only=True)
+class GitAnswer(GradedAnswer):
+    """experiments/realistic.py git: the commit hashes a git `command` over `commits` commits lists."""
 
     command: str
     commits: int
-    index: int
-    prompt: str
-    expected: str
-    output: str
-    correct: bool
-    seconds: float
 
 
 def read_results(run_dir: Path, answer_type: type[A]) -> list[A]:
