@@ -36,7 +36,7 @@ from pathlib import Path
 from crasplab.cli.arguments import at_least
 from crasplab.cli.length_gen import RunRequest, run_length_gen
 from crasplab.records.files import read_json_object, write_json, write_text
-from crasplab.records.job_folder import run_jobs, run_records
+from crasplab.records.job_folder import JobRecords, run_jobs, run_records
 from crasplab.train.config import PRESETS, PROTOCOL_PAPER, PROTOCOL_PRESETS
 from crasplab.train.engines import EngineSettings
 
@@ -65,25 +65,26 @@ def train(out: Path, dtype: str, args: argparse.Namespace) -> None:
     run_length_gen(request, EngineSettings(), show_progress=False, out=out / dtype)
 
 
-def losses_by_step(records: list[dict], task: str) -> dict[int, list[float]]:
-    """step -> the training loss of each of the task's seeds (in the order the records came)."""
+def losses_by_step(jobs: list[JobRecords], task: str) -> dict[int, list[float]]:
+    """step -> the training loss of each of the task's seeds (in the order the jobs came)."""
     by_step: dict[int, list[float]] = {}
-    for record in records:
-        if record["kind"] == "train" and record["task"] == task:
-            by_step.setdefault(record["step"], []).append(record["loss"])
+    for job in jobs:
+        if job.task == task:
+            for record in job.training:
+                by_step.setdefault(record.step, []).append(record.loss)
     return dict(sorted(by_step.items()))
 
 
-def final_train_bin_accuracies(records: list[dict], task: str) -> list[float]:
-    evaluations = [r for r in records if r["kind"] == "eval" and r["task"] == task]
-    last_step = max(r["step"] for r in evaluations)
-    return [r["bins"][0]["accuracy"] for r in evaluations if r["step"] == last_step]
+def final_train_bin_accuracies(jobs: list[JobRecords], task: str) -> list[float]:
+    evaluations = [e for job in jobs if job.task == task for e in job.evaluations]
+    last_step = max(e.step for e in evaluations)
+    return [e.bins[0].accuracy for e in evaluations if e.step == last_step]
 
 
-def training_seconds(records: list[dict], task: str) -> float:
+def training_seconds(jobs: list[JobRecords], task: str) -> float:
     """The task's training time from its jobs' results (the longest seed; on an accelerator the
     seeds train as one stack, and each job records the stack's time)."""
-    return max(r["elapsed_s"] for r in records if r["kind"] == "result" and r["task"] == task)
+    return max(job.result.elapsed_s for job in jobs if job.finished and job.task == task)
 
 
 def mean(values: list[float]) -> float:
@@ -94,7 +95,7 @@ def spread(values: list[float]) -> float:
     return max(values) - min(values)
 
 
-def compare_task(records: dict[str, list[dict]], task: str, warmup_steps: int, choice: str = "bfloat16") -> dict:
+def compare_task(records: dict[str, list[JobRecords]], task: str, warmup_steps: int, choice: str = "bfloat16") -> dict:
     """The task's curves in float32 and in `choice`, and whether `choice` meets SAME_TRAINING."""
     dtypes = (BASELINE, choice)
     full, other = (losses_by_step(records[dtype], task) for dtype in dtypes)

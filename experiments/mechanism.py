@@ -244,13 +244,13 @@ def trained_subject(settings: MechanismSettings) -> tuple[Subject, MechanismSett
     # What training measured on the same strings at this checkpoint: the unablated model must match it.
     result_file = JobFolder(folder).result_file
     same_strings = examples == trained.job.train.eval_examples_per_length and result_file.is_file()
-    recorded = JobFolder(folder).read_result_values()["bins"] if same_strings else []
+    recorded = JobFolder(folder).read_result().bins if same_strings else ()
     description = dict(
         kind="from-scratch",
         job_folder=str(folder),
         checkpoint_step=trained.step,
         train_range=list(trained.setup.train_range),
-        recorded_accuracy={f"{b['lo']}-{b['hi']}": b["accuracy"] for b in recorded},
+        recorded_accuracy={f"{b.lo}-{b.hi}": b.accuracy for b in recorded},
     )
     subject = Subject(
         trained.model,

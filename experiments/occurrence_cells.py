@@ -16,7 +16,6 @@ rebuilds the tables from occurrence_cells.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from crasp.tasks import TASKS, Examples
-from crasplab.records.files import write_json, write_text
+from crasplab.records.files import read_json_object, write_json, write_text
 from crasplab.cli.arguments import add_run_folder_flags, run_from_flags
 from crasplab.cli.experiment import Report
 from crasplab.records.job_folder import BinEval, job_folder, run_jobs, run_records
@@ -117,10 +116,10 @@ def run(cells: CellsSettings, out: Path) -> None:
         config, bin_index = settings.train[task], cells.bins[task]
         lo, hi = config.test_bins[bin_index]
         longest = config.train_lengths[1]
-        finished = {seed: record for seed, record in finals.get(task, {}).items() if record["finished"]}
+        finished = {seed: job for seed, job in finals.get(task, {}).items() if job.finished}
         seeds, pooled = [], []
         for seed in fitted_seeds(protocol, finished):
-            recorded = BinEval.from_dict(finished[seed]["bins"][bin_index])
+            recorded = finished[seed].final.bins[bin_index]
             distances_N, counts_N, exact_N = seed_cells(run_dir, task, seed, bin_index, recorded)
             seeds.append(dict(seed=seed, quadrants=quadrant_counts(distances_N, counts_N, exact_N, longest)))
             pooled.append((distances_N, counts_N, exact_N))
@@ -145,7 +144,7 @@ def write_cells_report(out: Path) -> dict:
     path = Path(out) / CELLS_JSON
     if not path.exists():
         raise RunFolderError(f"{path} is missing: run `python experiments/occurrence_cells.py RUN` first")
-    summary = json.loads(path.read_text())
+    summary = read_json_object(path, "run `python experiments/occurrence_cells.py RUN` again to write it anew")
     write_text(Path(out) / CELLS_MARKDOWN, cells_markdown(summary))
     return summary
 

@@ -17,7 +17,6 @@ the tables; --report-only FOLDER rebuilds the tables from what_learned.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +29,8 @@ from crasp.nexttoken import predictions
 from crasp.tasks import get_task
 from crasplab.cli.arguments import add_run_folder_flags, run_from_flags
 from crasplab.cli.experiment import Report
-from crasplab.records.files import write_json, write_text
-from crasplab.records.job_folder import BinEval, job_folder, run_jobs, run_records
+from crasplab.records.files import read_json_object, write_json, write_text
+from crasplab.records.job_folder import job_folder, run_jobs, run_records
 from crasplab.records.run_folder import RunFolderError
 from crasplab.records.settings import SettingsError
 from crasplab.verdicts.counting import final_evaluations, fitted_seeds
@@ -144,13 +143,13 @@ def run(settings: RunSettings, out: Path, run_dir: Path) -> None:
         exact_names = {a["name"] for a in entry["discrimination"]["approximations"] if a["exact_on_training"]}
         config, overrides = settings.train[task_code], settings.task_overrides[task_code]
         members = family(task_code, get_task(task_code, **overrides), config.train_lengths[1], exact_names)
-        finished = {seed: record for seed, record in finals.get(task_code, {}).items() if record["finished"]}
+        finished = {seed: job for seed, job in finals.get(task_code, {}).items() if job.finished}
         seeds = []
         for seed in fitted_seeds(protocol, finished):
             trained = load_trained_model(job_folder(run_dir, task_code, seed))
             bins = []
             for index, eval_set in enumerate(evaluation_strings(trained)[1:], start=1):
-                recorded = BinEval.from_dict(finished[seed]["bins"][index])
+                recorded = finished[seed].final.bins[index]
                 exact, agreements = bin_agreements(trained, eval_set, members)
                 if int(exact.sum()) != recorded.correct or len(exact) != recorded.n:
                     raise SystemExit(
@@ -174,7 +173,7 @@ def write_learned_report(out: Path) -> dict:
     path = Path(out) / LEARNED_JSON
     if not path.exists():
         raise RunFolderError(f"{path} is missing: run `python experiments/what_learned.py RUN` first")
-    summary = json.loads(path.read_text())
+    summary = read_json_object(path, "run `python experiments/what_learned.py RUN` again to write it anew")
     write_text(Path(out) / LEARNED_MARKDOWN, learned_markdown(summary))
     return summary
 

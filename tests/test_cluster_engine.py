@@ -136,6 +136,8 @@ def test_a_job_that_fails_is_not_retried_and_shows_its_log(tmp_path, fresh_ray):
     [broken, _] = tiny_jobs(tmp_path)
     broken.folder.mkdir(parents=True)
     (broken.folder / "checkpoint.npz").write_text("not a checkpoint")  # the worker fails as it resumes
-    with pytest.raises(WorkerError, match=r"(?s)UR seed 0 .* exited with code 1; its log:.*Traceback"):
+    # The worker's log ends with its one error line (no traceback: crasplab.errors).
+    log_line = r"(?s)UR seed 0 .* exited with code 1; its log:.*checkpoint.npz: not a readable checkpoint"
+    with pytest.raises(WorkerError, match=log_line):
         run_on_ray([broken], EngineSettings(engine="ray", workers=1), show_progress=False)
     assert [p["event"] for p in placements(broken)] == ["start", "end"]  # one attempt

@@ -35,11 +35,10 @@ DEADLINE_S = 240
 # A driver that runs one job folder on the Ray engine: argv[1] the folder, argv[2] the cluster
 # address ("" for a private cluster).
 DRIVER = """
-import json, sys
-from pathlib import Path
+import sys
 from crasplab.train.engines import EngineSettings, run_on_ray
-from crasplab.train.loop import Job
-job = Job.from_dict(json.loads((Path(sys.argv[1]) / "job.json").read_text()))
+from crasplab.train.runs import read_job
+job = read_job(sys.argv[1])  # job.json names no folder: the job's is the one it lies in
 run_on_ray([job], EngineSettings(engine="ray", ray_address=sys.argv[2] or None, workers=1), show_progress=False)
 """
 
@@ -52,15 +51,16 @@ while sum(node["Alive"] for node in ray.nodes()) != int(sys.argv[2]):
 
 
 def slow_job(folder: Path) -> Job:
-    """A job with a checkpoint every 20 steps and 400 steps in all: long enough to be killed
-    between its first checkpoint and its end."""
+    """A job with a checkpoint every 20 steps and 1200 steps in all: long enough to be killed
+    between its first checkpoint and its end, with the tens of seconds a killed launcher's
+    cluster takes to go down (400 steps, about 10 s on 2 cores, ended first on a quiet machine)."""
     job = Job(
         task_code="UR",
         seed=5,
         model=TINY_MODEL,
         task_overrides=dict(alphabet_size=8),
         out_dir=str(folder),
-        train=tiny_config(max_steps=400, eval_every=100, checkpoint_every=20, log_every=10),
+        train=tiny_config(max_steps=1200, eval_every=100, checkpoint_every=20, log_every=10),
     )
     write_json(folder / "job.json", job.to_dict())
     return job

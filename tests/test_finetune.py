@@ -245,7 +245,16 @@ def _write_run(folder: Path, accuracy: dict[tuple[str, str, int], float], n: int
     )
     (folder / "config.json").write_text(json.dumps(config))
     records = [
-        dict(task=task, stage=stage, length=length, index=i, correct=i < round(p * n), seconds=0.1)
+        dict(
+            task=task,
+            stage=stage,
+            length=length,
+            index=i,
+            expected="ab",
+            output="ab" if i < round(p * n) else "ba",
+            correct=i < round(p * n),
+            seconds=0.1,
+        )
         for (task, stage, length), p in accuracy.items()
         for i in range(n)
     ]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from crasplab.records.job_folder import BinEval, EvalRecord, JobRecords, JobResult, TrainRecord
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -139,20 +141,24 @@ def test_the_rehearsal_hides_what_the_gpu_machine_lacks_and_what_training_must_n
 
 
 def _dtype_records(losses_by_dtype: dict[str, list[list[float]]], accuracies: dict[str, list[float]]) -> dict:
-    """Records of one task 'T' in each dtype: a train record per step (100, 200, ...) and seed, a
-    final evaluation per seed, a result per seed."""
+    """The jobs of one task 'T' in each dtype, one per seed: a train record per step (100, 200, ...),
+    a final evaluation and a result."""
     records = {}
     for dtype, per_step in losses_by_dtype.items():
-        rows = [
-            dict(kind="train", task="T", step=100 * (i + 1), loss=loss)
-            for i, losses in enumerate(per_step)
-            for loss in losses
+        last = 100 * len(per_step)
+        records[dtype] = [
+            JobRecords(
+                "T",
+                seed,
+                (
+                    *(TrainRecord(100 * (i + 1), losses[seed], 0.0) for i, losses in enumerate(per_step)),
+                    EvalRecord(last, (BinEval(1, 2, accuracy, 10),)),
+                ),
+                (),
+                JobResult("T", seed, "ape", last, False, 1.0, ()),
+            )
+            for seed, accuracy in enumerate(accuracies[dtype])
         ]
-        rows += [
-            dict(kind="eval", task="T", step=100 * len(per_step), bins=[dict(accuracy=a)]) for a in accuracies[dtype]
-        ]
-        rows += [dict(kind="result", task="T", elapsed_s=1.0)]
-        records[dtype] = rows
     return records
 
 

@@ -32,13 +32,12 @@ def test_a_finished_jobs_files_read_back_as_their_record_types(tmp_path, tiny_tr
     assert "out_dir" not in json.loads(files.job_file.read_text())  # the folder is where job.json lies
     assert not files.metrics_file.exists()  # a done job's log is stored compressed, and reads back the same
     lines = [json.loads(line) for line in gzip.decompress(compressed(files.metrics_file).read_bytes()).splitlines()]
-    assert read_metrics(files) == lines
-    train = [TrainRecord(**{k: v for k, v in line.items() if k != "kind"}) for line in lines if line["kind"] == "train"]
-    evals = [EvalRecord.from_dict(line) for line in lines if line["kind"] == "eval"]
+    records = read_metrics(files)
+    assert [r.to_dict() for r in records] == lines
+    train = [r for r in records if isinstance(r, TrainRecord)]
+    evals = [r for r in records if isinstance(r, EvalRecord)]
     assert [r.step for r in train] == [4, 8] and [r.step for r in evals] == [4, 8]
-    assert evals[-1].bins == result.bins and [r.to_dict() for r in evals] == [
-        line for line in lines if line["kind"] == "eval"
-    ]
+    assert evals[-1].bins == result.bins
     assert JobResult.from_dict(result.to_dict()) == result
     assert all(b.correct == round(b.accuracy * b.n) and len(b.lengths) == b.hi - b.lo + 1 for b in result.bins)
 

@@ -5,15 +5,18 @@ import numpy as np
 import pytest
 
 import crasplab.reports.length_gen as report
+from crasplab.records.job_folder import BinEval, EvalRecord
 from crasplab.reports.length_gen import length_curve
 
 
 def seed_record(first_bin, second_bin):
-    return dict(
-        bins=[
-            dict(lo=1, hi=3, lengths=[1, 2, 3], length_accuracy=first_bin),
-            dict(lo=4, hi=5, lengths=[4, 5], length_accuracy=second_bin),
-        ]
+    """A seed's final evaluation with these accuracies at each length of its two bins."""
+    return EvalRecord(
+        step=8,
+        bins=(
+            BinEval(1, 3, float(np.mean(first_bin)), 3, (1, 2, 3), tuple(first_bin)),
+            BinEval(4, 5, float(np.mean(second_bin)), 2, (4, 5), tuple(second_bin)),
+        ),
     )
 
 
@@ -25,7 +28,7 @@ def test_the_curve_is_the_mean_and_std_over_seeds_at_every_length_of_every_bin()
 
 
 def test_runs_evaluated_per_bin_only_have_no_curve():
-    assert length_curve([dict(bins=[dict(lo=1, hi=3, accuracy=1.0)])]) is None
+    assert length_curve([EvalRecord.from_dict(dict(step=8, bins=[dict(lo=1, hi=3, accuracy=1.0, n=3)]))]) is None
 
 
 def test_the_figure_draws_each_tasks_curve_with_the_predictions_line_style(monkeypatch):

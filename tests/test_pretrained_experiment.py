@@ -120,6 +120,7 @@ def _write_run(folder, accuracy: dict[str, float], n=40):
             seconds=0.5,
             prompt=item.prompt,
             expected=item.expected,
+            output=item.expected if i < round(p * n) else "",
         )
         for task, p in accuracy.items()
         for i, item in enumerate(formal_prompts.cell_items(task, 10, n, 0, *settings.demonstrations.for_task(task)))

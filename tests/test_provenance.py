@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from crasplab.records.job_folder import EvalRecord, JobRecords
 from crasplab.reports.length_gen import commits_markdown, environments, environments_markdown, job_commits
 from crasplab.train.loop import Job, run_stack
 from crasplab.train.provenance import (
@@ -47,13 +48,11 @@ def test_the_first_processors_model_and_flags_are_read():
 def test_jobs_are_grouped_by_what_decides_their_bits():
     here = provenance()
     other_cpu = dict(here, cpu=cpu_description(CPUINFO))
-    records = [
-        dict(here, kind="provenance", task="UL", seed=0, from_step=0),
-        dict(here, kind="provenance", task="UR", seed=0, from_step=0),
-        dict(other_cpu, kind="provenance", task="UR", seed=0, from_step=500),  # resumed elsewhere
-        dict(kind="eval", task="UL", seed=0, step=500, bins=[]),
+    jobs = [
+        JobRecords("UL", 0, (EvalRecord(500, ()),), (dict(here, from_step=0),), None),
+        JobRecords("UR", 0, (), (dict(here, from_step=0), dict(other_cpu, from_step=500)), None),  # resumed elsewhere
     ]
-    groups = environments(records)
+    groups = environments(jobs)
     assert bits_key(here) != bits_key(other_cpu)
     assert [group["jobs"] for group in groups] == [[("UL", 0), ("UR", 0)], [("UR", 0)]]
     assert "2 environments" in environments_markdown(groups)
@@ -166,13 +165,13 @@ def test_a_protocol_run_refuses_a_folder_that_is_no_checkout(tmp_path):
 
 
 def test_a_report_names_the_commits_that_trained_its_jobs():
-    records = [
-        dict(kind="provenance", task="UF", seed=1, lab_commit="abc", from_step=0),
-        dict(kind="provenance", task="UF", seed=2, lab_commit="abc", from_step=0),
-        dict(kind="provenance", task="UF", seed=2, lab_commit="def+changes", from_step=500),  # resumed
-        dict(kind="eval", task="UF", seed=1, step=500, bins=[]),
+    jobs = [
+        JobRecords("UF", 1, (EvalRecord(500, ()),), (dict(lab_commit="abc", from_step=0),), None),
+        JobRecords(
+            "UF", 2, (), (dict(lab_commit="abc", from_step=0), dict(lab_commit="def+changes", from_step=500)), None
+        ),  # resumed
     ]
-    commits = job_commits(records)
+    commits = job_commits(jobs)
     assert commits == {"abc": [["UF", 1], ["UF", 2]], "def+changes": [["UF", 2]]}
     text = commits_markdown(commits)
     assert "- abc: UF seeds 1, 2" in text

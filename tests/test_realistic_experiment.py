@@ -200,7 +200,14 @@ def _write(folder, settings, records: list[dict]):
 
 def test_the_lorem_summary_counts_transitions_from_the_records(tmp_path):
     # Reference tokens 1 2 1 3: token 1 has successors 2 and 3 (ambiguous).
-    reference = dict(reference_ids=[1, 2, 1, 3], reference_pieces=["a", "b", "a", "c"])
+    reference = dict(
+        prompt="",
+        reference="abac",
+        reference_ids=[1, 2, 1, 3],
+        reference_pieces=["a", "b", "a", "c"],
+        output="",
+        limit=8,
+    )
     records = [
         dict(direction="forward", length=4, index=0, output_ids=[1, 2, 1, 3], **reference),
         dict(direction="forward", length=4, index=1, output_ids=[1, 2, 1, 2], **reference),  # slot 3 after "a"
@@ -228,6 +235,7 @@ def test_the_git_summary_and_gap_follow_the_records(tmp_path):
             command=command,
             commits=2,
             index=index,
+            prompt="",
             expected=expected,
             output=output,
             correct=output.split() == expected.split(),

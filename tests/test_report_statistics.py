@@ -123,14 +123,14 @@ def test_floors_match_a_simulation_of_the_strategies():
         for _ in range(draws):
             i = occurrences[rng.integers(len(occurrences))]
             hits += i + 1 < len(tokens) and tokens[i + 1] == item.expected
-    exact = floors.task_floor("NRLast", [dict(prompt=i.prompt, expected=i.expected) for i in items])
+    exact = floors.task_floor("NRLast", items)
     assert exact["strategies"]["after an occurrence"] == pytest.approx(hits / (draws * len(items)), abs=0.02)
 
 
 def test_a_unique_tasks_answer_is_not_its_floor():
-    records = [dict(prompt=i.prompt, expected=i.expected) for i in cell_items("UR", 10, 20, 0, 4, 4)]
+    records = cell_items("UR", 10, 20, 0, 4, 4)
     assert "after an occurrence" not in floors.task_floor("UR", records)["strategies"]
-    copying = [dict(prompt=i.prompt, expected=i.expected) for i in cell_items("UF", 3, 20, 0, 5, 5)]
+    copying = cell_items("UF", 3, 20, 0, 5, 5)
     # Three distinct letters of a length-3 input, each drawn with probability 1/3.
     assert floors.task_floor("UF", copying)["accuracy"] == pytest.approx(1 / 27)
 

@@ -215,7 +215,8 @@ class ToySettings(Settings):
 def test_a_hand_edited_config_is_refused_naming_the_setting(tmp_path, edit, message):
     config = ToySettings().to_dict()
     del config["batch_size"]  # a setting that does not change the numbers may be absent (older runs)
-    assert read_run_settings(_with_config(tmp_path, config), ToySettings, "the toy") == config
+    recorded = read_run_settings(_with_config(tmp_path, config), ToySettings, "the toy")
+    assert recorded.settings == ToySettings() and recorded.written == config and recorded.facts == {}
     edit(config)
     with pytest.raises(RunFolderError, match=message):
         read_run_settings(_with_config(tmp_path, config), ToySettings, "the toy")

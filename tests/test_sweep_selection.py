@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasplab.records.files import ResultFileError, write_json
+from crasplab.records.job_folder import BinEval, JobResult
 from crasplab.reports.selection import (
     GRIDS,
     NONE_FITS,
@@ -38,11 +39,11 @@ LARGE = Configuration(n_layers=4, n_heads=4, d_model=256, learning_rate=1e-4)
 def write_result(
     sweep: Path, task: str, configuration: Configuration, seed: int, train: float, validation: float | None
 ) -> None:
-    bins = [dict(lo=TRAIN_BIN[0], hi=TRAIN_BIN[1], accuracy=train)]
+    bins = [BinEval(*TRAIN_BIN, accuracy=train, n=100)]
     if validation is not None:
-        bins.append(dict(lo=VALIDATION_BIN[0], hi=VALIDATION_BIN[1], accuracy=validation))
-    result = dict(task=task, seed=seed, bins=bins, steps=100, stopped_early=False, elapsed_s=1.0)
-    write_json(sweep_folder(sweep, task, configuration, seed) / "result.json", result)
+        bins.append(BinEval(*VALIDATION_BIN, accuracy=validation, n=100))
+    result = JobResult(task, seed, "ape", steps=100, stopped_early=False, elapsed_s=1.0, bins=tuple(bins))
+    write_json(sweep_folder(sweep, task, configuration, seed) / "result.json", result.to_dict())
 
 
 def choose(sweep: Path, configurations: list[Configuration], seeds=(0,), task: str = "UL") -> dict:

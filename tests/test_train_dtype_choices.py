@@ -104,5 +104,5 @@ def test_each_choice_trains_a_job_end_to_end_and_the_job_records_it(tmp_path):
         assert job.files.read_result().steps == 8
         records[dtype] = read_metrics(job.files)
     assert records["tf32"] == records["float32"]
-    losses = [r["loss"] for r in records["bfloat16-mixed"] if r["kind"] == "train"]
+    losses = [r.loss for r in records["bfloat16-mixed"] if r.kind == "train"]
     assert len(losses) == 2 and np.isfinite(losses).all()

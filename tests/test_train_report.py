@@ -64,8 +64,8 @@ def run_dir(tmp_path, verdicts):
         eval_record("NF", 0, 1000, [1.0, 0.5, 0.4]),
         eval_record("NF", 1, 1000, [1.0, 0.1, 0.0]),
         eval_record("NB", 0, 1000, [1.0, 0.2, 0.0]),
-        dict(kind="result", task="UF", seed=0, steps=1000, stopped_early=True, elapsed_s=10.0),
-        dict(kind="result", task="UF", seed=1, steps=1000, stopped_early=False, elapsed_s=12.0),
+        dict(kind="result", task="UF", seed=0, pe="ape", steps=1000, stopped_early=True, elapsed_s=10.0, bins=[]),
+        dict(kind="result", task="UF", seed=1, pe="ape", steps=1000, stopped_early=False, elapsed_s=12.0, bins=[]),
     ]
     write_run_records(tmp_path, records)
     settings = RunSettings.from_dict(config)
@@ -437,7 +437,8 @@ def test_command_trains_reports_and_resumes_without_retraining(tmp_path, verdict
     ]
     length_gen.main(argv)
     records = run_records(out, run_jobs(["UF", "NF"], [0]))
-    assert {(r["task"], r["kind"]) for r in records} >= {("UF", "eval"), ("NF", "eval"), ("UF", "result")}
+    assert [(job.task, job.final is not None) for job in records] == [("UF", True), ("NF", True)]
+    assert records[0].finished
     for name in ("config.json", "summary.json", "report.md", "accuracy_by_length.png"):
         assert (out / name).exists(), name
     first = (out / "UF" / "seed0" / "result.json").read_text()
@@ -465,8 +466,6 @@ def test_the_headline_compares_the_model_too_and_controls_each_task_at_its_depth
     at 4 layers generalizes (without a run that holds it: not counted, "not run"; with the kept UB
     run at 4 layers: not counted, for its verdicts), NF where UF at its depth does, from whichever
     run of the encoding holds it."""
-    import copy
-
     from experiments.calibration import protocol_table
 
     runs = protocol_table.committed_runs(("protocol-clip-ape-copying", "protocol-clip-ape-nb"))
@@ -475,14 +474,17 @@ def test_the_headline_compares_the_model_too_and_controls_each_task_at_its_depth
     assert nb.startswith("| NB | 4 |") and nb.count("its control UB at 4 layers not run") == 2
     # rechecked with the complete family of lookups, NB's bins of i.i.d. strings do not discriminate either
     assert "NB 21-30, NB 31-40: a bounded program passes; its control UB at 4 layers not run" in headline
-    wider = copy.deepcopy(runs)
-    wider["protocol-clip-ape-nb"][1]["model"]["d_model"] = 128
+    summary, settings = runs["protocol-clip-ape-nb"]
+    wider = dict(
+        runs, **{"protocol-clip-ape-nb": (summary, settings.replace(model=settings.model.replace(d_model=128)))}
+    )
     with pytest.raises(ValueError, match="one recipe"):
         protocol_table.headline(wider)
     # UB at 4 layers, generalizing at both bins, makes NB's bins count (as UB's 2-layer row, moved)
-    deeper = copy.deepcopy(runs)
-    summary, config = deeper["protocol-clip-ape-copying"]
-    config["model_overrides"] = {"UB": {"n_layers": 4}}
+    summary, settings = runs["protocol-clip-ape-copying"]
+    deeper = dict(
+        runs, **{"protocol-clip-ape-copying": (summary, settings.replace(model_overrides={"UB": {"n_layers": 4}}))}
+    )
     cells = protocol_table.headline_cells(deeper)["ape"]
     assert all(b["control"]["verdict"] == "generalizes" for b in cells[("NB", 4, "paper's", 40)]["bins"])
     with_control = protocol_table.committed_runs(("protocol-clip-ape-nb", "protocol-clip-ape-ub4"))
@@ -500,7 +502,7 @@ def test_a_row_with_too_few_fitted_seeds_reads_alike_whether_none_or_some_fit():
     from experiments.calibration import protocol_table
 
     runs = protocol_table.committed_runs(("protocol-clip-nope-spread",))
-    summary, config = runs["protocol-clip-nope-spread"]
+    summary, settings = runs["protocol-clip-nope-spread"]
     rows = {row["task"]: row for row in summary["protocol"]["rows"]}
     assert len(rows["NRLast"]["fitted"]) == 1 and not rows["NLLast"]["fitted"]
     headline = protocol_table.headline(runs)
@@ -510,7 +512,7 @@ def test_a_row_with_too_few_fitted_seeds_reads_alike_whether_none_or_some_fit():
         line = next(line for line in headline.splitlines() if line.startswith(f"| {task} |"))
         assert line.endswith(f"fit; too few fitted seeds ({improving} still improving at the cap) |")
         table_line = next(
-            line for line in protocol_table.table(summary, config).splitlines() if line.startswith(f"| {task} |")
+            line for line in protocol_table.table(summary, settings).splitlines() if line.startswith(f"| {task} |")
         )
         assert table_line.count(f"{improving} still improving at the cap") == 2  # each of the two test bins
 

@@ -91,13 +91,10 @@ def test_a_job_trained_k_steps_per_call_records_what_single_steps_record(tmp_pat
         run_job(job)
         folders[k] = job.files
     records = {k: read_metrics(files) for k, files in folders.items()}
-    train = {k: [r for r in rs if r["kind"] == "train"] for k, rs in records.items()}
-    assert [r["step"] for r in train[4]] == [r["step"] for r in train[1]] == [4, 8, 12, 16, 20, 24]
-    np.testing.assert_allclose([r["loss"] for r in train[4]], [r["loss"] for r in train[1]], rtol=1e-4)
-    evals = {
-        k: [(r["step"], [b["accuracy"] for b in r["bins"]]) for r in rs if r["kind"] == "eval"]
-        for k, rs in records.items()
-    }
+    train = {k: [r for r in rs if r.kind == "train"] for k, rs in records.items()}
+    assert [r.step for r in train[4]] == [r.step for r in train[1]] == [4, 8, 12, 16, 20, 24]
+    np.testing.assert_allclose([r.loss for r in train[4]], [r.loss for r in train[1]], rtol=1e-4)
+    evals = {k: [(r.step, [b.accuracy for b in r.bins]) for r in rs if r.kind == "eval"] for k, rs in records.items()}
     assert evals[4] == evals[1]
     assert folders[4].read_result().steps == folders[1].read_result().steps == 24
     assert folders[4].read_job_values()["train"]["steps_per_call"] == 4

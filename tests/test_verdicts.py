@@ -9,7 +9,9 @@ from hypothesis import given, strategies as st
 
 from crasp.prediction import predict
 from crasp.tasks import CONTROLS
+from crasplab.records.job_folder import BinEval, EvalRecord, JobRecords, JobResult
 from crasplab.records.settings import SettingsError
+from crasplab.train.config import TrainConfig
 from crasplab.reports.protocol import protocol_markdown, recipe_markdown, recipe_text
 from crasplab.verdicts.counting import apply_controls, next_seeds, protocol_rows, recipe_rows
 from crasplab.verdicts.predictions import _discrimination, predictions_alongside
@@ -111,16 +113,17 @@ def test_protocol_rules_are_validated_when_made(bad, says):
     assert says in str(error.value)
 
 
-def final(seed, train_correct, test_correct, finished=True, step=3000, n_train=2000, n_test=1000):
-    return dict(
-        seed=seed,
-        step=step,
-        finished=finished,
-        bins=[
-            dict(lo=1, hi=20, accuracy=train_correct / n_train, n=n_train),
-            dict(lo=21, hi=30, accuracy=test_correct / n_test, n=n_test),
-        ],
+def evaluation(step, train_correct, test_correct, n_train=2000, n_test=1000):
+    return EvalRecord(
+        step, (BinEval(1, 20, train_correct / n_train, n_train), BinEval(21, 30, test_correct / n_test, n_test))
     )
+
+
+def final(seed, train_correct, test_correct, finished=True, step=3000, earlier=(), task="UL", elapsed_s=60.0):
+    """A job whose last evaluation has these counts, after the evaluations `earlier`."""
+    last = evaluation(step, train_correct, test_correct)
+    result = JobResult(task, seed, "ape", step, False, elapsed_s, last.bins) if finished else None
+    return JobRecords(task, seed, (*earlier, last), (), result)
 
 
 def test_next_seeds_resume_unfinished_jobs_then_replace_seeds_that_did_not_fit():
@@ -141,13 +144,9 @@ def test_protocol_rows_judge_seeds_and_leave_out_a_bin_that_cannot_discriminate(
         1002: final(1002, 2000, 999),
         1003: final(1003, 2000, 1000),
         1004: final(1004, 2000, 998),
-        1005: final(1005, 1200, 0, step=16000),
+        1005: final(1005, 1200, 0, step=16000, earlier=(evaluation(15500, 1000, 0),)),
     }
     failing = {1000 + s: final(1000 + s, 2000, 100) for s in range(5)}
-    evals = [
-        dict(final(1005, 1000, 0, step=15500), kind="eval", task="UB"),
-        dict(bimodal[1005], kind="eval", task="UB"),
-    ]
     predictions = {
         "UB": dict(prediction=dict(label="yes", generalizes=True), discrimination=None),
         "NLLast": dict(
@@ -156,7 +155,6 @@ def test_protocol_rows_judge_seeds_and_leave_out_a_bin_that_cannot_discriminate(
     }
     rows = protocol_rows(
         PROTOCOL,
-        evals,
         {"UB": bimodal, "NLLast": failing},
         ["UB", "NLLast"],
         predictions,
@@ -170,20 +168,14 @@ def test_protocol_rows_judge_seeds_and_leave_out_a_bin_that_cannot_discriminate(
 
 
 def test_the_recipe_benchmark_reads_the_training_bin_only():
-    def evaluation(seed, step, train_correct, test_correct):
-        return dict(final(seed, train_correct, test_correct, step=step), kind="eval", task="UR")
-
+    first_exact = evaluation(1000, 2000, 0)  # first exact on the training bin
     records = [
-        evaluation(1000, 500, 1200, 0),
-        evaluation(1000, 1000, 2000, 0),  # first exact on the training bin
-        evaluation(1000, 1500, 2000, 1000),
-        dict(kind="result", task="UR", seed=1000, steps=1500, elapsed_s=61.26),
-        evaluation(1001, 500, 2000, 1000),  # exact once, then lost: fitted at some evaluation
-        evaluation(1001, 16000, 1990, 1000),
-        dict(kind="result", task="UR", seed=1001, steps=16000, elapsed_s=600.0),
-        evaluation(1002, 500, 100, 1000),  # a perfect test bin never makes a seed fit
-        dict(kind="result", task="UR", seed=1002, steps=16000, elapsed_s=590.0),
-        evaluation(1003, 500, 2000, 0),  # still running: not counted
+        final(1000, 2000, 1000, step=1500, earlier=(evaluation(500, 1200, 0), first_exact), task="UR", elapsed_s=61.26),
+        # exact once, then lost: fitted at some evaluation
+        final(1001, 1990, 1000, step=16000, earlier=(evaluation(500, 2000, 1000),), task="UR", elapsed_s=600.0),
+        # a perfect test bin never makes a seed fit
+        final(1002, 100, 1000, step=16000, task="UR", elapsed_s=590.0),
+        final(1003, 2000, 0, step=500, finished=False, task="UR"),  # still running: not counted
     ]
     (row,) = recipe_rows(PROTOCOL, records, ["UR"])
     assert row["seeds"] == [1000, 1001, 1002]
@@ -212,9 +204,9 @@ RECIPES = st.fixed_dictionaries(
 def test_two_recipes_read_alike_only_when_they_are_the_same(first, second):
     """A table is comparable only with tables of its own recipe: the text printed above it must tell
     every two recipes apart, and a run from before clipping existed reads as not clipping."""
-    assert (recipe_text(first) == recipe_text(second)) == (first == second)
-    legacy = {name: value for name, value in first.items() if name != "max_grad_norm"}
-    assert recipe_text(legacy) == recipe_text(dict(first, max_grad_norm=0.0))
+    assert (recipe_text(TrainConfig(**first)) == recipe_text(TrainConfig(**second))) == (first == second)
+    legacy = {name: value for name, value in TrainConfig(**first).to_dict().items() if name != "max_grad_norm"}
+    assert recipe_text(TrainConfig.from_dict(legacy)) == recipe_text(TrainConfig(**dict(first, max_grad_norm=0.0)))
 
 
 @pytest.mark.parametrize("task, control", sorted(CONTROLS.items()))
@@ -236,7 +228,6 @@ def test_a_task_counts_only_where_its_control_at_the_same_depth_generalizes(task
         }
         return protocol_rows(
             PROTOCOL,
-            [],
             finals,
             [control, task],
             predictions,

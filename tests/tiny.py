@@ -82,9 +82,8 @@ def tiny_config(**changes) -> TrainConfig:
 
 
 def write_run_records(run_dir: Path, records: list[dict]) -> None:
-    """Records tagged with task and seed (as reports read them), written where training writes
-    them: a "result" record as its job folder's result.json, every other one appended to the job
-    folder's metrics.jsonl."""
+    """Records tagged with task and seed, written where training writes them: a "result" record as
+    its job folder's result.json, every other one appended to the job folder's metrics.jsonl."""
     for record in records:
         folder = JobFolder.of(run_dir, record["task"], record["seed"])
         folder.path.mkdir(parents=True, exist_ok=True)

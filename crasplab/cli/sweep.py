@@ -176,7 +176,7 @@ def write_sweep_report(run_dir: Path) -> dict:
 
 def sweep_settings_of(run_dir: Path) -> SweepSettings:
     """The settings a sweep's run folder holds; a hand-edited config.json is refused here."""
-    return SweepSettings.from_dict(read_run_settings(run_dir, SweepSettings, "experiments/sweep.py"))
+    return read_run_settings(run_dir, SweepSettings, "experiments/sweep.py").settings
 
 
 def sweep_markdown(summary: dict) -> str:

@@ -72,19 +72,10 @@ class JobFolder:
         of its size, read back as it was (crasplab.records.files.compress_jsonl)."""
         compress_jsonl(self.metrics_file)
 
-    def read_result(self) -> JobResult:
-        values = self.read_result_values()
-        try:
-            return JobResult.from_dict(values)
-        except (TypeError, KeyError, ValueError) as error:
-            raise file_problem(
-                self.result_file, f"a result that does not read ({type(error).__name__}: {error})", RESULT_FIX
-            ) from None
-
-    def read_result_values(self) -> dict:
-        """result.json as written, validated in what reports read from it (steps, elapsed_s, and
-        stopped_early where training may stop early: a fine-tuning job's result has none): a
-        ResultFileError names the file, what is wrong and what to do."""
+    def read_result(self, result_type: type[JobResult | FinetuneResult] | None = None) -> JobResult | FinetuneResult:
+        """result.json as `result_type` (None: a from-scratch job's JobResult; a fine-tuning job's
+        FinetuneResult): a ResultFileError names the file, what is wrong and what to do."""
+        result_type = result_type or JobResult
         values = read_json_object(self.result_file, RESULT_FIX, required=("steps", "elapsed_s"))
         steps, stopped_early, elapsed_s = values["steps"], values.get("stopped_early", False), values["elapsed_s"]
         if not (_is_number(steps, int) and isinstance(stopped_early, bool) and _is_number(elapsed_s, (int, float))):
@@ -94,45 +85,89 @@ class JobFolder:
                 "count, true or false, and seconds)",
                 RESULT_FIX,
             )
-        return values
+        try:
+            return result_type.from_dict(values)
+        except (TypeError, KeyError, ValueError) as error:
+            raise file_problem(
+                self.result_file, f"a result that does not read ({type(error).__name__}: {error})", RESULT_FIX
+            ) from None
 
     def read_job_values(self) -> dict:
         """job.json as written (train.loop.Job's fields; train.runs.read_job makes the Job)."""
         return read_json_object(self.job_file, JOB_FIX, required=("task_code", "seed", "model", "train"))
 
 
-def job_records(folder: JobFolder, task: str, seed: int) -> list[dict]:
-    """One job's records as reports read them, each tagged with task and seed: its metrics lines in
-    step order, what decided the bits of each process that trained it ("provenance"), then its
-    result once it has finished ("result")."""
-    tag = dict(task=task, seed=seed)
-    records = [dict(record, **tag) for record in read_metrics(folder)]
-    records += [dict(record, kind="provenance", **tag) for record in read_jsonl(folder.provenance_file)]
-    if folder.is_done():
-        records.append(dict(folder.read_result_values(), kind="result", **tag))
-    return records
+@dataclass(frozen=True)
+class JobRecords:
+    """One job's records as reports read them: its metrics lines in step order, what decided the
+    bits of each process that trained it (train.provenance's records, as written), and its result
+    once it has finished (None before)."""
+
+    task: str
+    seed: int
+    metrics: tuple[TrainRecord | EvalRecord, ...]
+    provenance: tuple[dict, ...]
+    result: JobResult | FinetuneResult | None
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
+    @property
+    def evaluations(self) -> tuple[EvalRecord, ...]:
+        return tuple(record for record in self.metrics if isinstance(record, EvalRecord))
+
+    @property
+    def training(self) -> tuple[TrainRecord, ...]:
+        return tuple(record for record in self.metrics if isinstance(record, TrainRecord))
+
+    @property
+    def final(self) -> EvalRecord | None:
+        """The job's last evaluation (its final one once it has finished); None before its first."""
+        evaluations = self.evaluations
+        return evaluations[-1] if evaluations else None
 
 
-def read_metrics(folder: JobFolder) -> list[dict]:
-    """metrics.jsonl's records (read_jsonl), each checked to be a TrainRecord or an EvalRecord as
-    the reports read them: a ResultFileError names the file, the record and what to do."""
-    records = read_jsonl(folder.metrics_file)
-    for number, record in enumerate(records, start=1):
-        kind, step, bins = record.get("kind"), record.get("step"), record.get("bins")
-        fits = _is_number(step, int) and (
-            kind == "train"
-            or kind == "eval"
-            and isinstance(bins, list)
-            and all(isinstance(b, dict) and {"lo", "hi", "accuracy", "n"} <= b.keys() for b in bins)
-        )
-        if not fits:
-            raise file_problem(
-                folder.metrics_file,
-                f"record {number} is neither a train record nor an eval record with its bins",
-                "restore it from a copy, or delete the job's folder and run the run's command again: the job "
-                "trains anew (same seed, same result)",
-            )
-    return records
+def job_records(
+    folder: JobFolder, task: str, seed: int, result_type: type[JobResult | FinetuneResult] | None = None
+) -> JobRecords:
+    """One job's records (JobRecords) from its folder; a job not started has none."""
+    return JobRecords(
+        task=task,
+        seed=seed,
+        metrics=read_metrics(folder),
+        provenance=tuple(read_jsonl(folder.provenance_file)),
+        result=folder.read_result(result_type) if folder.is_done() else None,
+    )
+
+
+def read_metrics(folder: JobFolder) -> tuple[TrainRecord | EvalRecord, ...]:
+    """metrics.jsonl's records (read_jsonl) as TrainRecord and EvalRecord: a line that is neither
+    is a ResultFileError naming the file, the record and what to do."""
+    return tuple(
+        _metrics_record(folder, number, record) for number, record in enumerate(read_jsonl(folder.metrics_file), 1)
+    )
+
+
+def _metrics_record(folder: JobFolder, number: int, values: dict) -> TrainRecord | EvalRecord:
+    kind, step, bins = values.get("kind"), values.get("step"), values.get("bins")
+    fits = _is_number(step, int) and (
+        kind == "train"
+        or kind == "eval"
+        and isinstance(bins, list)
+        and all(isinstance(b, dict) and {"lo", "hi", "accuracy", "n"} <= b.keys() for b in bins)
+    )
+    try:
+        if fits:
+            return TrainRecord.from_dict(values) if kind == "train" else EvalRecord.from_dict(values)
+    except (TypeError, ValueError):  # a field it does not have, or one it lacks
+        pass
+    raise file_problem(
+        folder.metrics_file,
+        f"record {number} is neither a train record nor an eval record with its bins",
+        "restore it from a copy, or delete the job's folder and run the run's command again: the job "
+        "trains anew (same seed, same result)",
+    )
 
 
 def _is_number(value, kinds) -> bool:
@@ -144,9 +179,14 @@ def run_jobs(tasks, seeds) -> list[tuple[str, int]]:
     return [(task, seed) for task in tasks for seed in seeds]
 
 
-def run_records(run_dir: Path | str, jobs: Iterable[tuple[str, int]]) -> list[dict]:
-    """The records of a run's (task, seed) jobs, in that order; a job not started has none."""
-    return [record for task, seed in jobs for record in job_records(JobFolder.of(run_dir, task, seed), task, seed)]
+def run_records(
+    run_dir: Path | str,
+    jobs: Iterable[tuple[str, int]],
+    result_type: type[JobResult | FinetuneResult] | None = None,
+) -> list[JobRecords]:
+    """The records of a run's (task, seed) jobs, in that order, their results read as `result_type`
+    (None: JobResult)."""
+    return [job_records(JobFolder.of(run_dir, task, seed), task, seed, result_type) for task, seed in jobs]
 
 
 SEED_FOLDER = re.compile(r"seed(?P<seed>\d+)")
@@ -204,9 +244,16 @@ class TrainRecord:
     loss: float
     sequence_accuracy: float
     kind: str = field(default="train", init=False)
+    # What a fine-tuning job's lines also hold (crasplab.incontext.finetune): tokens and seconds so far.
+    tokens: int | None = None
+    elapsed_s: float | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainRecord:
+        return cls(**{name: value for name, value in values.items() if name != "kind"})
 
 
 @dataclass(frozen=True)
@@ -239,6 +286,25 @@ class JobResult:
     @classmethod
     def from_dict(cls, values: dict) -> JobResult:
         return cls(**{**values, "bins": tuple(BinEval.from_dict(b) for b in values["bins"])})
+
+
+@dataclass(frozen=True)
+class FinetuneResult:
+    """result.json of a fine-tuning job (crasplab.incontext.finetune): its answers are the run's
+    results.jsonl, so no bins, and it trains its steps to the end."""
+
+    task: str
+    seed: int
+    steps: int
+    elapsed_s: float
+    tokens: int
+    tokens_per_s: float | None
+    method: str
+    trainable_parameters: int
+
+    @classmethod
+    def from_dict(cls, values: dict) -> FinetuneResult:
+        return cls(**values)
 
 
 def _bin_dict(bin_eval: BinEval) -> dict:

@@ -20,8 +20,9 @@ import contextlib
 import fcntl
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Generic, TextIO, TypeVar
 
 from crasplab.errors import LabError
 from crasplab.records.files import (
@@ -43,6 +44,7 @@ RESULTS_FILE = "results.jsonl"
 LOG_FILES = ("metrics.jsonl", RESULTS_FILE)
 LOCK_FILE = ".lock"
 _held: dict[Path, TextIO] = {}  # run folder (resolved) -> its open lock file
+S = TypeVar("S", bound=Settings)
 
 
 class RunFolderError(LabError, ValueError):
@@ -192,19 +194,38 @@ def read_run_config(path: Path, required: tuple[str, ...], experiment: str, upgr
     return config
 
 
-def read_run_settings(path: Path, settings_type: type[Settings], experiment: str, facts: tuple[str, ...] = ()) -> dict:
+@dataclass(frozen=True)
+class RecordedSettings(Generic[S]):
+    """A run folder's config.json read: the run's settings, checked, and the file as its settings
+    type's upgrade_config reads it (`written`): what a summary that records the run's config keeps,
+    so that a kept report rebuilds as it was (a setting added later stays absent from it)."""
+
+    settings: S
+    written: dict
+
+    @property
+    def facts(self) -> dict:
+        """What the run recorded beside its settings (such as the model's architecture)."""
+        names = self.settings.names()
+        return {name: value for name, value in self.written.items() if name not in names}
+
+
+def read_run_settings(
+    path: Path, settings_type: type[S], experiment: str, facts: tuple[str, ...] = ()
+) -> RecordedSettings[S]:
     """read_run_config for a run whose settings are `settings_type`: the file must hold each of
     them, of the right kind and in range (a hand-edited file is refused here, not deep in a
     report), and the `facts` the run recorded beside them (such as the model's architecture)."""
     config = read_run_config(path, settings_type.recorded() + facts, experiment, settings_type.upgrade_config)
-    try:  # config.json holds facts about the run (the model's path, ...) beside its settings
-        settings_type.from_dict({name: value for name, value in config.items() if name in settings_type.names()})
+    names = settings_type.names()
+    try:
+        settings = settings_type.from_dict({name: value for name, value in config.items() if name in names})
     except ValueError as error:  # SettingsError, or a check of a nested type (a TaskError, a SettingsError)
         raise RunFolderError(
             f"{Path(path) / CONFIG_FILE}: {error}. The file is not as {experiment} wrote it: restore "
             "it, or run the experiment again into another --out"
         ) from None
-    return config
+    return RecordedSettings(settings, config)
 
 
 def _read_object(path: Path) -> dict | None:

@@ -27,14 +27,15 @@ import numpy as np
 
 from crasp.tasks import LEFT_OR_BACKWARD
 from crasplab.reports.figures import pyplot, save_figure, set_title
-from crasplab.records.files import read_jsonl, rebuild_report
+from crasplab.records.files import rebuild_report
 from crasplab.reports.in_context import GAPS
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
 from crasplab.reports.statistics import bootstrap, correct_family, p_value_text, paired_change
-from crasplab.records.job_folder import run_jobs, run_records
+from crasplab.records.job_folder import FinetuneResult, JobRecords, run_jobs, run_records
 from crasplab.incontext.settings import FinetuneSettings
-from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.records.answers import StagedAnswer, read_results
+from crasplab.records.run_folder import read_run_settings
 from crasplab.verdicts.predictions import read_predictions
 from crasplab.verdicts.rules import FIT_THRESHOLD, in_line, observe_seed
 
@@ -43,12 +44,12 @@ EXPERIMENT = "experiments/finetune.py"
 STAGES = ("before", "after")
 
 
-def _counts(records: list[dict]) -> dict[tuple[str, str, int], tuple[int, int]]:
+def _counts(records: list[StagedAnswer]) -> dict[tuple[str, str, int], tuple[int, int]]:
     """(task, stage, length) -> (correct, total)."""
     correct, total = defaultdict(int), defaultdict(int)
     for record in records:
-        key = (record["task"], record["stage"], record["length"])
-        correct[key] += bool(record["correct"])
+        key = (record.task, record.stage, record.length)
+        correct[key] += record.correct
         total[key] += 1
     return {key: (correct[key], total[key]) for key in total}
 
@@ -73,13 +74,13 @@ def _difference(counts: dict, first: str, second: str, stage: str, lengths) -> d
     return dict(gap=gap, low=low, high=high)
 
 
-def _pairs(answers: list[dict], task: str, lengths) -> np.ndarray:
+def _pairs(answers: list[StagedAnswer], task: str, lengths) -> np.ndarray:
     """(prompts, 2): each prompt's correctness before and after fine-tuning, for the prompts answered in both."""
     by_stage = {
         stage: {
-            (r["length"], r["index"]): bool(r["correct"])
+            (r.length, r.index): bool(r.correct)
             for r in answers
-            if r["task"] == task and r["stage"] == stage and r["length"] in lengths
+            if r.task == task and r.stage == stage and r.length in lengths
         }
         for stage in STAGES
     }
@@ -92,37 +93,37 @@ def _gap_change(first: np.ndarray, second: np.ndarray) -> float:
     return (first[:, 1].mean() - second[:, 1].mean()) - (first[:, 0].mean() - second[:, 0].mean())
 
 
-def _training(records: list[dict], task: str) -> dict | None:
+def _training(job: JobRecords) -> dict | None:
     """The task's training result with its last training loss; None while it trains."""
-    result = next((r for r in records if r["kind"] == "result" and r["task"] == task), None)
-    if result is None:
+    if not job.finished:
         return None
-    losses = [r["loss"] for r in records if r["kind"] == "train" and r["task"] == task]
+    losses = [record.loss for record in job.training]
     keys = ("steps", "elapsed_s", "tokens", "tokens_per_s", "method", "trainable_parameters")
-    return dict({key: result[key] for key in keys}, final_loss=losses[-1] if losses else None)
+    return dict({key: getattr(job.result, key) for key in keys}, final_loss=losses[-1] if losses else None)
 
 
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     """The run's summary; `threshold` overrides the one in config.json (the run's own)."""
     run_dir = Path(run_dir)
-    config = read_run_settings(run_dir, FinetuneSettings, EXPERIMENT)
-    threshold = config["threshold"] if threshold is None else threshold
-    settings = config["finetune"]
-    bins = [tuple(b) for b in settings["test_bins"]]
-    beyond = [n for lo, hi in bins for n in range(lo, hi + 1) if n > settings["train_lengths"][1]]
-    answers = read_jsonl(run_dir / RESULTS_FILE)
+    recorded = read_run_settings(run_dir, FinetuneSettings, EXPERIMENT)
+    run = recorded.settings
+    threshold = run.threshold if threshold is None else threshold
+    settings = run.finetune
+    bins = [tuple(b) for b in settings.test_bins]
+    beyond = [n for lo, hi in bins for n in range(lo, hi + 1) if n > settings.train_lengths[1]]
+    answers = read_results(run_dir, StagedAnswer)
     counts = _counts(answers)
-    metrics = run_records(run_dir, run_jobs(config["tasks"], [config["seed"]]))
+    jobs = {job.task: job for job in run_records(run_dir, run_jobs(run.tasks, [run.seed]), FinetuneResult)}
     predictions = read_predictions(run_dir)["tasks"]
     rows = []
-    for task in config["tasks"]:
+    for task in run.tasks:
         stages = {
             stage: [_accuracy(*_pooled(counts, task, stage, range(lo, hi + 1))) for lo, hi in bins] for stage in STAGES
         }
         after = stages["after"]
         complete = all(cell is not None for cell in after)
         seen = (
-            observe_seed(config["seed"], *((c["correct"], c["total"]) for c in (after[0], after[-1])), threshold)
+            observe_seed(run.seed, *((c["correct"], c["total"]) for c in (after[0], after[-1])), threshold)
             if complete
             else None
         )
@@ -147,7 +148,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                 after=after,
                 observed=seen and seen.observation.value,
                 agrees=in_line(prediction["generalizes"], [seen]) if seen else None,
-                training=_training(metrics, task),
+                training=_training(jobs[task]),
                 change_beyond=change,
                 curve=dict(
                     lengths=lengths,
@@ -163,7 +164,7 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
         )
     gaps = []
     for kind, first, second in GAPS:
-        if first in config["tasks"] and second in config["tasks"]:
+        if first in run.tasks and second in run.tasks:
             pairs = [_pairs(answers, task, beyond) for task in (first, second)]
             gaps.append(
                 dict(
@@ -182,23 +183,23 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                 )
             )
     correct_family([gap["change"] for gap in gaps if gap["change"] is not None])
-    seconds = {stage: sum(r["seconds"] for r in answers if r["stage"] == stage) for stage in STAGES}
+    seconds = {stage: sum(r.seconds for r in answers if r.stage == stage) for stage in STAGES}
     trained = [row["training"] for row in rows if row["training"]]
-    examples = settings["examples_per_length"]
+    examples = settings.examples_per_length
     return dict(
-        model=config["model"],
-        architecture=config.get("architecture"),
-        preset=config.get("preset"),
-        seed=config["seed"],
-        tasks=config["tasks"],
-        settings=settings,
+        model=run.model,
+        architecture=recorded.facts.get("architecture"),
+        preset=run.preset,
+        seed=run.seed,
+        tasks=list(run.tasks),
+        settings=settings.to_dict(),
         bins=[list(b) for b in bins],
         threshold=threshold,
         fit_threshold=FIT_THRESHOLD,
         rows=rows,
         gaps=gaps,
-        planned=len(config["tasks"]) * len({n for lo, hi in bins for n in range(lo, hi + 1)}) * examples,
-        answered={stage: sum(r["stage"] == stage for r in answers) for stage in STAGES},
+        planned=len(run.tasks) * len({n for lo, hi in bins for n in range(lo, hi + 1)}) * examples,
+        answered={stage: sum(r.stage == stage for r in answers) for stage in STAGES},
         eval_seconds=seconds,
         train_seconds=sum(t["elapsed_s"] for t in trained),
         train_tokens=sum(t["tokens"] for t in trained),

@@ -57,11 +57,12 @@ def strategy_accuracies(task: str, prompt: str, expected: str) -> dict[str, floa
     return _copying_strategies(prompt, expected)
 
 
-def task_floor(task: str, records: list[dict]) -> dict:
-    """The best trivial strategy over a task's prompts: {strategy, accuracy, strategies}."""
+def task_floor(task: str, records: list) -> dict:
+    """The best trivial strategy over a task's prompts (`records`: each with its prompt and expected
+    answer, as a PromptAnswer or a prompt item): {strategy, accuracy, strategies}."""
     totals: dict[str, float] = {}
     for record in records:
-        for name, accuracy in strategy_accuracies(task, record["prompt"], record["expected"]).items():
+        for name, accuracy in strategy_accuracies(task, record.prompt, record.expected).items():
             totals[name] = totals.get(name, 0.0) + accuracy
     strategies = {name: total / len(records) for name, total in totals.items()}
     best = max(strategies, key=strategies.get)

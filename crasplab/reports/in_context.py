@@ -23,12 +23,13 @@ from crasp.prediction import predict
 from crasp.tasks import COPYING_CODES, LEFT_OR_BACKWARD, RETRIEVAL_CODES
 from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.reports.floors import at_floor, task_floor
-from crasplab.records.files import read_jsonl, rebuild_report
+from crasplab.records.files import rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
 from crasplab.reports.statistics import correct_family, difference_p_value, p_value_text
 from crasplab.incontext.settings import PretrainedSettings
-from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.records.answers import PromptAnswer, read_results
+from crasplab.records.run_folder import read_run_settings
 
 FIGURE_FILE = "accuracy_by_length.png"
 EXPERIMENT = "experiments/pretrained.py"
@@ -49,11 +50,11 @@ GAPS = (
 )
 
 
-def _counts(records: list[dict]) -> dict[tuple[str, int], tuple[int, int]]:
+def _counts(records: list[PromptAnswer]) -> dict[tuple[str, int], tuple[int, int]]:
     correct, total = defaultdict(int), defaultdict(int)
     for record in records:
-        key = (record["task"], record["length"])
-        correct[key] += bool(record["correct"])
+        key = (record.task, record.length)
+        correct[key] += bool(record.correct)
         total[key] += 1
     return {key: (correct[key], total[key]) for key in total}
 
@@ -86,17 +87,18 @@ def _gap(kind: str, first: str, second: str, counts: dict, lengths: list[int]) -
 
 def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
-    config = read_run_settings(run_dir, PretrainedSettings, EXPERIMENT, facts=("architecture",))
-    records = read_jsonl(run_dir / RESULTS_FILE)
+    recorded = read_run_settings(run_dir, PretrainedSettings, EXPERIMENT, facts=("architecture",))
+    settings = recorded.settings
+    records = read_results(run_dir, PromptAnswer)
     counts = _counts(records)
-    lengths = list(config["lengths"])
+    lengths = list(settings.lengths)
     floors = {
-        task: task_floor(task, [record for record in records if record["task"] == task])
-        for task in config["tasks"]
-        if any(record["task"] == task for record in records)
+        task: task_floor(task, [record for record in records if record.task == task])
+        for task in settings.tasks
+        if any(record.task == task for record in records)
     }
     cells = []
-    for task in config["tasks"]:
+    for task in settings.tasks:
         for length in lengths:
             if (task, length) in counts:
                 correct, total = counts[(task, length)]
@@ -115,7 +117,7 @@ def summarize(run_dir: Path) -> dict:
     gaps = [
         gap
         for kind, first, second in GAPS
-        if first in config["tasks"] and second in config["tasks"]
+        if first in settings.tasks and second in settings.tasks
         for gap in [_gap(kind, first, second, counts, lengths)]
         if gap is not None
     ]
@@ -128,20 +130,20 @@ def summarize(run_dir: Path) -> dict:
         floors[task]["at_floor"] = at_floor(low, floors[task]["accuracy"])
     for gap in gaps:
         gap["at_floor"] = [task for task in (gap["first"], gap["second"]) if floors[task]["at_floor"]]
-    seconds = sum(record["seconds"] for record in records)
+    seconds = sum(record.seconds for record in records)
     return dict(
-        model=config["model"],
-        architecture=config["architecture"],
-        tasks=config["tasks"],
+        model=settings.model,
+        architecture=recorded.facts["architecture"],
+        tasks=list(settings.tasks),
         lengths=lengths,
-        planned=len(config["tasks"]) * len(lengths) * config["n"],
+        planned=len(settings.tasks) * len(lengths) * settings.n,
         evaluated=len(records),
         cells=cells,
         pooled=pooled,
         floors=floors,
         family=f"the {len(gaps)} pooled gaps of this report",
         gaps=gaps,
-        predictions={task: dataclasses.asdict(predict(task, "ape")) for task in config["tasks"]},
+        predictions={task: dataclasses.asdict(predict(task, "ape")) for task in settings.tasks},
         generation_seconds=seconds,
         prompts_per_second=len(records) / seconds if seconds else None,
     )

@@ -21,13 +21,13 @@ from crasp.position_encodings import encoding
 from crasp.tasks import TASK_CODES
 from crasplab.reports.figures import pyplot, save_figure, set_title
 from crasplab.records.files import read_jsonl, rebuild_report
-from crasplab.records.job_folder import RUN_SETTINGS_KEYS, run_jobs, run_records
+from crasplab.records.job_folder import RUN_SETTINGS_KEYS, EvalRecord, JobRecords, run_jobs, run_records
 from crasplab.records.invocations import INVOCATIONS_FILE
 from crasplab.reports.protocol import discrimination_markdown, protocol_markdown, recipe_markdown
 from crasplab.records.run_folder import RunFolderError, read_run_config
-from crasplab.train.config import ModelSettings, RunSettings
+from crasplab.train.config import RunSettings
 from crasplab.train.provenance import bits_key
-from crasplab.verdicts.counting import final_evaluations, protocol_rows, recipe_rows, strings_right
+from crasplab.verdicts.counting import final_evaluations, protocol_rows, recipe_rows
 from crasplab.verdicts.predictions import read_predictions
 from crasplab.verdicts.rules import (
     FIT_THRESHOLD,
@@ -43,29 +43,27 @@ from crasplab.verdicts.rules import (
 FIGURE_FILE = "accuracy_by_length.png"
 
 
-def read_settings(run_dir: Path) -> dict:
-    """A length_gen run's config.json, validated: every setting as RunSettings reads it (a
-    hand-edited threshold of "high" or 5 is refused here instead of failing in numpy or turning
-    every verdict into "does not generalize")."""
+def read_settings(run_dir: Path) -> RunSettings:
+    """A length_gen run's config.json as RunSettings: every setting checked (a hand-edited seed of
+    "one" or a misspelt name is refused here instead of failing in numpy), and task names only
+    the library's, since they become folder names."""
     run_dir = Path(run_dir)
-    config = read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py")
-    check_task_names(config, run_dir)
-    RunSettings.of_run(run_dir)
-    return config
+    check_task_names(read_run_config(run_dir, RUN_SETTINGS_KEYS, "experiments/length_gen.py"), run_dir)
+    return RunSettings.of_run(run_dir)
 
 
-def read_records(run_dir: Path, config: dict) -> list[dict]:
-    """Every record of the jobs of a run's config.json (its tasks and seeds), from the job folders."""
-    return run_records(run_dir, run_jobs(config["tasks"], config["seeds"]))
+def read_records(run_dir: Path, settings: RunSettings) -> list[JobRecords]:
+    """The records of the jobs of a run's settings (its tasks and seeds), from the job folders."""
+    return run_records(run_dir, run_jobs(settings.tasks, settings.seeds))
 
 
-def length_curve(records_by_seed: list[dict]) -> dict | None:
-    """Accuracy at each input length (mean and std over seeds), from the per-length results of
-    every bin; None for runs made before evaluations recorded them."""
-    if not all("lengths" in b for record in records_by_seed for b in record["bins"]):
+def length_curve(evaluations: list[EvalRecord]) -> dict | None:
+    """Accuracy at each input length (mean and std over seeds: one final evaluation per seed), from
+    the per-length results of every bin; None for runs made before evaluations recorded them."""
+    if not all(b.lengths for evaluation in evaluations for b in evaluation.bins):
         return None
-    lengths = [n for b in records_by_seed[0]["bins"] for n in b["lengths"]]
-    accuracy_SxN = np.array([[a for b in record["bins"] for a in b["length_accuracy"]] for record in records_by_seed])
+    lengths = [n for b in evaluations[0].bins for n in b.lengths]
+    accuracy_SxN = np.array([[a for b in evaluation.bins for a in b.length_accuracy] for evaluation in evaluations])
     return dict(
         lengths=lengths,
         mean=[round(float(a), 4) for a in accuracy_SxN.mean(axis=0)],
@@ -73,15 +71,14 @@ def length_curve(records_by_seed: list[dict]) -> dict | None:
     )
 
 
-def model_description(config: dict) -> str:
+def model_description(settings: RunSettings) -> str:
     """The run's model as the report states it, with the tasks whose model differs."""
-    model = config["model"]
+    model = settings.model
     text = (
-        f"{model['n_layers']} layers x {model['n_heads']} heads x d_model {model['d_model']} "
-        # Runs made before the dtype setting computed in float32, its default.
-        f"(d_ff {model['d_ff'] or 4 * model['d_model']}, {model.get('dtype', ModelSettings.dtype)})"
+        f"{model.n_layers} layers x {model.n_heads} heads x d_model {model.d_model} "
+        f"(d_ff {model.d_ff or 4 * model.d_model}, {model.dtype})"
     )
-    changes = config.get("model_overrides", {})
+    changes = settings.model_overrides
     if changes:
         text += "; " + "; ".join(
             f"{task}: " + ", ".join(f"{name} {value}" for name, value in changed.items())
@@ -90,41 +87,39 @@ def model_description(config: dict) -> str:
     return text
 
 
-def task_layers(config: dict, task: str) -> int:
-    """The depth a task of the run trained at (the run's model, with the task's changes)."""
-    return config.get("model_overrides", {}).get(task, {}).get("n_layers", config["model"]["n_layers"])
+def _training_and_last_bin(job) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(strings right, strings) of a job's final evaluation on its training lengths and its last bin."""
+    bins = job.final.bins
+    return (bins[0].correct, bins[0].n), (bins[-1].correct, bins[-1].n)
 
 
 def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     """The run's summary, read at one threshold: a protocol run's, fixed in its rules before it ran
     (another `threshold` is refused), else `threshold` (None: the rules' default)."""
     run_dir = Path(run_dir)
-    config = read_settings(run_dir)
+    settings = read_settings(run_dir)
     protocol = read_protocol(run_dir)
     threshold = reading_threshold(protocol, threshold, run_dir)
-    records = read_records(run_dir, config)
-    finals = final_evaluations(records)
+    jobs = read_records(run_dir, settings)
+    finals = final_evaluations(jobs)
     # What the interpreter predicted when the run started.
-    predictions = read_predictions(run_dir, [task for task in config["tasks"] if task in finals])
+    predictions = read_predictions(run_dir, [task for task in settings.tasks if task in finals])
     written = predictions["tasks"]
     rows = []
-    for task in config["tasks"]:
+    for task in settings.tasks:
         if task not in finals:
             continue
         by_seed = finals[task]
         # A job that scores its test bins only when it stops has none before: it is left out until then.
-        asked = len(config["train"][task]["test_bins"])
-        seeds = [seed for seed in sorted(by_seed) if len(by_seed[seed]["bins"]) == asked]
+        asked = len(settings.train[task].test_bins)
+        seeds = [seed for seed in sorted(by_seed) if len(by_seed[seed].final.bins) == asked]
         if not seeds:
             continue
-        accuracy_SxK = np.array([[b["accuracy"] for b in by_seed[s]["bins"]] for s in seeds])
-        bins = [(b["lo"], b["hi"]) for b in by_seed[seeds[0]]["bins"]]
+        accuracy_SxK = np.array([[b.accuracy for b in by_seed[s].final.bins] for s in seeds])
+        bins = [(b.lo, b.hi) for b in by_seed[seeds[0]].final.bins]
         prediction = written[task]["prediction"]
         # Each seed is observed on its own; seeds that did not fit say nothing about longer inputs.
-        observations = [
-            observe_seed(s, strings_right(by_seed[s]["bins"][0]), strings_right(by_seed[s]["bins"][-1]), threshold)
-            for s in seeds
-        ]
+        observations = [observe_seed(s, *_training_and_last_bin(by_seed[s]), threshold) for s in seeds]
         fitted = [o for o in observations if o.observation != Observation.DID_NOT_FIT]
         rows.append(
             dict(
@@ -147,18 +142,18 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
                     )
                     for k, (lo, hi) in enumerate(bins)
                 ],
-                curve=length_curve([by_seed[s] for s in seeds]),
+                curve=length_curve([by_seed[s].final for s in seeds]),
                 seeds=seeds,
-                steps=[by_seed[s]["step"] for s in seeds],
-                stopped_early=[by_seed[s]["stopped_early"] for s in seeds],
-                finished=all(by_seed[s]["finished"] for s in seeds),
-                greedy_disagreements=sum(b["greedy_disagreements"] for s in seeds for b in by_seed[s]["bins"]),
-                greedy_checked=sum(b["greedy_checked"] for s in seeds for b in by_seed[s]["bins"]),
-                train_seconds=round(sum(by_seed[s]["elapsed_s"] or 0.0 for s in seeds), 1),
+                steps=[by_seed[s].final.step for s in seeds],
+                stopped_early=[by_seed[s].result.stopped_early if by_seed[s].finished else None for s in seeds],
+                finished=all(by_seed[s].finished for s in seeds),
+                greedy_disagreements=sum(b.greedy_disagreements for s in seeds for b in by_seed[s].final.bins),
+                greedy_checked=sum(b.greedy_checked for s in seeds for b in by_seed[s].final.bins),
+                train_seconds=round(sum(by_seed[s].result.elapsed_s if by_seed[s].finished else 0.0 for s in seeds), 1),
             )
         )
     judged = [row for row in rows if row["agrees"] is not None]
-    first_task_train = config["train"][config["tasks"][0]]
+    evaluated = [task for task in settings.tasks if task in finals]
     under_protocol = (
         None
         if protocol is None
@@ -167,14 +162,13 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
             text=protocol.text(),
             rows=protocol_rows(
                 protocol,
-                records,
                 finals,
-                [task for task in config["tasks"] if task in finals],
+                evaluated,
                 written,
-                {task: train["max_steps"] for task, train in config["train"].items()},
-                {task: task_layers(config, task) for task in config["tasks"]},
+                {task: train.max_steps for task, train in settings.train.items()},
+                {task: settings.model_for(task).n_layers for task in settings.tasks},
             ),
-            recipe=recipe_rows(protocol, records, [task for task in config["tasks"] if task in finals]),
+            recipe=recipe_rows(protocol, jobs, evaluated),
             discrimination={
                 task: entry["discrimination"] for task, entry in written.items() if entry["discrimination"]
             },
@@ -183,21 +177,21 @@ def summarize(run_dir: Path, threshold: float | None = None) -> dict:
     invocations = read_jsonl(run_dir / INVOCATIONS_FILE) if (run_dir / INVOCATIONS_FILE).exists() else []
     return dict(
         protocol=under_protocol,
-        environments=environments(records),
-        commits=job_commits(records),
+        environments=environments(jobs),
+        commits=job_commits(jobs),
         invocations=invocations,
         predictions_note=predictions.get("note"),
-        pe=config["model"]["pe"],
-        preset=config["preset"],
-        model=model_description(config),
+        pe=settings.model.pe,
+        preset=settings.preset,
+        model=model_description(settings),
         threshold=threshold,
         fit_threshold=FIT_THRESHOLD,
         rows=rows,
-        bins=[list(b) for b in first_task_train["test_bins"]],
+        bins=[list(b) for b in settings.train[settings.tasks[0]].test_bins],
         agreements=sum(row["agrees"] for row in judged),
         judged=len(judged),
         did_not_fit=[row["task"] for row in rows if not row["seeds_fit"]],
-        missing_tasks=[t for t in config["tasks"] if t not in finals],
+        missing_tasks=[t for t in settings.tasks if t not in finals],
         train_seconds=round(sum(row["train_seconds"] for row in rows), 1),
     )
 
@@ -216,12 +210,12 @@ def check_task_names(config: dict, run_dir: Path) -> None:
         )
 
 
-def environments(records: list[dict]) -> list[dict]:
+def environments(jobs: list[JobRecords]) -> list[dict]:
     """The distinct machine-and-version environments the run's jobs trained in (a job resumed
     elsewhere counts in both), each with its jobs: numbers from two of them are not bit-comparable."""
     groups: dict[tuple, dict] = {}
-    for record in records:
-        if record["kind"] == "provenance":
+    for job in jobs:
+        for record in job.provenance:
             group = groups.setdefault(
                 bits_key(record),
                 dict(
@@ -235,21 +229,21 @@ def environments(records: list[dict]) -> list[dict]:
                     jobs=set(),
                 ),
             )
-            group["jobs"].add((record["task"], record["seed"]))
+            group["jobs"].add((job.task, job.seed))
             group["lab_commits"].add(str(record["lab_commit"]))
     return [
         dict(group, jobs=sorted(group["jobs"]), lab_commits=sorted(group["lab_commits"])) for group in groups.values()
     ]
 
 
-def job_commits(records: list[dict]) -> dict[str, list[list]]:
+def job_commits(jobs: list[JobRecords]) -> dict[str, list[list]]:
     """The lab's commit -> the jobs ([task, seed]) that trained under it (a job resumed under
     another commit is under both); "+changes" marks a commit with uncommitted changes, whose code
     no commit holds."""
     found = defaultdict(set)
-    for record in records:
-        if record["kind"] == "provenance":
-            found[str(record["lab_commit"])].add((record["task"], record["seed"]))
+    for job in jobs:
+        for record in job.provenance:
+            found[str(record["lab_commit"])].add((job.task, job.seed))
     return {commit: [list(job) for job in sorted(jobs)] for commit, jobs in sorted(found.items())}
 
 

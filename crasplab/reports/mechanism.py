@@ -321,7 +321,7 @@ def _matched_judgements(config: dict, records: list[dict], scores: dict) -> list
 
 def summarize(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
-    config = read_run_settings(run_dir, MechanismSettings, EXPERIMENT, facts=REPORTED_FACTS)
+    config = read_run_settings(run_dir, MechanismSettings, EXPERIMENT, facts=REPORTED_FACTS).written
     scores = read_scores(run_dir)
     records = read_jsonl(run_dir / ABLATIONS_FILE)
     rows = _rows(config, records)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from crasplab.train.config import TrainConfig
 from crasplab.verdicts.counting import last_bin_agreement
 from crasplab.verdicts.rules import Verdict, VerdictRules
 
@@ -49,22 +50,21 @@ def _spread(values) -> str:
     return f"{statistics.median(values):g} ({values[0]:g}-{values[-1]:g})" if values else "-"
 
 
-def recipe_text(train: dict) -> str:
-    """The settings that make a training recipe, in words, from one task's `train` entry of a run's
-    config.json (runs from before gradient clipping existed have no max_grad_norm: they did not clip)."""
+def recipe_text(train: TrainConfig) -> str:
+    """The settings that make a training recipe, in words, from one task's training settings."""
     after_warmup = (
-        f"linear decay to 0 at step {train['max_steps']}"
-        if train["schedule"] == "linear"
-        else f"constant to step {train['max_steps']}"
+        f"linear decay to 0 at step {train.max_steps}"
+        if train.schedule == "linear"
+        else f"constant to step {train.max_steps}"
     )
-    clipping = train.get("max_grad_norm", 0.0)
-    stop = train["stop_after_perfect_evals"]
+    clipping = train.max_grad_norm
+    stop = train.stop_after_perfect_evals
     return (
-        f"batches of {train['batch_size']}, AdamW with weight decay {train['weight_decay']:g}, "
-        f"learning rate {train['learning_rate']:g} after {train['warmup_steps']} warmup steps, {after_warmup}, "
+        f"batches of {train.batch_size}, AdamW with weight decay {train.weight_decay:g}, "
+        f"learning rate {train.learning_rate:g} after {train.warmup_steps} warmup steps, {after_warmup}, "
         + (f"gradients clipped to norm {clipping:g}" if clipping > 0 else "no gradient clipping")
         + (f", stop after {stop} perfect evaluations in a row" if stop else ", no early stop")
-        + f" (an evaluation every {train['eval_every']} steps)"
+        + f" (an evaluation every {train.eval_every} steps)"
     )
 
 

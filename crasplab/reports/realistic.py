@@ -29,12 +29,13 @@ from crasplab.incontext.alignment import ON_TRACK, START, analyze
 from crasplab.incontext.directions import DIRECTIONS, Direction
 from crasplab.incontext.git_history import COMMANDS
 from crasplab.reports.figures import pyplot, save_figure, set_title
-from crasplab.records.files import read_jsonl, rebuild_report
+from crasplab.records.files import rebuild_report
 from crasp.intervals import wilson_interval
 from crasplab.reports.intervals import difference_interval
 from crasplab.reports.statistics import MIN_CLUSTERS, cluster_difference, correct_family
 from crasplab.incontext.settings import GitRunSettings, LoremRunSettings
-from crasplab.records.run_folder import RESULTS_FILE, read_run_settings
+from crasplab.records.answers import GitAnswer, LoremAnswer, read_results
+from crasplab.records.run_folder import read_run_settings
 
 EXPERIMENT = "experiments/realistic.py"
 LOREM_FIGURE = "lorem_by_length.png"
@@ -73,10 +74,10 @@ class Grid:
     """How a run is laid out: conditions (each a copying direction) x sizes, n prompts each."""
 
     experiment: str
-    conditions: str  # the key of config.json that lists the conditions
-    condition: str  # the key of a record that names its condition
-    sizes: str  # the key of config.json that lists the sizes
-    size: str  # the key of a record that gives its size
+    conditions: str  # the setting that lists the conditions
+    condition: str  # the field of an answer that names its condition
+    sizes: str  # the setting that lists the sizes
+    size: str  # the field of an answer that gives its size
     directions: dict[str, Direction]  # each condition's copying direction
 
 
@@ -87,14 +88,17 @@ GIT_GRID = Grid("git", "commands", "command", "commits", "commits", COMMANDS)
 def _summarize_grid(run_dir: Path, grid: Grid, summarize_cell) -> dict:
     """`summarize_cell` of the records of each (condition, size) cell and of each condition, and the
     exact-match gap forward minus backward, per size and pooled."""
-    settings_type = {"lorem": LoremRunSettings, "git": GitRunSettings}[grid.experiment]
-    config = read_run_settings(run_dir, settings_type, f"{EXPERIMENT} {grid.experiment}", facts=("architecture",))
-    records = read_jsonl(Path(run_dir) / RESULTS_FILE)
+    settings_type, answer_type = {"lorem": (LoremRunSettings, LoremAnswer), "git": (GitRunSettings, GitAnswer)}[
+        grid.experiment
+    ]
+    recorded = read_run_settings(run_dir, settings_type, f"{EXPERIMENT} {grid.experiment}", facts=("architecture",))
+    settings = recorded.settings
+    records = read_results(run_dir, answer_type)
     by_cell, by_condition = defaultdict(list), defaultdict(list)
     for record in records:
-        by_cell[(record[grid.condition], record[grid.size])].append(record)
-        by_condition[record[grid.condition]].append(record)
-    conditions, sizes = config[grid.conditions], config[grid.sizes]
+        by_cell[(getattr(record, grid.condition), getattr(record, grid.size))].append(record)
+        by_condition[getattr(record, grid.condition)].append(record)
+    conditions, sizes = list(getattr(settings, grid.conditions)), list(getattr(settings, grid.sizes))
     cells = {
         (condition, size): summarize_cell(by_cell[(condition, size)])
         for condition in conditions
@@ -114,16 +118,16 @@ def _summarize_grid(run_dir: Path, grid: Grid, summarize_cell) -> dict:
         ]
         gaps.append(dict(size="pooled", **difference(pooled[first]["exact"], pooled[second]["exact"])))
     return {
-        "model": config["model"],
-        "architecture": config["architecture"],
+        "model": settings.model,
+        "architecture": recorded.facts["architecture"],
         grid.conditions: conditions,
         grid.sizes: sizes,
-        "planned": len(conditions) * len(sizes) * config["n"],
+        "planned": len(conditions) * len(sizes) * settings.n,
         "cells": [{grid.condition: condition, grid.size: size, **cell} for (condition, size), cell in cells.items()],
         "pooled": pooled,
         "gaps": gaps,
         "evaluated": len(records),
-        "generation_seconds": sum(record["seconds"] for record in records),
+        "generation_seconds": sum(record.seconds for record in records),
     }
 
 
@@ -134,14 +138,14 @@ def _predictions(codes) -> dict:
 # Lorem ipsum ---------------------------------------------------------------------------------------
 
 
-def _lorem_counts(records: list[dict]) -> dict:
+def _lorem_counts(records: list[LoremAnswer]) -> dict:
     """Counts summed over `records`, each aligned to its reference."""
     totals = Counter()
     transitions = Counter()
     clusters = []  # per prompt, one paragraph: (right after unambiguous, reached, right after ambiguous, reached)
     for record in records:
-        reference = record["reference_ids"]
-        result = analyze(reference, record["output_ids"])
+        reference = record.reference_ids
+        result = analyze(reference, record.output_ids)
         totals.update(
             items=1,
             exact=result.exact,
@@ -154,7 +158,7 @@ def _lorem_counts(records: list[dict]) -> dict:
             first_errors_ambiguous=result.first_errors_ambiguous,
             first_errors_unambiguous=len(result.first_errors) - result.first_errors_ambiguous,
         )
-        transitions.update(record["reference_pieces"][slot - 1] if slot else START for slot in result.first_errors)
+        transitions.update(record.reference_pieces[slot - 1] if slot else START for slot in result.first_errors)
         ambiguous_errors = result.first_errors_ambiguous
         unambiguous_errors = len(result.first_errors) - ambiguous_errors
         clusters.append(
@@ -177,7 +181,7 @@ def _paragraph_gap(clusters: list[tuple[int, int, int, int]]) -> dict | None:
     return dict(value=entry["gap"], low=entry["low"], high=entry["high"], p=entry["p"])
 
 
-def _lorem_cell(records: list[dict]) -> dict:
+def _lorem_cell(records: list[LoremAnswer]) -> dict:
     counts = _lorem_counts(records)
     t = counts["totals"]
     unambiguous = proportion(t["reached_unambiguous"] - t["first_errors_unambiguous"], t["reached_unambiguous"])
@@ -398,12 +402,12 @@ def _errorbar(ax, xs: list, entries: list[dict], label: str, series: int, **styl
 # git ---------------------------------------------------------------------------------------------
 
 
-def _git_cell(records: list[dict]) -> dict:
-    hashes = sum(len(record["expected"].split()) for record in records)
-    edits = sum(analyze(record["expected"].split(), record["output"].split()).edits for record in records)
+def _git_cell(records: list[GitAnswer]) -> dict:
+    hashes = sum(len(record.expected.split()) for record in records)
+    edits = sum(analyze(record.expected.split(), record.output.split()).edits for record in records)
     return dict(
         items=len(records),
-        exact=proportion(sum(record["correct"] for record in records), len(records)),
+        exact=proportion(sum(record.correct for record in records), len(records)),
         hash_errors_per_100=100 * edits / hashes,
     )
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crasplab.records.files import ResultFileError
-from crasplab.records.job_folder import JobFolder
+from crasplab.records.job_folder import JobFolder, JobResult
 from crasplab.records.settings import Settings
 from crasplab.verdicts.rules import FIT_THRESHOLD
 
@@ -91,12 +91,12 @@ class Candidate:
         return self.finished and self.train_accuracy >= FIT_THRESHOLD
 
 
-def bin_accuracy(result: dict, wanted: tuple[int, int], path: Path) -> float:
+def bin_accuracy(result: JobResult, wanted: tuple[int, int], path: Path) -> float:
     """The accuracy a result.json records for the bin `wanted` (lo, hi)."""
-    for recorded in result["bins"]:
-        if (recorded["lo"], recorded["hi"]) == tuple(wanted):
-            return recorded["accuracy"]
-    held = ", ".join(f"{b['lo']}-{b['hi']}" for b in result["bins"])
+    for recorded in result.bins:
+        if (recorded.lo, recorded.hi) == tuple(wanted):
+            return recorded.accuracy
+    held = ", ".join(f"{b.lo}-{b.hi}" for b in result.bins)
     raise ResultFileError(
         f"{path}: no evaluation of the bin {wanted[0]}-{wanted[1]} (it holds {held}); the sweep "
         "evaluates every run on its training bin and validation bin. Was this folder trained "
@@ -117,7 +117,7 @@ def read_candidate(
         job = JobFolder(sweep_folder(sweep_dir, task, configuration, seed))
         if not job.is_done():
             return Candidate(configuration, finished=False, train_accuracy=None, validation_accuracy=None)
-        result, path = job.read_result_values(), job.result_file
+        result, path = job.read_result(), job.result_file
         accuracies.append((bin_accuracy(result, train_bin, path), bin_accuracy(result, validation_bin, path)))
     train, validation = (round(sum(values) / len(values), 6) for values in zip(*accuracies))
     return Candidate(configuration, finished=True, train_accuracy=train, validation_accuracy=validation)

@@ -9,48 +9,31 @@ import dataclasses
 from collections import defaultdict
 
 from crasp.tasks import CONTROLS
-from crasplab.records.job_folder import BinEval
+from crasplab.records.job_folder import BinEval, JobRecords
 from crasplab.verdicts.rules import Verdict, VerdictRules, counted_agreement, judge_seed, seed_fits, task_verdict
 
 
-def final_evaluations(records: list[dict]) -> dict[str, dict[int, dict]]:
-    """task -> seed -> that job's last eval record (augmented with its result record, if any)."""
-    finals: dict[str, dict[int, dict]] = defaultdict(dict)
-    results = {}
-    for record in records:
-        if record["kind"] == "eval":
-            finals[record["task"]][record["seed"]] = record
-        elif record["kind"] == "result":
-            results[(record["task"], record["seed"])] = record
-    for task, by_seed in finals.items():
-        for seed, record in by_seed.items():
-            result = results.get((task, seed), {})
-            by_seed[seed] = dict(
-                record,
-                finished=bool(result),
-                stopped_early=result.get("stopped_early"),
-                elapsed_s=result.get("elapsed_s"),
-            )
+def final_evaluations(jobs: list[JobRecords]) -> dict[str, dict[int, JobRecords]]:
+    """task -> seed -> that job's records, for the jobs evaluated at least once (JobRecords.final
+    is the last evaluation; JobRecords.result says whether the job has finished)."""
+    finals: dict[str, dict[int, JobRecords]] = defaultdict(dict)
+    for job in jobs:
+        if job.final is not None:
+            finals[job.task][job.seed] = job
     return finals
 
 
-def strings_right(bin_record: dict) -> tuple[int, int]:
-    """(strings answered right, strings) of one bin of an evaluation record."""
-    bin_eval = BinEval.from_dict(bin_record)
-    return bin_eval.correct, bin_eval.n
-
-
-def fitted_seeds(rules: VerdictRules, finals: dict[int, dict]) -> list[int]:
+def fitted_seeds(rules: VerdictRules, finals: dict[int, JobRecords]) -> list[int]:
     """The seeds (of one task's finished final evaluations) that fit their training lengths."""
-    return [
-        seed
-        for seed, record in sorted(finals.items())
-        if record["finished"] and seed_fits(rules, *strings_right(record["bins"][0]))
-    ]
+    return [seed for seed, job in sorted(finals.items()) if job.finished and _fits(rules, job.final.bins[0])]
+
+
+def _fits(rules: VerdictRules, bin_eval: BinEval) -> bool:
+    return seed_fits(rules, bin_eval.correct, bin_eval.n)
 
 
 def next_seeds(
-    rules: VerdictRules, candidates, finals_by_task: dict[str, dict[int, dict]], tasks
+    rules: VerdictRules, candidates, finals_by_task: dict[str, dict[int, JobRecords]], tasks
 ) -> dict[str, list[int]]:
     """task -> the seeds to run next: its started seeds that have not finished (to resume them);
     else as many unused candidates as its fitted seeds fall short of `min_fitted_seeds` (all of
@@ -58,7 +41,7 @@ def next_seeds(
     plan = {}
     for task in tasks:
         finals = finals_by_task.get(task, {})
-        unfinished = [seed for seed, record in sorted(finals.items()) if not record["finished"]]
+        unfinished = [seed for seed, job in sorted(finals.items()) if not job.finished]
         if unfinished:
             plan[task] = unfinished
             continue
@@ -69,25 +52,16 @@ def next_seeds(
     return plan
 
 
-def _by_job(records: list[dict], kind: str) -> dict[tuple[str, int], list[dict]]:
-    """(task, seed) -> the run's records of one kind for that job, in the order written."""
-    found = defaultdict(list)
-    for record in records:
-        if record["kind"] == kind:
-            found[(record["task"], record["seed"])].append(record)
-    return found
-
-
-def _still_improving(evals: list[dict], record: dict, max_steps: int) -> bool:
-    if record["step"] < max_steps or len(evals) < 2:
+def _still_improving(job: JobRecords, max_steps: int) -> bool:
+    evaluations = job.evaluations
+    if job.final.step < max_steps or len(evaluations) < 2:
         return False
-    return evals[-1]["bins"][0]["accuracy"] > evals[-2]["bins"][0]["accuracy"]
+    return evaluations[-1].bins[0].accuracy > evaluations[-2].bins[0].accuracy
 
 
 def protocol_rows(
     rules: VerdictRules,
-    records: list[dict],
-    finals: dict[str, dict[int, dict]],
+    finals: dict[str, dict[int, JobRecords]],
     tasks,
     predictions: dict,
     max_steps: dict,
@@ -95,25 +69,27 @@ def protocol_rows(
 ) -> list[dict]:
     """One row per task: its depth (`layers`: task -> layers), fit counts, and per test bin each
     fitted seed's outcome and the verdict, counted where its control generalizes (apply_controls)."""
-    evals = _by_job(records, "eval")
     rows = []
     for task in tasks:
-        by_seed = {seed: record for seed, record in finals.get(task, {}).items() if record["finished"]}
+        by_seed = {seed: job for seed, job in finals.get(task, {}).items() if job.finished}
         fitted = fitted_seeds(rules, by_seed)
         unfit = [seed for seed in by_seed if seed not in fitted]
         prediction = predictions[task]["prediction"]
         discrimination = predictions[task]["discrimination"]
         bins = []
-        for k, first in enumerate(by_seed[fitted[0]]["bins"][1:] if fitted else [], start=1):
-            seeds = [judge_seed(rules, seed, *strings_right(by_seed[seed]["bins"][k])) for seed in fitted]
+        for k, first in enumerate(by_seed[fitted[0]].final.bins[1:] if fitted else (), start=1):
+            seeds = [
+                judge_seed(rules, seed, by_seed[seed].final.bins[k].correct, by_seed[seed].final.bins[k].n)
+                for seed in fitted
+            ]
             verdict = task_verdict(rules, seeds)
             discriminates = (
                 None if not (discrimination and discrimination["checked"]) else discrimination["discriminates"][k - 1]
             )
             bins.append(
                 dict(
-                    lo=first["lo"],
-                    hi=first["hi"],
+                    lo=first.lo,
+                    hi=first.hi,
                     verdict=verdict,
                     discriminates=discriminates,
                     agrees=counted_agreement(prediction["generalizes"], verdict, discriminates),
@@ -129,8 +105,8 @@ def protocol_rows(
                 seeds_run=sorted(by_seed),
                 fitted=fitted,
                 unfit=unfit,
-                still_improving=[s for s in unfit if _still_improving(evals[(task, s)], by_seed[s], max_steps[task])],
-                steps_to_stop={s: by_seed[s]["step"] for s in sorted(by_seed)},
+                still_improving=[s for s in unfit if _still_improving(by_seed[s], max_steps[task])],
+                steps_to_stop={s: by_seed[s].final.step for s in sorted(by_seed)},
                 bins=bins,
             )
         )
@@ -155,18 +131,17 @@ def apply_controls(rows: dict[tuple, dict]) -> None:
                 b["agrees"] = None
 
 
-def recipe_rows(rules: VerdictRules, records: list[dict], tasks) -> list[dict]:
+def recipe_rows(rules: VerdictRules, jobs: list[JobRecords], tasks) -> list[dict]:
     """The recipe's benchmark, read from the training bin alone (never a test bin): per task, the
     seeds run and fitted, each fitted seed's step of its first fitted evaluation, each seed's step
     at its stop and its training time."""
-    evals = _by_job(records, "eval")
-    results = {job: found[-1] for job, found in _by_job(records, "result").items()}
+    finished = {(job.task, job.seed): job for job in jobs if job.finished}
     rows = []
     for task in tasks:
-        seeds = sorted(seed for (t, seed) in results if t == task)
+        seeds = sorted(seed for (t, seed) in finished if t == task)
         steps_to_fit = {}
         for seed in seeds:
-            fitted_at = [e["step"] for e in evals[(task, seed)] if seed_fits(rules, *strings_right(e["bins"][0]))]
+            fitted_at = [e.step for e in finished[(task, seed)].evaluations if _fits(rules, e.bins[0])]
             if fitted_at:
                 steps_to_fit[seed] = fitted_at[0]
         rows.append(
@@ -174,8 +149,8 @@ def recipe_rows(rules: VerdictRules, records: list[dict], tasks) -> list[dict]:
                 task=task,
                 seeds=seeds,
                 steps_to_fit=steps_to_fit,
-                steps_at_stop={seed: results[(task, seed)]["steps"] for seed in seeds},
-                seconds={seed: round(results[(task, seed)]["elapsed_s"], 1) for seed in seeds},
+                steps_at_stop={seed: finished[(task, seed)].result.steps for seed in seeds},
+                seconds={seed: round(finished[(task, seed)].result.elapsed_s, 1) for seed in seeds},
             )
         )
     return rows

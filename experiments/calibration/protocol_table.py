@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crasp.position_encodings import IN_THE_PAPERS, PE_NAMES
-from crasplab.reports.length_gen import task_layers
+from crasplab.reports.length_gen import read_settings
 from crasplab.reports.protocol import control_text, recipe_text
 from crasplab.verdicts.counting import apply_controls
 from crasplab.verdicts.rules import Verdict, counted_agreement
 from crasplab.reports.what_learned import NONE_OF_THEM, behaviour
-from crasplab.train.config import PRESETS
+from crasplab.train.config import PRESETS, RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "evidence"  # the kept runs
@@ -130,17 +130,19 @@ def bin_cell(b: dict, row: dict) -> str:
     return f"{b['verdict']}{MARKS[b['agrees']]} ({passing} of {len(seeds)} pass, {spread}{counted})"
 
 
-def model_width(config: dict) -> str:
+def task_layers(settings: RunSettings, task: str) -> int:
+    """The depth a task of the run trained at: the run's model with the task's changes."""
+    return settings.model_for(task).n_layers
+
+
+def model_width(settings: RunSettings) -> str:
     """The model settings a recipe fixes for every task (all but the depth, which a task may change
     and each row states): a table is comparable only with tables of the same width."""
-    model = config["model"]
-    changed = {name for changes in config.get("model_overrides", {}).values() for name in changes} - {"n_layers"}
+    model = settings.model
+    changed = {name for changes in settings.model_overrides.values() for name in changes} - {"n_layers"}
     if changed:
         raise ValueError(f"tasks of a protocol run change {sorted(changed)} of the model: not one recipe")
-    return (
-        f"{model['n_heads']} heads x d_model {model['d_model']} (d_ff {model['d_ff'] or 4 * model['d_model']}, "
-        f"{model.get('dtype', 'float32')})"
-    )
+    return f"{model.n_heads} heads x d_model {model.d_model} (d_ff {model.d_ff or 4 * model.d_model}, {model.dtype})"
 
 
 # Settings a run's tasks may differ in without being two recipes: the positions follow each task's
@@ -148,19 +150,21 @@ def model_width(config: dict) -> str:
 PER_TASK_SETTINGS = ("max_positions", "position_reach", "test_bins", "eval_examples_per_length")
 
 
-def recipe_line(config: dict) -> str:
-    """The recipe the run trained under, from its config.json: the part that differs between the
+def recipe_line(settings: RunSettings) -> str:
+    """The recipe the run trained under, from its settings: the part that differs between the
     protocol's recipes (a table is only comparable with tables of the same recipe), training
     settings and the model's width. The test bins, and so the positions trained, are each row's."""
-    trains = [{k: v for k, v in t.items() if k not in PER_TASK_SETTINGS} for t in config["train"].values()]
-    if any(t != trains[0] for t in trains):
+    trains = [
+        {name: value for name, value in train.to_dict().items() if name not in PER_TASK_SETTINGS}
+        for train in settings.train.values()
+    ]
+    if any(train != trains[0] for train in trains):
         raise ValueError("the tasks of a protocol run trained under different settings: not one recipe")
-    return f"Recipe: {recipe_text(trains[0])}; models of {model_width(config)}"
+    return f"Recipe: {recipe_text(next(iter(settings.train.values())))}; models of {model_width(settings)}"
 
 
-def seed_range(config: dict) -> str:
-    seeds = config["seeds"]
-    return f"{seeds[0]}-{seeds[-1]}"
+def seed_range(settings: RunSettings) -> str:
+    return f"{settings.seeds[0]}-{settings.seeds[-1]}"
 
 
 def test_bins(summary: dict) -> list[str]:
@@ -181,11 +185,11 @@ def too_few(row: dict) -> str:
     return Verdict.TOO_FEW + (f" ({note})" if note else "")
 
 
-def table(summary: dict, config: dict) -> str:
+def table(summary: dict, settings: RunSettings) -> str:
     rows = summary["protocol"]["rows"]
     bins = test_bins(summary)
     lines = [
-        f"{recipe_line(config)}; seeds {seed_range(config)}.",
+        f"{recipe_line(settings)}; seeds {seed_range(settings)}.",
         "",
         "| task | layers | predicted | fitted of seeds run | " + " | ".join(bins) + " |",
         "|---|---|---|---|" + "---|" * len(bins),
@@ -193,51 +197,50 @@ def table(summary: dict, config: dict) -> str:
     for row in rows:
         cells = [bin_cell(b, row) for b in row["bins"]] or [too_few(row)] * len(bins)
         lines.append(
-            f"| {row['task']} | {task_layers(config, row['task'])} | {row['predicted']} | "
+            f"| {row['task']} | {task_layers(settings, row['task'])} | {row['predicted']} | "
             f"{len(row['fitted'])} of {len(row['seeds_run'])} | " + " | ".join(cells) + " |"
         )
     return "\n".join(lines)
 
 
-def committed_runs(runs=RUNS) -> dict[str, tuple[dict, dict]]:
-    """run -> (its summary.json, its config.json)."""
+def committed_runs(runs=RUNS) -> dict[str, tuple[dict, RunSettings]]:
+    """run -> (its summary.json, its settings)."""
     return {
-        run: tuple(json.loads((EVIDENCE / run / name).read_text()) for name in ("summary.json", "config.json"))
-        for run in runs
+        run: (json.loads((EVIDENCE / run / "summary.json").read_text()), read_settings(EVIDENCE / run)) for run in runs
     }
 
 
-def sampler_of(config: dict, task: str) -> str:
+def sampler_of(settings: RunSettings, task: str) -> str:
     """The sampler a task drew its strings from in a run: spread, repeat-break (copying with
     repeats, tested on the repeat-break shape) or the paper's."""
-    overrides = config["task_overrides"].get(task, {})
+    overrides = settings.task_overrides[task]
     if overrides.get("occurrences") == "spread":
         return "spread"
     return "repeat-break" if overrides.get("repeat_break_from") else "paper's"
 
 
-def run_sampler(config: dict) -> str:
+def run_sampler(settings: RunSettings) -> str:
     """The sampler a run is set beside others by: the one its tasks draw other than the paper's (a
     control that runs beside them on its own sampler goes with them), else the paper's."""
-    return next((name for task in config["tasks"] if (name := sampler_of(config, task)) != "paper's"), "paper's")
+    return next((name for task in settings.tasks if (name := sampler_of(settings, task)) != "paper's"), "paper's")
 
 
-def positions(config: dict, task: str) -> int:
-    """The longest input whose positions the task's models trained: the recipe's reach, or for a
-    run made before the recipe fixed it, the longest test bin's."""
-    train = config["train"][task]
-    return train.get("position_reach") or train["test_bins"][-1][1]
+def positions(settings: RunSettings, task: str) -> int:
+    """The longest input whose positions the task's models trained: the recipe's reach, or where it
+    has none (0, as in every run made before the recipe fixed it), the longest test bin's."""
+    train = settings.train[task]
+    return train.position_reach or train.test_bins[-1][1]
 
 
-def row_key(config: dict, task: str) -> tuple:
+def row_key(settings: RunSettings, task: str) -> tuple:
     """A headline row: the task, its depth, its run's sampler and the positions it trained. A
     task's control is the row of the control task with the same rest of the key."""
-    return task, task_layers(config, task), run_sampler(config), positions(config, task)
+    return task, task_layers(settings, task), run_sampler(settings), positions(settings, task)
 
 
-def sampler_text(config: dict, task: str) -> str:
-    own = sampler_of(config, task)
-    return own if own == run_sampler(config) else f"{own} (control, beside {run_sampler(config)})"
+def sampler_text(settings: RunSettings, task: str) -> str:
+    own = sampler_of(settings, task)
+    return own if own == run_sampler(settings) else f"{own} (control, beside {run_sampler(settings)})"
 
 
 def verdict_word(b: dict) -> str:
@@ -251,14 +254,14 @@ def verdict_word(b: dict) -> str:
     return b["verdict"] + MARKS[b["agrees"]] + counted_on
 
 
-def headline_cells(runs: dict[str, tuple[dict, dict]]) -> dict[str, dict[tuple, dict]]:
+def headline_cells(runs: dict[str, tuple[dict, RunSettings]]) -> dict[str, dict[tuple, dict]]:
     """encoding -> row_key -> its row, with each bin's agreement counted afresh: the discrimination
     check as the run's summary holds it, and the control (Task.control) of the same encoding, depth,
     sampler and positions, from whichever run holds it."""
     cells = defaultdict(dict)
-    for summary, config in runs.values():
+    for summary, settings in runs.values():
         for row in summary["protocol"]["rows"]:
-            key = row_key(config, row["task"])
+            key = row_key(settings, row["task"])
             if key in cells[summary["pe"]]:
                 raise ValueError(
                     f"{key[0]} at {key[1]} layers on the {key[2]} sampler, positions to {key[3]}, under "
@@ -282,22 +285,22 @@ def _cell(row: dict) -> str:
     return f"{len(row['fitted'])} of {len(row['seeds_run'])} fit; " + " / ".join(verdicts)
 
 
-def headline(runs: dict[str, tuple[dict, dict]]) -> str:
+def headline(runs: dict[str, tuple[dict, RunSettings]]) -> str:
     """One table of the given runs, which must share one recipe (training settings and model
     width): per task, sampler and depth, each encoding's fitted seeds and verdict at each test
     bin, then what is counted per encoding (count_lines) and the scale (scale_line)."""
-    recipes = {recipe_line(config) for _, config in runs.values()}
+    recipes = {recipe_line(settings) for _, settings in runs.values()}
     if len(recipes) != 1:
         raise ValueError(f"the headline sets side by side runs of one recipe; these have {len(recipes)}")
     cells = headline_cells(runs)
     bins, samplers = {}, {}
-    for summary, config in runs.values():
+    for summary, settings in runs.values():
         for row in summary["protocol"]["rows"]:
-            key = row_key(config, row["task"])
+            key = row_key(settings, row["task"])
             bins.setdefault(key, " / ".join(test_bins(summary)))
-            samplers.setdefault(key, sampler_text(config, row["task"]))
+            samplers.setdefault(key, sampler_text(settings, row["task"]))
     keys = sorted(bins, key=lambda key: (key[2] != "paper's", key[2], TASK_ORDER.index(key[0]), key[1], key[3]))
-    seeds = sorted({seed_range(config) for _, config in runs.values()})
+    seeds = sorted({seed_range(settings) for _, settings in runs.values()})
     lines = [
         f"{next(iter(recipes))}; seeds {', '.join(seeds)}"
         + (" (each run its own block of fresh seeds)." if len(seeds) > 1 else "."),
@@ -422,17 +425,17 @@ def learned_lines(runs) -> list[str]:
     return [f'What the models of a prediction "does not generalize" learned: {". ".join(lines)}.'] if lines else []
 
 
-def scale_line(runs: dict[str, tuple[dict, dict]]) -> str:
+def scale_line(runs: dict[str, tuple[dict, RunSettings]]) -> str:
     """The lab's scale, from the runs' configs, beside the paper's (PAPER_SCALE)."""
     lengths, depths, bins = set(), set(), set()
-    for summary, config in runs.values():
-        for task in config["tasks"]:
-            lo, hi = config["train"][task]["train_lengths"]
+    for summary, settings in runs.values():
+        for task in settings.tasks:
+            lo, hi = settings.train[task].train_lengths
             lengths.add(f"{lo}-{hi}")
-            depths.add(task_layers(config, task))
+            depths.add(task_layers(settings, task))
             bins.add(" and ".join(test_bins(summary)))
-    width = {model_width(config) for _, config in runs.values()}
-    deeper = sorted({task for _, config in runs.values() for task in config.get("model_overrides", {})})
+    width = {model_width(settings) for _, settings in runs.values()}
+    deeper = sorted({task for _, settings in runs.values() for task in settings.model_overrides})
     return (
         f"Scale: trained on input lengths {', '.join(sorted(lengths))}; models of "
         f"{' or '.join(map(str, sorted(depths)))} layers x {' / '.join(sorted(width))}"
@@ -451,7 +454,7 @@ def _accuracies(row: dict) -> str:
     return " / ".join(parts) or "no fitted seed"
 
 
-def paper_table(runs: dict[str, tuple[dict, dict]]) -> str:
+def paper_table(runs: dict[str, tuple[dict, RunSettings]]) -> str:
     """The paper's figure numbers beside the lab's on the paper's sampler (each task at the depth
     the preset trains it), per encoding, with each scale stated in the header."""
     cells = headline_cells(runs)

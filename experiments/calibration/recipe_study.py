@@ -9,18 +9,18 @@ training lengths only.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from crasplab.reports.length_gen import read_records
+from crasplab.reports.length_gen import read_records, read_settings
 from crasplab.reports.protocol import recipe_markdown, recipe_text
 from crasplab.verdicts.counting import recipe_rows
+from crasplab.train.config import RunSettings
 from crasplab.verdicts.rules import VerdictRules, read_protocol
 
 
-def recipe_of(config: dict) -> str:
+def recipe_of(settings: RunSettings) -> str:
     """The recipe of the run's first task, and its seeds."""
-    return f"{recipe_text(config['train'][config['tasks'][0]])}; seeds {config['seeds']}"
+    return f"{recipe_text(settings.train[settings.tasks[0]])}; seeds {list(settings.seeds)}"
 
 
 def main(argv=None) -> None:
@@ -28,7 +28,7 @@ def main(argv=None) -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="length_gen run folders, or kept copies of them")
     args = parser.parse_args(argv)
     for run_dir in args.runs:
-        config = json.loads((run_dir / "config.json").read_text())
+        settings = read_settings(run_dir)
         protocol = read_protocol(run_dir)
         rule = "the protocol's rules (protocol.json)"
         if protocol is None:
@@ -38,8 +38,8 @@ def main(argv=None) -> None:
                 VerdictRules(min_train_strings=1),
                 "made before the protocol: fit = its whole training bin exact",
             )
-        rows = recipe_rows(protocol, read_records(run_dir, config), config["tasks"])
-        print(f"# {run_dir}\n\n{recipe_of(config)}; {rule}\n\n{recipe_markdown(rows)}")
+        rows = recipe_rows(protocol, read_records(run_dir, settings), settings.tasks)
+        print(f"# {run_dir}\n\n{recipe_of(settings)}; {rule}\n\n{recipe_markdown(rows)}")
 
 
 if __name__ == "__main__":

@@ -99,8 +99,8 @@ def findings() -> str:
 def run_table(folder: str) -> str:
     if folder not in protocol_table.RUNS:
         raise KeyError(f"evidence/{folder} is not a protocol run of protocol_table.RUNS")
-    summary, config = protocol_table.committed_runs((folder,))[folder]
-    return protocol_table.table(summary, config)
+    summary, settings = protocol_table.committed_runs((folder,))[folder]
+    return protocol_table.table(summary, settings)
 
 
 def quick_runs() -> str:
