@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crasp import expr as E
+from crasp.compared_counts import COMPARISON_OPS, compared_count
 from crasp.program import Program
 from crasp.trampoline import Computation, trampoline
 
@@ -144,6 +145,7 @@ def _and_all(nodes: list[E.Expr]) -> E.Expr:
     return result
 
 
+_MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}  # a op b == b _MIRRORED[op] a
 _MEANS_ONE = {(">=", 1), (">", 0), ("!=", 0), ("=", 1)}  # for a 0/1-valued local count
 
 
@@ -314,7 +316,7 @@ class BatchEvaluator:
             return None
         op, left, right = body.op, body.left, body.right
         if name in left.free and name not in right.free:
-            op, left, right = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op], right, left
+            op, left, right = _MIRRORED[op], right, left
         if name in left.free or name not in right.free:
             return None
         # `left op right[u]` for all u holds iff it holds for the extreme right[u] in op's direction.
@@ -344,6 +346,8 @@ class BatchEvaluator:
             array = np.broadcast_to(body.array, (body.array.shape[0], self.T) + body.array.shape[2:])
             return Value(np.cumsum(array, axis=1, dtype=self.count_dtype), body.axes)
         keyed = yield self._keyed_count(node.body, depends, env)
+        if keyed is None:
+            keyed = yield self._compared_count(node.body, depends, env)
         return keyed if keyed is not None else (yield self._dense_count_then_select(node.body, depends, env))
 
     def _keyed_count(self, body: E.Expr, depends: list[str], env) -> Computation[Value | None]:
@@ -372,6 +376,31 @@ class BatchEvaluator:
         w = np.broadcast_to(w, (self.B, self.T) + w.shape[2:])
         return Value(keyed_prefix_sum(code, w, query, self.count_dtype), axes)
 
+    def _compared_count(self, body: E.Expr, depends: list[str], env) -> Computation[Value | None]:
+        """`#[j <= i] (#[k <= j] X(s) op #[k <= j] Y(t))` with X, Y one-hot and t bound: counted from the
+        sorted occurrences of s and t (crasp.compared_counts), never as a (T, V, V) tensor."""
+        if not isinstance(body, E.Compare) or body.op not in COMPARISON_OPS:
+            return None
+        sides = []
+        for side in (body.left, body.right):
+            if not isinstance(side, E.CountOf) or side.offset is not None or len(side.body.free) != 1:
+                return None
+            (name,) = side.body.free
+            key = yield self.onehot_key(side.body, name, {})
+            if key is None:
+                return None
+            sides.append((name, key))
+        (free, free_key), (bound, bound_key) = sides
+        op = body.op
+        if bound not in env:
+            (free, free_key), (bound, bound_key), op = (bound, bound_key), (free, free_key), _MIRRORED[op]
+        if bound not in env or free == bound:
+            return None
+        counts = compared_count(free_key, bound_key, env[bound], op, self.V, self.count_dtype)
+        if free in env:
+            return Value(_select(counts, 0, env[free], self.V), ())
+        return Value(counts, (free,))
+
     def _dense_count_then_select(self, body: E.Expr, depends: list[str], env) -> Computation[Value]:
         free_env = {n: k for n, k in env.items() if n not in depends}
         dense = yield self.value(body, free_env)
@@ -381,14 +410,7 @@ class BatchEvaluator:
         for name in depends:
             if name not in axes:
                 continue
-            axis = 2 + axes.index(name)
-            counts = np.broadcast_to(counts, counts.shape[:axis] + (self.V,) + counts.shape[axis + 1 :])
-            key = env[name]
-            index = np.maximum(key, 0).reshape(key.shape + (1,) * (counts.ndim - 2))
-            picked = np.take_along_axis(counts, index, axis=axis)
-            picked = np.squeeze(picked, axis=axis)
-            valid = (key >= 0).reshape(key.shape + (1,) * (picked.ndim - 2))
-            counts = np.where(valid, picked, 0)
+            counts = _select(counts, axes.index(name), env[name], self.V)
             axes = tuple(a for a in axes if a != name)
         return Value(counts, axes)
 
@@ -447,6 +469,16 @@ class BatchEvaluator:
         if (array.sum(axis=2) > 1).any():
             return None
         return np.where(array.any(axis=2), array.argmax(axis=2), -1)
+
+
+def _select(array: np.ndarray, k: int, key_BxT: np.ndarray, V: int) -> np.ndarray:
+    """The k-th trailing (symbol, size V or 1) axis of `array` taken at key (B, T) per position; 0 where key < 0."""
+    axis = 2 + k
+    array = np.broadcast_to(array, array.shape[:axis] + (V,) + array.shape[axis + 1 :])
+    index = np.maximum(key_BxT, 0).reshape(key_BxT.shape + (1,) * (array.ndim - 2))
+    picked = np.squeeze(np.take_along_axis(array, index, axis=axis), axis=axis)
+    valid = (key_BxT >= 0).reshape(key_BxT.shape + (1,) * (picked.ndim - 2))
+    return np.where(valid, picked, 0)
 
 
 def _rename(value: Value, renames: dict[str, str]) -> Value:

@@ -1,0 +1,106 @@
+"""Counting a comparison of two prefix counts, `#[j <= i] (#[k <= j] X(s) op #[k <= j] Y(t))`, in linear memory.
+
+The shape is that of the nested-count witnesses found by search for UF and UB (crasp/search_results.json):
+`any t: Q(t) and 2 = #[j <= i] (#[j <= i] Q(s) < #[j <= i] Q(t))`, with t bound to the symbol at i and s
+free. Counted densely, the body is a (B, T, V, V) array (every s against every t at every j) and its
+prefix sum costs T * V * V per string: 1-3 GB and most of a cold `crasp tasks` over 153 symbols.
+
+Both inner counts are prefix counts of one-hot bodies (`X(s)` true at j for s = xkey(j) only), so
+each is a non-decreasing step function of j. Between two consecutive occurrences of t the right side
+is a constant k, and the j of such a segment where `X_s(j) op k` holds form one interval, bounded by
+the k-th and (k+1)-th occurrences of s (a non-decreasing count is below k exactly before its k-th
+step). So a segment costs V per string, whatever its length, and a position's count is the sum over
+the segments of t = query(i) completed before i, kept as a running sum per (string, t), plus its
+own unfinished segment: (occurrences + symbols) * V per string in all, the size of a one-hot count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COMPARISON_OPS = ("<", "<=", ">", ">=", "=", "!=")
+
+
+def _ranked_occurrences(keys_BxT: np.ndarray, V: int):
+    """The positions where keys >= 0, sorted by (string, key, position): their sort codes, string,
+    key and position, and the rank of each among its key's occurrences in its string (1, 2, ...)."""
+    B, T = keys_BxT.shape
+    batch, position = np.nonzero(keys_BxT >= 0)  # row-major: sorted by (string, position)
+    key = keys_BxT[batch, position].astype(np.int64)
+    codes = (batch * V + key) * T + position
+    order = np.argsort(codes, kind="stable")
+    codes, batch, key, position = codes[order], batch[order], key[order], position[order]
+    group = codes // T
+    starts = np.r_[True, group[1:] != group[:-1]] if len(codes) else np.zeros(0, bool)
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(codes)), 0))
+    rank = np.arange(len(codes)) - first + 1
+    return codes, batch, position, rank, starts
+
+
+def _occurrence_table(keys_BxT: np.ndarray, V: int) -> np.ndarray:
+    """table[b, s, k] = the position of the k-th occurrence of s in string b, k >= 1; table[b, s, 0] = 0
+    and T past the last occurrence (so `position < table[b, s, k]` says the count of s is still below k)."""
+    B, T = keys_BxT.shape
+    _, batch, position, rank, _ = _ranked_occurrences(keys_BxT, V)
+    most = int(rank.max(initial=0))
+    table = np.full((B, V, most + 2), T, np.int64)
+    table[:, :, 0] = 0
+    table[batch, keys_BxT[batch, position], rank] = position
+    return table
+
+
+def _interval_length(start: np.ndarray, stop: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """|[start, stop) intersected with [low, high)|."""
+    return np.maximum(np.minimum(stop, high) - np.maximum(start, low), 0)
+
+
+def _segment_counts(table, batch, start, stop, k, op: str, T: int) -> np.ndarray:
+    """For each segment n (positions start[n] .. stop[n] - 1 of string batch[n], where the right side
+    is k[n]): how many of its positions have `X_s op k[n]`, for every s, shape (segments, V)."""
+    last = table.shape[2] - 1
+    reached_k = table[batch, :, np.minimum(k, last)]  # the first position where X_s >= k
+    passed_k = table[batch, :, np.minimum(k + 1, last)]  # the first position where X_s > k
+    start, stop = start[:, None], stop[:, None]
+    if op == "<":
+        return _interval_length(start, stop, 0, reached_k)
+    if op == "<=":
+        return _interval_length(start, stop, 0, passed_k)
+    if op == ">":
+        return _interval_length(start, stop, passed_k, T)
+    if op == ">=":
+        return _interval_length(start, stop, reached_k, T)
+    equal = _interval_length(start, stop, reached_k, passed_k)
+    return equal if op == "=" else np.maximum(stop - start, 0) - equal
+
+
+def compared_count(
+    xkeys_BxT: np.ndarray, ykeys_BxT: np.ndarray, queries_BxT: np.ndarray, op: str, V: int, dtype=np.int64
+) -> np.ndarray:
+    """out[b, i, s] = #{j <= i : X_s(j) op Y_q(j)} with q = queries[b, i] (0 where q < 0), where
+    X_s(j) = #{k <= j : xkeys[b, k] = s} and Y_q(j) = #{k <= j : ykeys[b, k] = q}; keys < 0 match no symbol."""
+    if op not in COMPARISON_OPS:
+        raise ValueError(f"op must be one of {' '.join(COMPARISON_OPS)}, got {op!r}")
+    B, T = xkeys_BxT.shape
+    table = _occurrence_table(xkeys_BxT, V)
+    # The segments of each (string, t) completed at each occurrence of t: [previous occurrence, this one).
+    codes, batch, position, rank, starts = _ranked_occurrences(ykeys_BxT, V)
+    previous = np.where(starts, 0, np.r_[0, position[:-1]])
+    completed = _segment_counts(table, batch, previous, position, rank - 1, op, T)
+    running = np.cumsum(completed, axis=0, dtype=np.int64)
+    first = np.flatnonzero(starts)
+    before_group = np.where((first > 0)[:, None], running[np.maximum(first - 1, 0)], 0)
+    running -= before_group[np.cumsum(starts) - 1]
+    # Each position: the last occurrence of its query at or before it, then its unfinished segment.
+    every_batch, every_position = np.divmod(np.arange(B * T), T)
+    query = queries_BxT.ravel().astype(np.int64)
+    query_codes = (every_batch * V + query) * T + every_position
+    found = np.searchsorted(codes, query_codes, side="right") - 1
+    hit = (found >= 0) & (query >= 0)
+    hit[hit] = codes[found[hit]] // T == query_codes[hit] // T
+    seen = np.where(hit, rank[np.maximum(found, 0)], 0) if len(codes) else np.zeros(B * T, np.int64)
+    since = np.where(hit, position[np.maximum(found, 0)], 0) if len(codes) else np.zeros(B * T, np.int64)
+    out = _segment_counts(table, every_batch, since, every_position + 1, seen, op, T)
+    if len(codes):
+        out[hit] += running[found[hit]]
+    out[query < 0] = 0
+    return out.reshape(B, T, V).astype(dtype)

@@ -1,0 +1,140 @@
+"""The evaluator's fast paths equal its straightforward dense path, value for value.
+
+Each fast path is switched off in turn (its rule answering "does not apply"), so the same program on
+the same strings is evaluated once with it and once by dense evaluation; both must agree at every
+position, for every symbol, at the edges of the narrow count types too. The slow reference evaluator
+(crasp.reference) checks the fast path on short strings."""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crasp import expr as E
+from crasp.compared_counts import COMPARISON_OPS, compared_count
+from crasp.evaluate import BatchEvaluator, count_dtype, evaluate
+from crasp.nexttoken import encode
+from crasp.program import Definition, Program, print_program
+from crasp.reference import reference_value
+
+from tests.crasp_strategies import ALPHABET, onehot_factor, strings
+
+OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq, "!=": operator.ne}
+
+
+def _does_not_apply(self, *args):
+    return None
+    yield  # a generator, like the rule it stands in for
+
+
+def _values_both_ways(rule: str, program: Program, batch: list[list[str]]):
+    """The program's values with the evaluator's rule `rule` and with that rule switched off."""
+    tokens = encode(program, batch)
+    fast = evaluate(program, tokens, memory_budget=1 << 16)  # a small budget: several chunks
+    with mock.patch.object(BatchEvaluator, rule, _does_not_apply):
+        dense = evaluate(program, tokens, memory_budget=1 << 16)
+    return fast, dense
+
+
+def _assert_equal_everywhere(fast, dense, program):
+    for name in program.names:
+        assert fast[name].axes == dense[name].axes
+        assert np.array_equal(fast[name].array, dense[name].array), f"{name}\n{print_program(program)}"
+
+
+# ---------------------------------------------------------------- compared counts
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_compared_count_equals_its_definition(data):
+    B, T, V = data.draw(st.integers(1, 3)), data.draw(st.integers(0, 12)), data.draw(st.integers(1, 4))
+    draw_keys = st.lists(st.integers(-1, V - 1), min_size=B * T, max_size=B * T)
+    xkeys, ykeys, queries = (np.array(data.draw(draw_keys), np.int64).reshape(B, T) for _ in range(3))
+    op = data.draw(st.sampled_from(COMPARISON_OPS))
+    got = compared_count(xkeys, ykeys, queries, op, V)
+    for b, i, s in itertools.product(range(B), range(T), range(V)):
+        q = queries[b, i]
+        want = 0
+        if q >= 0:
+            x = np.cumsum(xkeys[b] == s)
+            y = np.cumsum(ykeys[b] == q)
+            want = sum(OPS[op](x[j], y[j]) for j in range(i + 1))
+        assert got[b, i, s] == want, (b, i, s)
+
+
+def test_compared_count_refuses_an_unknown_comparison():
+    keys = np.zeros((1, 2), np.int64)
+    with pytest.raises(ValueError, match="op must be one of < <= > >= = !=, got '=='"):
+        compared_count(keys, keys, keys, "==", 1)
+
+
+@st.composite
+def compared_count_programs(draw):
+    """`d[p0] := any t: Q(t) and #[j <= i] (#[k <= j] X(s) op #[k <= j] Y(t)) op2 n`, s the parameter, an
+    outer bound index or a symbol, X and Y one-hot in various ways, either side first, within arithmetic."""
+    outer = draw(st.booleans())
+    scope = ("p0", "u") if outer else ("p0",)
+    s = draw(st.sampled_from(scope))
+    x_side = E.CountOf(draw(onehot_factor(scope + ("t",), s)), None)
+    y_side = E.CountOf(draw(onehot_factor(scope + ("t",), "t")), None)
+    sides = (x_side, y_side) if draw(st.booleans()) else (y_side, x_side)
+    nested = E.CountOf(E.Compare(draw(st.sampled_from(COMPARISON_OPS)), *sides), None)
+    shifted = E.Arith("+", nested, E.Number(draw(st.integers(-2, 2))))
+    test = E.Compare(draw(st.sampled_from(sorted(E.COMPARISONS))), shifted, E.Number(draw(st.integers(0, 3))))
+    body = E.Quantified("any", E.Var("t"), E.And(E.Token(E.Var("t")), test))
+    if outer:
+        body = E.Quantified(draw(st.sampled_from(["any", "all"])), E.Var("u"), body)
+    definitions = (Definition("nested", ("p0",), body), Definition("top", (), E.BoolConst(True)))
+    return Program(ALPHABET, definitions, accept="top")
+
+
+@settings(max_examples=150, deadline=None)
+@given(compared_count_programs(), st.lists(strings(max_size=12), min_size=1, max_size=4))
+def test_compared_counts_equal_the_dense_count(program, batch):
+    _assert_equal_everywhere(*_values_both_ways("_compared_count", program, batch), program)
+
+
+@settings(max_examples=60, deadline=None)
+@given(compared_count_programs(), st.lists(strings(max_size=6), min_size=1, max_size=2))
+def test_compared_counts_equal_the_reference(program, batch):
+    values = evaluate(program, encode(program, batch))
+    definition = program.definition("nested")
+    for b, string in enumerate(batch):
+        for i, symbol in itertools.product(range(len(string)), ALPHABET):
+            want = reference_value(program, string, definition.use(symbol), i + 1, {})
+            assert values["nested"].array[b, i, ALPHABET.index(symbol)] == want, print_program(program)
+
+
+LENGTH = 400
+
+
+@pytest.mark.parametrize("constant", [32767 - LENGTH, 32767 - LENGTH + 1, 2**31 - 1 - LENGTH, 2**31 - LENGTH])
+def test_compared_counts_at_the_edge_of_the_narrow_count_types(constant):
+    # The nested count reaches LENGTH on strings of LENGTH positions, so the bound of `count + constant`
+    # is exactly the largest int16 or int32, or one past it: computed in the type, or in the next one.
+    s, t = E.Var("p0"), E.Var("t")
+    nested = E.CountOf(E.Compare("<", E.CountOf(E.Token(s), None), E.CountOf(E.Token(t), None)), None)
+    shifted = E.Arith("+", nested, E.Number(constant))
+    program = Program(
+        ALPHABET,
+        (
+            Definition(
+                "high", ("p0",), E.Quantified("any", t, E.And(E.Token(t), E.Compare(">", shifted, E.Number(constant))))
+            ),
+            Definition("top", (), E.BoolConst(True)),
+        ),
+        accept="top",
+    )
+    rng = np.random.default_rng(constant)
+    batch = [list(rng.choice(ALPHABET, LENGTH, p=[0.6, 0.3, 0.1])) for _ in range(2)]
+    fast, dense = _values_both_ways("_compared_count", program, batch)
+    _assert_equal_everywhere(fast, dense, program)
+    assert fast["high"].array.any() and not fast["high"].array.all()
+    assert count_dtype(program, LENGTH) == next(
+        t for t in (np.int16, np.int32, np.int64) if constant + LENGTH <= np.iinfo(t).max
+    )
