@@ -18,32 +18,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from crasp.prefix_sums import last_occurrence, prefix_sum, sorted_occurrences
+
 COMPARISON_OPS = ("<", "<=", ">", ">=", "=", "!=")
-
-
-def _ranked_occurrences(keys_BxT: np.ndarray, V: int):
-    """The positions where keys >= 0, sorted by (string, key, position): their sort codes, string,
-    key and position, and the rank of each among its key's occurrences in its string (1, 2, ...)."""
-    B, T = keys_BxT.shape
-    batch, position = np.nonzero(keys_BxT >= 0)  # row-major: sorted by (string, position)
-    key = keys_BxT[batch, position].astype(np.int64)
-    codes = (batch * V + key) * T + position
-    order = np.argsort(codes, kind="stable")
-    codes, batch, key, position = codes[order], batch[order], key[order], position[order]
-    group = codes // T
-    starts = np.r_[True, group[1:] != group[:-1]] if len(codes) else np.zeros(0, bool)
-    first = np.maximum.accumulate(np.where(starts, np.arange(len(codes)), 0))
-    rank = np.arange(len(codes)) - first + 1
-    return codes, batch, position, rank, starts
 
 
 def _occurrence_table(keys_BxT: np.ndarray, V: int) -> np.ndarray:
     """table[b, s, k] = the position of the k-th occurrence of s in string b, k >= 1; table[b, s, 0] = 0
     and T past the last occurrence (so `position < table[b, s, k]` says the count of s is still below k)."""
     B, T = keys_BxT.shape
-    _, batch, position, rank, _ = _ranked_occurrences(keys_BxT, V)
-    most = int(rank.max(initial=0))
-    table = np.full((B, V, most + 2), T, np.int64)
+    _, batch, position, rank = sorted_occurrences(keys_BxT, V)
+    table = np.full((B, V, int(rank.max(initial=0)) + 2), T, np.int64)
     table[:, :, 0] = 0
     table[batch, keys_BxT[batch, position], rank] = position
     return table
@@ -83,24 +68,18 @@ def compared_count(
     B, T = xkeys_BxT.shape
     table = _occurrence_table(xkeys_BxT, V)
     # The segments of each (string, t) completed at each occurrence of t: [previous occurrence, this one).
-    codes, batch, position, rank, starts = _ranked_occurrences(ykeys_BxT, V)
-    previous = np.where(starts, 0, np.r_[0, position[:-1]])
+    codes, batch, position, rank = sorted_occurrences(ykeys_BxT, V)
+    previous = np.where(rank > 1, np.r_[0, position[:-1]], 0)
     completed = _segment_counts(table, batch, previous, position, rank - 1, op, T)
-    running = np.cumsum(completed, axis=0, dtype=np.int64)
-    first = np.flatnonzero(starts)
-    before_group = np.where((first > 0)[:, None], running[np.maximum(first - 1, 0)], 0)
-    running -= before_group[np.cumsum(starts) - 1]
-    # Each position: the last occurrence of its query at or before it, then its unfinished segment.
+    running = prefix_sum(completed[None], np.int64)[0]
+    # Each position: the segments of its query completed before it, then its own unfinished segment.
+    found, hit = last_occurrence(codes, queries_BxT, V)
     every_batch, every_position = np.divmod(np.arange(B * T), T)
-    query = queries_BxT.ravel().astype(np.int64)
-    query_codes = (every_batch * V + query) * T + every_position
-    found = np.searchsorted(codes, query_codes, side="right") - 1
-    hit = (found >= 0) & (query >= 0)
-    hit[hit] = codes[found[hit]] // T == query_codes[hit] // T
-    seen = np.where(hit, rank[np.maximum(found, 0)], 0) if len(codes) else np.zeros(B * T, np.int64)
-    since = np.where(hit, position[np.maximum(found, 0)], 0) if len(codes) else np.zeros(B * T, np.int64)
+    seen = np.where(hit, rank[found], 0) if len(codes) else np.zeros(B * T, np.int64)
+    since = np.where(hit, position[found], 0) if len(codes) else np.zeros(B * T, np.int64)
     out = _segment_counts(table, every_batch, since, every_position + 1, seen, op, T)
     if len(codes):
-        out[hit] += running[found[hit]]
-    out[query < 0] = 0
+        before = found[hit] - rank[found[hit]]  # the last occurrence of the group before this one's
+        out[hit] += running[found[hit]] - np.where((before >= 0)[:, None], running[np.maximum(before, 0)], 0)
+    out[queries_BxT.ravel() < 0] = 0
     return out.reshape(B, T, V).astype(dtype)

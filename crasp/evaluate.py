@@ -42,6 +42,7 @@ import numpy as np
 
 from crasp import expr as E
 from crasp.compared_counts import COMPARISON_OPS, compared_count
+from crasp.prefix_sums import last_occurrence, prefix_sum, sorted_occurrences
 from crasp.program import Program
 from crasp.trampoline import Computation, trampoline
 
@@ -99,31 +100,24 @@ def keyed_prefix_sum(
 ) -> np.ndarray:
     """out[b, i] = sum of values[b, j] over j <= i with keys[b, j] == queries[b, i] (keys < 0 never match).
 
-    values has shape (B, T, ...); the result has the same shape."""
+    values has shape (B, T, ...); the result has the same shape, in `dtype`, which must hold every such
+    sum. The positions are sorted by (string, key, position) and summed in one running sum over all
+    of them; a position reads its (string, key) group's part of it, a difference of two running sums.
+    The running sum may wrap around in a narrow dtype; the difference is exact in modular arithmetic
+    and lies in the dtype's range, so it is the exact sum."""
     B, T = keys_BxT.shape
     rest = values.shape[2:]
     n_keys = int(max(keys_BxT.max(initial=-1), queries_BxT.max(initial=-1))) + 1
-    positions = np.arange(T, dtype=np.int64)
-    batch = np.arange(B, dtype=np.int64)[:, None]
-    valid = keys_BxT >= 0
-    event_keys = ((batch * n_keys + keys_BxT) * T + positions)[valid]
-    order = np.argsort(event_keys, kind="stable")
-    event_keys = event_keys[order]
-    summed = values.reshape(B * T, -1)[valid.ravel()][order].astype(np.int64)
-    summed = np.cumsum(summed, axis=0)
-    group = event_keys // T
-    first_of_group = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    group_start = np.repeat(first_of_group, np.diff(np.r_[first_of_group, len(group)]))
-    before_group = np.where((group_start > 0)[:, None], summed[np.maximum(group_start - 1, 0)], 0)
-    within_group = summed - before_group
-    query_keys = ((batch * n_keys + queries_BxT) * T + positions).ravel()
-    out = np.zeros((B * T, summed.shape[1]), np.int64)
-    if len(event_keys):
-        found = np.searchsorted(event_keys, query_keys, side="right") - 1
-        found_group = group[np.maximum(found, 0)]
-        hit = (found >= 0) & (queries_BxT.ravel() >= 0) & (found_group == query_keys // T)
-        out[hit] = within_group[found[hit]]
-    return out.reshape((B, T) + rest).astype(dtype)
+    codes, batch, position, rank = sorted_occurrences(keys_BxT, n_keys)
+    running = np.take(values.reshape(B * T, -1), batch * T + position, axis=0)
+    # A zero row last: index -1 reads zero, for a position without an occurrence of its query and
+    # for the running sum before a group that starts the order.
+    running = np.concatenate([prefix_sum(running[None], dtype)[0], np.zeros((1, running.shape[1]), dtype)])
+    found, hit = last_occurrence(codes, queries_BxT, n_keys)
+    last = np.where(hit, found, -1)
+    before_group = np.where(hit, found - rank[found] if len(codes) else -1, -1)
+    within = np.take(running, last, axis=0) - np.take(running, before_group, axis=0)
+    return within.reshape((B, T) + rest)
 
 
 def _conjuncts(node: E.Expr) -> list[E.Expr]:
@@ -344,7 +338,7 @@ class BatchEvaluator:
         if not depends:
             body = yield self.value(node.body, env)
             array = np.broadcast_to(body.array, (body.array.shape[0], self.T) + body.array.shape[2:])
-            return Value(np.cumsum(array, axis=1, dtype=self.count_dtype), body.axes)
+            return Value(prefix_sum(array, self.count_dtype), body.axes)
         keyed = yield self._keyed_count(node.body, depends, env)
         if keyed is None:
             keyed = yield self._compared_count(node.body, depends, env)
@@ -405,7 +399,7 @@ class BatchEvaluator:
         free_env = {n: k for n, k in env.items() if n not in depends}
         dense = yield self.value(body, free_env)
         array = np.broadcast_to(dense.array, (self.B, self.T) + dense.array.shape[2:])
-        counts = np.cumsum(array, axis=1, dtype=self.count_dtype)
+        counts = prefix_sum(array, self.count_dtype)
         axes = dense.axes
         for name in depends:
             if name not in axes:

@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 
 from crasp import expr as E
 from crasp.compared_counts import COMPARISON_OPS, compared_count
-from crasp.evaluate import BatchEvaluator, count_dtype, evaluate
+from crasp.evaluate import BatchEvaluator, count_dtype, evaluate, keyed_prefix_sum
 from crasp.nexttoken import encode
+from crasp.prefix_sums import prefix_sum
 from crasp.program import Definition, Program, print_program
 from crasp.reference import reference_value
 
-from tests.crasp_strategies import ALPHABET, onehot_factor, strings
+from tests.crasp_strategies import ALPHABET, onehot_factor, programs, strings
 
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq, "!=": operator.ne}
 
@@ -46,6 +47,44 @@ def _assert_equal_everywhere(fast, dense, program):
     for name in program.names:
         assert fast[name].axes == dense[name].axes
         assert np.array_equal(fast[name].array, dense[name].array), f"{name}\n{print_program(program)}"
+
+
+# ---------------------------------------------------------------- every rewrite, on random programs
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(["_keyed_count", "_compared_count", "_bind_by_conjunct", "_monotone_reduction"]),
+    programs(),
+    st.lists(strings(max_size=10), min_size=1, max_size=4),
+)
+def test_each_rewrite_equals_dense_evaluation(rule, program, batch):
+    _assert_equal_everywhere(*_values_both_ways(rule, program, batch), program)
+
+
+# ---------------------------------------------------------------- prefix sums
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_prefix_sum_equals_numpys_cumsum_wrapping_alike(data):
+    shape = (data.draw(st.integers(1, 3)), data.draw(st.integers(0, 40)))
+    shape += tuple(data.draw(st.lists(st.integers(1, 4), max_size=2)))
+    dtype = data.draw(st.sampled_from([np.int16, np.int32, np.int64]))
+    big = int(np.iinfo(np.int16).max)  # sums of these wrap around in int16, as np.cumsum's do
+    values = np.array(
+        data.draw(st.lists(st.integers(-big, big), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+    ).reshape(shape)
+    got = prefix_sum(values, dtype)
+    assert got.dtype == dtype
+    assert np.array_equal(got, np.cumsum(values, axis=1, dtype=dtype))
+
+
+def test_keyed_prefix_sum_in_int16_is_exact_where_the_whole_batch_would_wrap():
+    # 300 strings of 200 positions: 60,000 ones in all, beyond int16, but at most 200 per string and key.
+    rng = np.random.default_rng(0)
+    keys, queries = rng.integers(-1, 3, (300, 200)), rng.integers(-1, 3, (300, 200))
+    values = np.ones((300, 200, 2), bool)
+    narrow = keyed_prefix_sum(keys, values, queries, np.int16)
+    assert narrow.dtype == np.int16
+    assert np.array_equal(narrow, keyed_prefix_sum(keys, values, queries, np.int64))
+    assert narrow.max() > 50
 
 
 # ---------------------------------------------------------------- compared counts
