@@ -8,8 +8,8 @@ reference evaluator measured on a few strings of the same task in the same run.
     python benchmarks/interpreter.py [--strings 10000] [--length 150]
 
 With --against REV it instead compares this checkout's evaluator with commit REV's (its crasp
-package from `git archive`, in a subprocess beside one running this checkout's) on the same
-strings: the two run interleaved, --repeats rounds, and the best of each is kept. Both wall time
+package from `git archive`, in a worker process beside one running this checkout's: revisions.py)
+on the same strings: the two run interleaved, --repeats rounds, and the best of each is kept. Both wall time
 and CPU time are printed; CPU time is the steadier of the two on a loaded machine.
 
     python benchmarks/interpreter.py --against 429f086 --strings 2000
@@ -18,21 +18,15 @@ and CPU time are printed; CPU time is the steadier of the two on a loaded machin
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tarfile
 import tempfile
 import time
 import tracemalloc
-from io import BytesIO
 from pathlib import Path
 
 import numpy as np
+from revisions import REPOSITORY, Worker, checkout_of, serve
 
 REFERENCE_STRINGS = 2
-REPOSITORY = Path(__file__).resolve().parent.parent
 # Task name -> (label, witness function in crasp.witnesses, target token-positions/s): every
 # commit since 429f086 names them alike, which --against relies on.
 CASES = {
@@ -88,9 +82,9 @@ def reference_throughput(task, program, length: int) -> float:
 
 
 # ---------------------------------------------------------------- --against REV
-def serve(strings_file: str) -> None:
-    """The worker of --against: checks the named task's strings on each request (a line on stdin),
-    answering with its wall and CPU seconds; it imports whichever crasp PYTHONPATH gives it."""
+def serve_checks(strings_file: str) -> None:
+    """The worker of --against: checks the named task's strings on each request, answering with its
+    wall and CPU seconds; it imports whichever crasp PYTHONPATH gives it."""
     from crasp.check import to_program_ids
 
     saved = np.load(strings_file)
@@ -99,44 +93,7 @@ def serve(strings_file: str) -> None:
         task, program = _program(name)
         tokens = to_program_ids(saved[f"{name}_tokens"], task.vocab, program)
         cases[name] = (program, tokens, saved[f"{name}_prompt_lengths"], saved[f"{name}_lengths"])
-    print("ready", flush=True)
-    for line in sys.stdin:
-        print(json.dumps(_timed_check(*cases[line.strip()])), flush=True)
-
-
-def checkout_of(revision: str, folder: Path) -> Path:
-    """The crasp package of `revision` extracted under folder; folder is then its import root."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "archive", revision, "crasp"], capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        raise SystemExit(f"--against {revision}: git archive failed: {archive.stderr.decode().strip()}")
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    return folder
-
-
-class Worker:
-    def __init__(self, import_root: Path, strings_file: Path):
-        environment = dict(os.environ, PYTHONPATH=str(import_root))
-        command = [sys.executable, str(Path(__file__).resolve()), "--serve", str(strings_file)]
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment
-        )
-        if self.process.stdout.readline().strip() != "ready":
-            raise SystemExit(f"the benchmark worker importing crasp from {import_root} did not start")
-
-    def check(self, task_name: str) -> tuple[float, float]:
-        self.process.stdin.write(task_name + "\n")
-        self.process.stdin.flush()
-        answer = self.process.stdout.readline()
-        if not answer:
-            raise SystemExit(f"the benchmark worker ended while checking {task_name} (its error is above)")
-        return tuple(json.loads(answer))
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait()
+    serve(lambda name: _timed_check(*cases[name]))
 
 
 def against(revision: str, n: int, length: int, repeats: int) -> None:
@@ -152,13 +109,13 @@ def against(revision: str, n: int, length: int, repeats: int) -> None:
             }
         np.savez(strings_file, **arrays)
         sides = {"this checkout": REPOSITORY, revision: checkout_of(revision, Path(scratch) / "old")}
-        workers = {side: Worker(root, strings_file) for side, root in sides.items()}
+        workers = {side: Worker(__file__, root, [str(strings_file)]) for side, root in sides.items()}
         best = {(side, name): (np.inf, np.inf) for side in sides for name in CASES}
         try:
             for _ in range(repeats):
                 for name in CASES:
                     for side, worker in workers.items():
-                        wall, cpu = worker.check(name)
+                        wall, cpu = worker.ask(name)
                         best[side, name] = (min(best[side, name][0], wall), min(best[side, name][1], cpu))
         finally:
             for worker in workers.values():
@@ -189,7 +146,7 @@ def main() -> None:
     parser.add_argument("--serve", metavar="STRINGS", help=argparse.SUPPRESS)  # the worker of --against
     args = parser.parse_args()
     if args.serve:
-        return serve(args.serve)
+        return serve_checks(args.serve)
     if args.against:
         return against(args.against, args.strings, args.length, args.repeats)
     print(

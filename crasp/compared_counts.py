@@ -74,7 +74,7 @@ def compared_count(
     running = prefix_sum(completed[None], np.int64)[0]
     # Each position: the segments of its query completed before it, then its own unfinished segment.
     found, hit = last_occurrence(codes, queries_BxT, V)
-    every_batch, every_position = np.divmod(np.arange(B * T), T)
+    every_batch, every_position = np.repeat(np.arange(B), T), np.tile(np.arange(T), B)
     seen = np.where(hit, rank[found], 0) if len(codes) else np.zeros(B * T, np.int64)
     since = np.where(hit, position[found], 0) if len(codes) else np.zeros(B * T, np.int64)
     out = _segment_counts(table, every_batch, since, every_position + 1, seen, op, T)

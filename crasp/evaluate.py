@@ -164,7 +164,7 @@ class BatchEvaluator:
         key = (id(node), used)
         found = self.memo.get(key)
         if found is None:
-            found = _RULES[type(node)](self, node, {name: env[name] for name in node.free if name in env})
+            found = getattr(self, _RULES[type(node)])(node, {name: env[name] for name in node.free if name in env})
             if not isinstance(found, Value):  # the rule needs other values: a generator
                 found = yield found
             self.memo[key] = found
@@ -501,22 +501,23 @@ _BINARY_OPS = {
     **{op: fn for op, fn in E.COMPARISONS.items()},
 }
 
+# Rules by method name, so that an evaluator of chosen positions (crasp.selected_positions) overrides some.
 _RULES = {
-    E.BoolConst: BatchEvaluator._const,
-    E.Token: BatchEvaluator._token,
-    E.SymbolRelation: BatchEvaluator._symbol_relation,
-    E.Not: BatchEvaluator._not,
-    E.And: BatchEvaluator._binary,
-    E.Or: BatchEvaluator._binary,
-    E.Compare: BatchEvaluator._binary,
-    E.Periodic: BatchEvaluator._periodic,
-    E.Quantified: BatchEvaluator._quantified,
-    E.CountOf: BatchEvaluator._count,
-    E.Number: BatchEvaluator._number,
-    E.Arith: BatchEvaluator._binary,
-    E.Conditional: BatchEvaluator._conditional,
-    E.NamedBool: BatchEvaluator._named,
-    E.NamedCount: BatchEvaluator._named,
+    E.BoolConst: "_const",
+    E.Token: "_token",
+    E.SymbolRelation: "_symbol_relation",
+    E.Not: "_not",
+    E.And: "_binary",
+    E.Or: "_binary",
+    E.Compare: "_binary",
+    E.Periodic: "_periodic",
+    E.Quantified: "_quantified",
+    E.CountOf: "_count",
+    E.Number: "_number",
+    E.Arith: "_binary",
+    E.Conditional: "_conditional",
+    E.NamedBool: "_named",
+    E.NamedCount: "_named",
 }
 
 
@@ -546,23 +547,39 @@ def count_dtype(program: Program, length: int) -> type[np.signedinteger]:
     return next((t for t in COUNT_DTYPES if bound <= np.iinfo(t).max), np.int64)
 
 
+def _at_positions(whole: BatchEvaluator, positions_BxT: np.ndarray) -> BatchEvaluator:
+    from crasp.selected_positions import SelectedEvaluator  # which imports this module
+
+    return SelectedEvaluator(whole, *np.nonzero(positions_BxT))
+
+
 def _peak_bytes_per_string(evaluator: BatchEvaluator) -> float:
     total = sum(v.array.nbytes for v in evaluator.memo.values() if v.array.shape[0] == evaluator.B)
     return total / max(evaluator.B, 1)
 
 
 def evaluate(
-    program: Program, tokens_BxT: np.ndarray, names: list[str] | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET
+    program: Program,
+    tokens_BxT: np.ndarray,
+    names: list[str] | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    positions_BxT: np.ndarray | None = None,
 ) -> dict[str, Value]:
     """Values of the named definitions (all, or `names`) on every string, with free parameters as axes.
 
-    A family `f[p]` is returned with its parameter axes named by the parameters."""
+    A family `f[p]` is returned with its parameter axes named by the parameters. With positions (a bool
+    mask like tokens), only the values at those positions: arrays (positions, ...) in the order of
+    np.nonzero(positions), evaluated there alone where the program allows (crasp.selected_positions)."""
     tokens_BxT = np.asarray(tokens_BxT)
     if tokens_BxT.ndim != 2:
         raise ValueError(f"tokens must be a (batch, positions) array of symbol ids, got shape {tokens_BxT.shape}")
     V = len(program.alphabet)
     if tokens_BxT.size and (tokens_BxT.max() >= V or tokens_BxT.min() < -1):
         raise ValueError(f"token ids must lie in 0..{V - 1} (the alphabet) or be -1 (padding)")
+    if positions_BxT is not None and np.shape(positions_BxT) != tokens_BxT.shape:
+        raise ValueError(
+            f"positions must be a bool mask of the tokens' shape {tokens_BxT.shape}, got {np.shape(positions_BxT)}"
+        )
     chosen = [program.definition(n) for n in (names or program.names)]
     results: dict[str, list[np.ndarray]] = {d.name: [] for d in chosen}
     axes: dict[str, tuple[str, ...]] = {}
@@ -570,16 +587,18 @@ def evaluate(
     ids = program.symbol_ids()
     dtype = count_dtype(program, tokens_BxT.shape[1])
     while start < len(tokens_BxT):
-        evaluator = BatchEvaluator(tokens_BxT[start : start + chunk], ids, first_string=start, count_dtype=dtype)
+        whole = BatchEvaluator(tokens_BxT[start : start + chunk], ids, first_string=start, count_dtype=dtype)
+        evaluator = whole if positions_BxT is None else _at_positions(whole, positions_BxT[start : start + chunk])
         for d in chosen:
             value = evaluator.full(d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params)))
+            array = value.array if positions_BxT is None else value.array[:, 0]
             # Counts leave as int64 whatever type computed them: callers do arithmetic on them.
             wanted = np.int64 if d.body.type == E.COUNT else None
-            results[d.name].append(np.ascontiguousarray(value.array, dtype=wanted))
+            results[d.name].append(np.ascontiguousarray(array, dtype=wanted))
             axes[d.name] = value.axes
         start += chunk
         # Size the next chunks from what this one really held: several times the memoized values.
-        per_string = 4 * _peak_bytes_per_string(evaluator) + 1
+        per_string = 4 * _peak_bytes_per_string(whole) + 1
         chunk = int(max(1, min(memory_budget // per_string, 4096)))
     return {
         name: Value(np.concatenate(parts) if parts else np.zeros((0,)), axes.get(name, ()))

@@ -60,7 +60,7 @@ def last_occurrence(codes: np.ndarray, queries_BxT: np.ndarray, n_keys: int) -> 
     of its query in its string at or before it, and whether there is one (queries < 0 have none)."""
     B, T = queries_BxT.shape
     query = queries_BxT.ravel().astype(np.int64)
-    batch, position = np.divmod(np.arange(B * T), T)
+    batch, position = np.repeat(np.arange(B), T), np.tile(np.arange(T), B)
     query_codes = (batch * n_keys + query) * T + position
     found = np.searchsorted(codes, query_codes, side="right") - 1
     hit = (found >= 0) & (query >= 0)

@@ -1,4 +1,5 @@
-"""The evaluator's fast paths equal its straightforward dense path, value for value.
+"""The evaluator's fast paths equal its straightforward dense path, value for value; values at chosen
+positions equal the whole evaluation's there.
 
 Each fast path is switched off in turn (its rule answering "does not apply"), so the same program on
 the same strings is evaluated once with it and once by dense evaluation; both must agree at every
@@ -17,12 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp import expr as E
+from crasp.check import to_program_ids
 from crasp.compared_counts import COMPARISON_OPS, compared_count
 from crasp.evaluate import BatchEvaluator, count_dtype, evaluate, keyed_prefix_sum
-from crasp.nexttoken import encode
+from crasp.nexttoken import check_teacher_forced, encode
 from crasp.prefix_sums import prefix_sum
 from crasp.program import Definition, Program, print_program
 from crasp.reference import reference_value
+from crasp.selected_positions import counts_at
+from crasp.tasks import get_task
+from crasp.witnesses import majority
 
 from tests.crasp_strategies import ALPHABET, onehot_factor, programs, strings
 
@@ -177,3 +182,44 @@ def test_compared_counts_at_the_edge_of_the_narrow_count_types(constant):
     assert count_dtype(program, LENGTH) == next(
         t for t in (np.int16, np.int32, np.int64) if constant + LENGTH <= np.iinfo(t).max
     )
+
+
+# ---------------------------------------------------------------- chosen positions
+@settings(max_examples=150, deadline=None)
+@given(programs(), st.lists(strings(max_size=10), min_size=1, max_size=4), st.data())
+def test_values_at_chosen_positions_equal_the_whole_evaluation_there(program, batch, data):
+    tokens = encode(program, batch)
+    chosen = np.array(data.draw(st.lists(st.booleans(), min_size=tokens.size, max_size=tokens.size)))
+    chosen = chosen.reshape(tokens.shape) & (tokens >= 0)
+    whole = evaluate(program, tokens, memory_budget=1 << 16)
+    at_chosen = evaluate(program, tokens, memory_budget=1 << 16, positions_BxT=chosen)
+    for name in program.names:
+        assert at_chosen[name].axes == whole[name].axes
+        assert np.array_equal(at_chosen[name].array, whole[name].array[chosen]), f"{name}\n{print_program(program)}"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_counts_at_chosen_positions_equal_the_prefix_count_there(data):
+    B, T, V = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 12)), data.draw(st.integers(1, 4))
+    keys = np.array(data.draw(st.lists(st.integers(-1, V - 1), min_size=B * T, max_size=B * T))).reshape(B, T)
+    chosen = np.array(data.draw(st.lists(st.booleans(), min_size=B * T, max_size=B * T))).reshape(B, T)
+    rows_b, rows_i = np.nonzero(chosen)
+    got = counts_at(keys, rows_b, rows_i, V, np.int16)
+    counts = np.cumsum(keys[:, :, None] == np.arange(V), axis=1)
+    assert np.array_equal(got, counts[chosen])
+
+
+def test_a_check_reads_only_the_answer_positions_and_names_the_first_wrong_one():
+    task = get_task("Majority", alphabet_size=3)
+    program = majority(task.symbols)
+    examples = task.sample(np.random.default_rng(0), 40, 12)
+    tokens = to_program_ids(examples.tokens, task.vocab, program)
+    assert check_teacher_forced(program, tokens, examples.prompt_lengths, examples.lengths).correct.all()
+    wrong = tokens.copy()
+    last = examples.lengths - 1
+    wrong[np.arange(40), last - 1] = program.symbol_ids()["<sep>"]  # each answer replaced by <sep>
+    result = check_teacher_forced(program, wrong, examples.prompt_lengths, examples.lengths)
+    assert not result.correct.any()
+    assert [f.example for f in result.failures] == list(range(40))
+    assert all(f.position == examples.prompt_lengths[f.example] for f in result.failures)
