@@ -120,7 +120,7 @@ def keyed_prefix_sum(
     return within.reshape((B, T) + rest)
 
 
-def _conjuncts(node: E.Expr) -> list[E.Expr]:
+def conjuncts(node: E.Expr) -> list[E.Expr]:
     """The operands of a chain of `and`, left to right (a loop: chains may be thousands long)."""
     found, stack = [], [node]
     while stack:
@@ -130,13 +130,6 @@ def _conjuncts(node: E.Expr) -> list[E.Expr]:
         else:
             found.append(part)
     return found
-
-
-def _and_all(nodes: list[E.Expr]) -> E.Expr:
-    result = nodes[0]
-    for node in nodes[1:]:
-        result = E.And(result, node)
-    return result
 
 
 _MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}  # a op b == b _MIRRORED[op] a
@@ -157,6 +150,7 @@ class BatchEvaluator:
         self.V = len(symbol_ids)
         self.memo: dict[tuple, Value] = {}
         self.keep_alive: list[np.ndarray] = []  # key arrays whose id() is part of a memo key
+        self.conjunctions: dict[tuple[int, ...], E.Expr] = {}  # built by conjunction(), by their parts' ids
 
     # ------------------------------------------------------------ entry
     def value(self, node: E.Expr, env: dict[str, np.ndarray]) -> Computation[Value]:
@@ -179,6 +173,17 @@ class BatchEvaluator:
     def bind(self, key_BxT: np.ndarray) -> np.ndarray:
         self.keep_alive.append(key_BxT)
         return key_BxT
+
+    def conjunction(self, parts: list[E.Expr]) -> E.Expr:
+        """`parts[0] and parts[1] and ...`, one node per list of parts: values are memoized by the id of
+        their node, so a node built here must stay alive (a freed one's id may name another node)."""
+        key = tuple(id(part) for part in parts)
+        if key not in self.conjunctions:
+            result = parts[0]
+            for part in parts[1:]:
+                result = E.And(result, part)
+            self.conjunctions[key] = result
+        return self.conjunctions[key]
 
     # ------------------------------------------------------------ rules
     def _token(self, node: E.Token, env) -> Value:
@@ -289,7 +294,7 @@ class BatchEvaluator:
 
     def _bind_by_conjunct(self, body: E.Expr, name: str, env) -> Computation[Value | None]:
         """`any t: K[t] and rest` where K is one-hot in t: evaluate rest with t bound to K's key."""
-        parts = _conjuncts(body)
+        parts = conjuncts(body)
         for k, part in enumerate(parts):
             key = yield self.onehot_key(part, name, env)
             if key is None:
@@ -298,7 +303,7 @@ class BatchEvaluator:
             rest = parts[:k] + parts[k + 1 :]
             if not rest:
                 return Value(found, ())
-            inner = yield self.value(_and_all(rest), {**env, name: self.bind(key)})
+            inner = yield self.value(self.conjunction(rest), {**env, name: self.bind(key)})
             axes, (r,) = _joint(inner)
             return Value(r & found.reshape(found.shape + (1,) * len(axes)), axes)
         return None
@@ -345,7 +350,7 @@ class BatchEvaluator:
         return keyed if keyed is not None else (yield self._dense_count_then_select(node.body, depends, env))
 
     def _keyed_count(self, body: E.Expr, depends: list[str], env) -> Computation[Value | None]:
-        parts = _conjuncts(body)
+        parts = conjuncts(body)
         by_index: dict[str, list[E.Expr]] = {name: [] for name in depends}
         rest: list[E.Expr] = []
         for part in parts:
@@ -355,7 +360,7 @@ class BatchEvaluator:
             (by_index[uses[0]] if uses else rest).append(part)
         keys, queries = [], []
         for name in depends:
-            key = yield self.onehot_key(_and_all(by_index[name]), name, {})
+            key = yield self.onehot_key(self.conjunction(by_index[name]), name, {})
             if key is None:
                 return None
             keys.append(key)
@@ -365,7 +370,7 @@ class BatchEvaluator:
         for key, q in zip(keys, queries):
             code = np.where((code >= 0) & (key >= 0), code * self.V + key, -1)
             query = np.where((query >= 0) & (q >= 0), query * self.V + q, -1)
-        weights = (yield self.value(_and_all(rest), {})) if rest else Value(np.ones((1, 1), bool), ())
+        weights = (yield self.value(self.conjunction(rest), {})) if rest else Value(np.ones((1, 1), bool), ())
         axes, (w,) = _joint(weights)
         w = np.broadcast_to(w, (self.B, self.T) + w.shape[2:])
         return Value(keyed_prefix_sum(code, w, query, self.count_dtype), axes)

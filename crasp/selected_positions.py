@@ -18,27 +18,58 @@ from __future__ import annotations
 import numpy as np
 
 from crasp import expr as E
-from crasp.evaluate import BatchEvaluator, Value
+from crasp.evaluate import BatchEvaluator, Value, conjuncts
 from crasp.prefix_sums import prefix_sum
 from crasp.trampoline import Computation
 
+RANKS_ADDED_IN_TURN = 32  # rows per (string, group) up to which counts_at adds rows in turns
 
-def counts_at(keys_BxT: np.ndarray, rows_b: np.ndarray, rows_i: np.ndarray, V: int, dtype) -> np.ndarray:
-    """out[r, s] = #{j <= rows_i[r] : keys[rows_b[r], j] = s}, for rows sorted by (string, position)."""
+
+def counts_at(
+    keys_BxT: np.ndarray,
+    rows_b: np.ndarray,
+    rows_i: np.ndarray,
+    V: int,
+    dtype,
+    groups_BxT: np.ndarray | None = None,
+    row_groups: np.ndarray | None = None,
+) -> np.ndarray:
+    """out[r, s] = #{j <= rows_i[r] : keys[b, j] = s and groups[b, j] = row_groups[r]} with b = rows_b[r]:
+    without groups every j of the string counts; a row of group < 0 counts none (keys < 0 never count)."""
     B, T = keys_BxT.shape
-    row_codes = rows_b.astype(np.int64) * T + rows_i
-    batch, position = np.nonzero(keys_BxT >= 0)
-    # Each occurrence is counted at the first chosen row of its string at or after it (if any), then
-    # the rows of a string add up: a running sum over all rows, less the one before the string's first.
-    row = np.searchsorted(row_codes, batch * T + position, side="left")
+    if groups_BxT is None:
+        groups_BxT, row_groups = np.zeros((B, T), np.int64), np.zeros(len(rows_b), np.int64)
+    n_groups = int(max(groups_BxT.max(initial=-1), row_groups.max(initial=-1))) + 1
+    row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
+    order = np.argsort(row_codes, kind="stable")
+    row_codes = row_codes[order]
+    batch, position = np.nonzero((keys_BxT >= 0) & (groups_BxT >= 0))
+    codes = (batch * n_groups + groups_BxT[batch, position]) * T + position
+    # Each occurrence is counted at the first row of its (string, group) at or after it, if any; then the
+    # rows of a group add up: a running sum over all rows, less the one before the group's first row.
+    row = np.searchsorted(row_codes, codes, side="left")
     counted = row < len(row_codes)
-    counted[counted] = rows_b[row[counted]] == batch[counted]
-    cells = row[counted] * V + keys_BxT[batch[counted], position[counted]]
-    histogram = np.bincount(cells, minlength=len(row_codes) * V).reshape(len(row_codes), V)
-    running = prefix_sum(histogram[None], dtype)[0]
-    first_of_string = np.r_[True, rows_b[1:] != rows_b[:-1]] if len(rows_b) else np.zeros(0, bool)
-    before = np.maximum.accumulate(np.where(first_of_string, np.arange(len(rows_b)), 0)) - 1
-    return running - np.where((before >= 0)[:, None], running[np.maximum(before, 0)], 0)
+    counted[counted] = row_codes[row[counted]] // T == codes[counted] // T
+    cells, number = np.unique(row[counted] * V + keys_BxT[batch[counted], position[counted]], return_counts=True)
+    histogram = np.zeros(len(row_codes) * V, dtype)
+    histogram[cells] = number
+    histogram = histogram.reshape(len(row_codes), V)
+    group = row_codes // T
+    first_of_group = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, bool)
+    rank = np.arange(len(group)) - np.maximum.accumulate(np.where(first_of_group, np.arange(len(group)), 0))
+    if rank.max(initial=0) < RANKS_ADDED_IN_TURN:
+        # Few rows per group (2 per string for Majority, 1-2 per symbol for UF): add the row before to
+        # each row of rank 1, then 2, ...; otherwise one running sum over all rows, less each group's start.
+        for k in range(1, rank.max(initial=0) + 1):
+            at = np.flatnonzero(rank == k)
+            histogram[at] += histogram[at - 1]
+    else:
+        running = prefix_sum(histogram[None], dtype)[0]
+        before = np.arange(len(group)) - rank - 1
+        histogram = running - np.where((before >= 0)[:, None], running[np.maximum(before, 0)], 0)
+    out = np.empty_like(histogram)
+    out[order] = histogram
+    return out
 
 
 class SelectedEvaluator(BatchEvaluator):
@@ -50,7 +81,7 @@ class SelectedEvaluator(BatchEvaluator):
         self.rows_b, self.rows_i = rows_b, rows_i
         self.spread: dict[int, np.ndarray] = {}  # id of a chosen-rows key -> the same key over whole strings
         self.looks_back: dict[int, bool] = {}
-        self.counted: dict[int, np.ndarray] = {}  # id of a whole-strings key -> counts_at of it
+        self.counted: dict[tuple[int, ...], np.ndarray] = {}  # counts_at by the ids of its keys
 
     def at_rows(self, array: np.ndarray) -> np.ndarray:
         """A whole-strings array (B or 1, T or 1, ...) read at the chosen rows: (rows, 1, ...)."""
@@ -75,16 +106,41 @@ class SelectedEvaluator(BatchEvaluator):
         return Value(self.at_rows(value.array), value.axes)
 
     def _count(self, node: E.CountOf, env) -> Computation[Value]:
-        free = node.body.free
-        if node.offset is None and len(free) == 1 and not (free & set(env)):
-            (name,) = free
-            key = yield self.whole.onehot_key(node.body, name, {})
-            if key is not None:
-                if id(key) not in self.counted:  # `n[s]` and `n[u]` count the same keys
-                    self.whole.bind(key)
-                    self.counted[id(key)] = counts_at(key, self.rows_b, self.rows_i, self.V, self.count_dtype)
-                return Value(self.counted[id(key)][:, None], (name,))
-        return (yield self._from_whole(node, env))
+        counted = (yield self._onehot_count(node.body, env)) if node.offset is None else None
+        return counted if counted is not None else (yield self._from_whole(node, env))
+
+    def _onehot_count(self, body: E.Expr, env) -> Computation[Value | None]:
+        """`#[j <= i] (K[t] and R[s])` with R one-hot in the free index s and K one-hot in the index t
+        bound at i (or no K): for every s, the j <= i where R's key is s and K's key is t(i)."""
+        free = body.free - set(env)
+        if len(free) != 1 or len(body.free & set(env)) > 1:
+            return None
+        (name,) = free
+        keyed, rest = [], []
+        for part in conjuncts(body):
+            if part.free & set(env):
+                if name in part.free:
+                    return None
+                keyed.append(part)
+            else:
+                rest.append(part)
+        if not any(name in part.free for part in rest):
+            return None
+        key = yield self.whole.onehot_key(self.whole.conjunction(rest), name, {})
+        group_key, row_groups = None, None
+        if keyed:
+            (bound,) = body.free & set(env)
+            group_key = yield self.whole.onehot_key(self.whole.conjunction(keyed), bound, {})
+            row_groups = np.broadcast_to(env[bound], (self.B, 1))[:, 0]
+        if key is None or (keyed and group_key is None):
+            return None
+        memo_key = (id(key), id(group_key), id(row_groups))  # `n[s]` and `n[u]` count the same keys
+        if memo_key not in self.counted:
+            self.whole.bind(key), self.whole.bind(group_key), self.bind(row_groups)
+            self.counted[memo_key] = counts_at(
+                key, self.rows_b, self.rows_i, self.V, self.count_dtype, group_key, row_groups
+            )
+        return Value(self.counted[memo_key][:, None], (name,))
 
     def _periodic(self, node: E.Periodic, env) -> Value:
         return Value(((self.rows_i + 1) % node.modulus == node.residue)[:, None], ())

@@ -25,7 +25,7 @@ from crasp.nexttoken import check_teacher_forced, encode
 from crasp.prefix_sums import prefix_sum
 from crasp.program import Definition, Program, print_program
 from crasp.reference import reference_value
-from crasp.selected_positions import counts_at
+from crasp.selected_positions import RANKS_ADDED_IN_TURN, counts_at
 from crasp.tasks import get_task
 from crasp.witnesses import majority
 
@@ -198,16 +198,36 @@ def test_values_at_chosen_positions_equal_the_whole_evaluation_there(program, ba
         assert np.array_equal(at_chosen[name].array, whole[name].array[chosen]), f"{name}\n{print_program(program)}"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_counts_at_chosen_positions_equal_the_prefix_count_there(data):
     B, T, V = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 12)), data.draw(st.integers(1, 4))
-    keys = np.array(data.draw(st.lists(st.integers(-1, V - 1), min_size=B * T, max_size=B * T))).reshape(B, T)
-    chosen = np.array(data.draw(st.lists(st.booleans(), min_size=B * T, max_size=B * T))).reshape(B, T)
+
+    def draw_array(elements, size):
+        return np.array(data.draw(st.lists(elements, min_size=size, max_size=size)), dtype=np.int64)
+
+    keys = draw_array(st.integers(-1, V - 1), B * T).reshape(B, T)
+    chosen = draw_array(st.booleans(), B * T).reshape(B, T).astype(bool)
     rows_b, rows_i = np.nonzero(chosen)
-    got = counts_at(keys, rows_b, rows_i, V, np.int16)
     counts = np.cumsum(keys[:, :, None] == np.arange(V), axis=1)
-    assert np.array_equal(got, counts[chosen])
+    assert np.array_equal(counts_at(keys, rows_b, rows_i, V, np.int16), counts[chosen])
+    # Grouped: only the j whose group is the row's own count (a keyed count at chosen positions).
+    groups = draw_array(st.integers(-1, 2), B * T).reshape(B, T)
+    row_groups = draw_array(st.integers(-1, 2), len(rows_b))
+    got = counts_at(keys, rows_b, rows_i, V, np.int16, groups, row_groups)
+    for r, (b, i) in enumerate(zip(rows_b, rows_i)):
+        same = (groups[b, : i + 1] == row_groups[r]) & (row_groups[r] >= 0)
+        want = [int(((keys[b, : i + 1] == s) & same).sum()) for s in range(V)]
+        assert got[r].tolist() == want
+
+
+@pytest.mark.parametrize("rows_per_string", [RANKS_ADDED_IN_TURN - 1, RANKS_ADDED_IN_TURN, 3 * RANKS_ADDED_IN_TURN])
+def test_counts_at_many_positions_of_a_string_add_up_either_way(rows_per_string):
+    keys = np.random.default_rng(rows_per_string).integers(-1, 3, (2, 3 * RANKS_ADDED_IN_TURN + 5))
+    chosen = np.zeros(keys.shape, bool)
+    chosen[:, -rows_per_string:] = True
+    counts = np.cumsum(keys[:, :, None] == np.arange(3), axis=1)
+    assert np.array_equal(counts_at(keys, *np.nonzero(chosen), 3, np.int16), counts[chosen])
 
 
 def test_a_check_reads_only_the_answer_positions_and_names_the_first_wrong_one():
