@@ -558,9 +558,8 @@ def _at_positions(whole: BatchEvaluator, positions_BxT: np.ndarray) -> BatchEval
     return SelectedEvaluator(whole, *np.nonzero(positions_BxT))
 
 
-def _peak_bytes_per_string(evaluator: BatchEvaluator) -> float:
-    total = sum(v.array.nbytes for v in evaluator.memo.values() if v.array.shape[0] == evaluator.B)
-    return total / max(evaluator.B, 1)
+def _memo_bytes(evaluator: BatchEvaluator) -> int:
+    return sum(v.array.nbytes for v in evaluator.memo.values() if v.array.shape[0] == evaluator.B)
 
 
 def evaluate(
@@ -603,7 +602,8 @@ def evaluate(
             axes[d.name] = value.axes
         start += chunk
         # Size the next chunks from what this one really held: several times the memoized values.
-        per_string = 4 * _peak_bytes_per_string(whole) + 1
+        held = _memo_bytes(whole) + (_memo_bytes(evaluator) if evaluator is not whole else 0)
+        per_string = 4 * held / max(whole.B, 1) + 1
         chunk = int(max(1, min(memory_budget // per_string, 4096)))
     return {
         name: Value(np.concatenate(parts) if parts else np.zeros((0,)), axes.get(name, ()))
