@@ -37,20 +37,25 @@ def counts_at(
     """out[r, s] = #{j <= rows_i[r] : keys[b, j] = s and groups[b, j] = row_groups[r]} with b = rows_b[r]:
     without groups every j of the string counts; a row of group < 0 counts none (keys < 0 never count)."""
     B, T = keys_BxT.shape
-    if groups_BxT is None:
-        groups_BxT, row_groups = np.zeros((B, T), np.int64), np.zeros(len(rows_b), np.int64)
-    n_groups = int(max(groups_BxT.max(initial=-1), row_groups.max(initial=-1))) + 1
-    row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
-    order = np.argsort(row_codes, kind="stable")
-    row_codes = row_codes[order]
-    batch, position = np.nonzero((keys_BxT >= 0) & (groups_BxT >= 0))
-    codes = (batch * n_groups + groups_BxT[batch, position]) * T + position
+    keys = keys_BxT.ravel()
+    if groups_BxT is None:  # one group per string: codes are flat positions, rows already in order
+        row_codes = rows_b.astype(np.int64) * T + rows_i
+        order = None
+        codes = flat = np.flatnonzero(keys >= 0)
+    else:
+        n_groups = int(max(groups_BxT.max(initial=-1), row_groups.max(initial=-1))) + 1
+        row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
+        order = np.argsort(row_codes, kind="stable")
+        row_codes = row_codes[order]
+        flat = np.flatnonzero((keys >= 0) & (groups_BxT.ravel() >= 0))
+        batch, position = np.divmod(flat, T)
+        codes = (batch * n_groups + groups_BxT.ravel()[flat]) * T + position
     # Each occurrence is counted at the first row of its (string, group) at or after it, if any; then the
-    # rows of a group add up: a running sum over all rows, less the one before the group's first row.
+    # rows of a group add up: the row before is added to each row of rank 1, 2, ... in its group.
     row = np.searchsorted(row_codes, codes, side="left")
     counted = row < len(row_codes)
     counted[counted] = row_codes[row[counted]] // T == codes[counted] // T
-    cells, number = np.unique(row[counted] * V + keys_BxT[batch[counted], position[counted]], return_counts=True)
+    cells, number = np.unique(row[counted] * V + keys[flat[counted]], return_counts=True)
     histogram = np.zeros(len(row_codes) * V, dtype)
     histogram[cells] = number
     histogram = histogram.reshape(len(row_codes), V)
@@ -67,6 +72,8 @@ def counts_at(
         running = prefix_sum(histogram[None], dtype)[0]
         before = np.arange(len(group)) - rank - 1
         histogram = running - np.where((before >= 0)[:, None], running[np.maximum(before, 0)], 0)
+    if order is None:
+        return histogram
     out = np.empty_like(histogram)
     out[order] = histogram
     return out
