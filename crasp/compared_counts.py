@@ -24,13 +24,15 @@ COMPARISON_OPS = ("<", "<=", ">", ">=", "=", "!=")
 
 
 def _occurrence_table(keys_BxT: np.ndarray, V: int) -> np.ndarray:
-    """table[b, s, k] = the position of the k-th occurrence of s in string b, k >= 1; table[b, s, 0] = 0
-    and T past the last occurrence (so `position < table[b, s, k]` says the count of s is still below k)."""
+    """table[b, k, s] = the position of the k-th occurrence of s in string b, k >= 1; table[b, 0, s] = 0
+    and T past the last occurrence (so `position < table[b, k, s]` says the count of s is still below k).
+    Symbols last: a segment reads one row of V positions (a column of a long string's table would
+    miss the cache at every symbol)."""
     B, T = keys_BxT.shape
     _, batch, position, rank = sorted_occurrences(keys_BxT, V)
-    table = np.full((B, V, int(rank.max(initial=0)) + 2), T, np.int64)
-    table[:, :, 0] = 0
-    table[batch, keys_BxT[batch, position], rank] = position
+    table = np.full((B, int(rank.max(initial=0)) + 2, V), T, np.int64)
+    table[:, 0, :] = 0
+    table[batch, rank, keys_BxT[batch, position]] = position
     return table
 
 
@@ -42,9 +44,9 @@ def _interval_length(start: np.ndarray, stop: np.ndarray, low: np.ndarray, high:
 def _segment_counts(table, batch, start, stop, k, op: str, T: int) -> np.ndarray:
     """For each segment n (positions start[n] .. stop[n] - 1 of string batch[n], where the right side
     is k[n]): how many of its positions have `X_s op k[n]`, for every s, shape (segments, V)."""
-    last = table.shape[2] - 1
-    reached_k = table[batch, :, np.minimum(k, last)]  # the first position where X_s >= k
-    passed_k = table[batch, :, np.minimum(k + 1, last)]  # the first position where X_s > k
+    last = table.shape[1] - 1
+    reached_k = table[batch, np.minimum(k, last)]  # the first position where X_s >= k
+    passed_k = table[batch, np.minimum(k + 1, last)]  # the first position where X_s > k
     start, stop = start[:, None], stop[:, None]
     if op == "<":
         return _interval_length(start, stop, 0, reached_k)
