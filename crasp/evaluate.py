@@ -17,8 +17,13 @@ Three rewrites keep families over large alphabets cheap, each exact:
   t(i). It is computed by sorting (batch, key, position) once, never as a (T, V, V) tensor.
 - `all u: A >= B[u]` is `A >= max_u B[u]` (and the other monotone cases), so a majority over V
   symbols costs V, not V * V.
-Anything else falls back to dense evaluation. `crasp.reference` is the independent slow evaluator
-the tests compare this one against.
+- a count of a comparison of two one-hot prefix counts, `#[j <= i] (#[k <= j] Q(s) < #[k <= j] Q(t))`
+  with t bound, is summed segment by segment between the occurrences of t (crasp.compared_counts),
+  never as a (T, V, V) tensor.
+Anything else falls back to dense evaluation. Prefix sums along the positions are whole-row
+additions (crasp.prefix_sums). With chosen positions, `evaluate` runs everything above the counts at
+those positions only (crasp.selected_positions): a teacher-forced check reads few of them.
+`crasp.reference` is the independent slow evaluator the tests compare this one against.
 
 Counts are computed in the narrowest of int16, int32 and int64 that holds every count the program
 can compute on strings of the batch's length (`count_dtype`: a count is at most the length, and

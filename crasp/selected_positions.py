@@ -55,9 +55,14 @@ def counts_at(
     row = np.searchsorted(row_codes, codes, side="left")
     counted = row < len(row_codes)
     counted[counted] = row_codes[row[counted]] // T == codes[counted] // T
-    cells, number = np.unique(row[counted] * V + keys[flat[counted]], return_counts=True)
-    histogram = np.zeros(len(row_codes) * V, dtype)
-    histogram[cells] = number
+    cells = row[counted] * V + keys[flat[counted]]
+    size = len(row_codes) * V
+    if size <= 4 * len(cells):  # few rows (Majority): one bincount pass
+        histogram = np.bincount(cells, minlength=size).astype(dtype)
+    else:  # a sparse histogram (UF: 150 x 153 cells per string for 300 keys): bincount's int64 zeros cost 4x
+        histogram = np.zeros(size, dtype)
+        cells, number = np.unique(cells, return_counts=True)
+        histogram[cells] = number
     histogram = histogram.reshape(len(row_codes), V)
     group = row_codes // T
     first_of_group = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, bool)

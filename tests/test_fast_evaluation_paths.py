@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from crasp import expr as E
 from crasp.check import to_program_ids
-from crasp.compared_counts import COMPARISON_OPS, compared_count
+from crasp.compared_counts import COMPARISON_OPS, SEGMENTS_AT_ONCE, compared_count
 from crasp.evaluate import BatchEvaluator, count_dtype, evaluate, keyed_prefix_sum
 from crasp.nexttoken import check_teacher_forced, encode
 from crasp.prefix_sums import prefix_sum
@@ -109,6 +109,18 @@ def test_compared_count_equals_its_definition(data):
             y = np.cumsum(ykeys[b] == q)
             want = sum(OPS[op](x[j], y[j]) for j in range(i + 1))
         assert got[b, i, s] == want, (b, i, s)
+
+
+@pytest.mark.parametrize("op", COMPARISON_OPS)
+def test_compared_count_of_a_string_longer_than_a_batch_of_segments(op):
+    T, V = 2 * SEGMENTS_AT_ONCE + 7, 3
+    xkeys, ykeys, queries = np.random.default_rng(T).integers(-1, V, (3, 1, T))
+    x = np.cumsum(xkeys[:, :, None] == np.arange(V), axis=1)  # (1, T, V)
+    y = np.cumsum(ykeys[:, :, None] == np.arange(V), axis=1)
+    dense = np.cumsum(OPS[op](x[:, :, :, None], y[:, :, None, :]), axis=1)  # (1, T, s, t)
+    want = np.take_along_axis(dense, np.maximum(queries, 0)[:, :, None, None], axis=3)[..., 0]
+    want[queries < 0] = 0
+    assert np.array_equal(compared_count(xkeys, ykeys, queries, op, V), want)
 
 
 def test_compared_count_refuses_an_unknown_comparison():
