@@ -8,10 +8,10 @@ uniformly from the program's alphabet (seed 0), at two lengths (default 10^5 and
 evaluation is what a prediction runs: `evaluate` of the program's output (or accepted) definition.
 
 Peak memory is tracemalloc's (numpy's buffers included), CPU time is process time (steadier than wall
-time on a loaded machine), the better of two runs. A program is flagged "not linear" where time or memory grows by more than
-LINEAR_SLACK times the ratio of the lengths. With --against REV, commit REV's evaluator (revisions.py)
-evaluates the same programs on the same long input, interleaved with this checkout's, and the table
-gives REV's time and memory over this checkout's.
+time on a loaded machine), the better of two runs. A program is flagged "not linear" where time or
+memory grows by more than LINEAR_SLACK times the ratio of the lengths. With --against REV, commit
+REV's evaluator (revisions.py) evaluates the same programs on the same long input, interleaved with
+this checkout's, and the table gives REV's time and memory over this checkout's.
 
     python benchmarks/long_inputs.py [--lengths 100000 1000000] [--symbols 8] [--against REV]
 """
