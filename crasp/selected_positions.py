@@ -37,25 +37,30 @@ def counts_at(
     """out[r, s] = #{j <= rows_i[r] : keys[b, j] = s and groups[b, j] = row_groups[r]} with b = rows_b[r]:
     without groups every j of the string counts; a row of group < 0 counts none (keys < 0 never count)."""
     B, T = keys_BxT.shape
-    keys = keys_BxT.ravel()
-    if groups_BxT is None:  # one group per string: codes are flat positions, rows already in order
-        row_codes = rows_b.astype(np.int64) * T + rows_i
-        order = None
-        codes = flat = np.flatnonzero(keys >= 0)
+    # Each occurrence is counted at the first row of its (string, group) at or after it, if any; then the
+    # rows of a group add up: the row before is added to each row of rank 1, 2, ... in its group.
+    if groups_BxT is None:  # one group per string, rows already in order: a running count of rows finds it
+        row_codes, order = rows_b.astype(np.int64) * T + rows_i, None
+        marks = np.zeros((B, T), np.int32)
+        marks[rows_b, rows_i] = 1
+        earlier = np.cumsum(marks, axis=1) - marks  # the string's rows before each position
+        per_string = np.bincount(rows_b, minlength=B)
+        counted = (keys_BxT >= 0) & (earlier < per_string[:, None])
+        row = ((np.cumsum(per_string) - per_string)[:, None] + earlier)[counted]
+        cells = row * V + keys_BxT[counted]
     else:
         n_groups = int(max(groups_BxT.max(initial=-1), row_groups.max(initial=-1))) + 1
         row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
         order = np.argsort(row_codes, kind="stable")
         row_codes = row_codes[order]
+        keys = keys_BxT.ravel()
         flat = np.flatnonzero((keys >= 0) & (groups_BxT.ravel() >= 0))
         batch, position = np.divmod(flat, T)
         codes = (batch * n_groups + groups_BxT.ravel()[flat]) * T + position
-    # Each occurrence is counted at the first row of its (string, group) at or after it, if any; then the
-    # rows of a group add up: the row before is added to each row of rank 1, 2, ... in its group.
-    row = np.searchsorted(row_codes, codes, side="left")
-    counted = row < len(row_codes)
-    counted[counted] = row_codes[row[counted]] // T == codes[counted] // T
-    cells = row[counted] * V + keys[flat[counted]]
+        row = np.searchsorted(row_codes, codes, side="left")
+        counted = row < len(row_codes)
+        counted[counted] = row_codes[row[counted]] // T == codes[counted] // T
+        cells = row[counted] * V + keys[flat[counted]]
     size = len(row_codes) * V
     if size <= 4 * len(cells):  # few rows (Majority): one bincount pass
         histogram = np.bincount(cells, minlength=size).astype(dtype)
