@@ -590,9 +590,12 @@ def evaluate(
             f"positions must be a bool mask of the tokens' shape {tokens_BxT.shape}, got {np.shape(positions_BxT)}"
         )
     chosen = [program.definition(n) for n in (names or program.names)]
-    results: dict[str, list[np.ndarray]] = {d.name: [] for d in chosen}
+    # Each chunk's values are written into arrays for the whole batch (a concatenation of UF's output at
+    # the positions a check reads, 231 MB for 10,000 strings, took a fifth of the check).
+    results: dict[str, np.ndarray] = {}
     axes: dict[str, tuple[str, ...]] = {}
-    start, chunk = 0, min(8, max(1, len(tokens_BxT)))
+    rows = len(tokens_BxT) if positions_BxT is None else int(np.count_nonzero(positions_BxT))
+    start, chunk, done = 0, min(8, max(1, len(tokens_BxT))), 0
     ids = program.symbol_ids()
     dtype = count_dtype(program, tokens_BxT.shape[1])
     while start < len(tokens_BxT):
@@ -601,16 +604,16 @@ def evaluate(
         for d in chosen:
             value = evaluator.full(d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params)))
             array = value.array if positions_BxT is None else value.array[:, 0]
-            # Counts leave as int64 whatever type computed them: callers do arithmetic on them.
-            wanted = np.int64 if d.body.type == E.COUNT else None
-            results[d.name].append(np.ascontiguousarray(array, dtype=wanted))
+            if d.name not in results:
+                # Counts leave as int64 whatever type computed them: callers do arithmetic on them.
+                wanted = np.int64 if d.body.type == E.COUNT else array.dtype
+                results[d.name] = np.empty((rows,) + array.shape[1:], wanted)
+            results[d.name][done : done + len(array)] = array
             axes[d.name] = value.axes
+        done += evaluator.B
         start += chunk
         # Size the next chunks from what this one really held: several times the memoized values.
         held = _memo_bytes(whole) + (_memo_bytes(evaluator) if evaluator is not whole else 0)
         per_string = 4 * held / max(whole.B, 1) + 1
         chunk = int(max(1, min(memory_budget // per_string, 4096)))
-    return {
-        name: Value(np.concatenate(parts) if parts else np.zeros((0,)), axes.get(name, ()))
-        for name, parts in results.items()
-    }
+    return {d.name: Value(results.get(d.name, np.zeros((0,))), axes.get(d.name, ())) for d in chosen}
