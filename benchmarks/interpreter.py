@@ -13,11 +13,15 @@ on the same strings: the two run interleaved, --repeats rounds, and the best of 
 and CPU time are printed; CPU time is the steadier of the two on a loaded machine.
 
     python benchmarks/interpreter.py --against 429f086 --strings 2000
+
+With --profile it prints where each check's CPU time goes (cProfile, the functions that take most).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import tempfile
 import time
 import tracemalloc
@@ -27,6 +31,7 @@ import numpy as np
 from revisions import REPOSITORY, Worker, checkout_of, serve
 
 REFERENCE_STRINGS = 2
+PROFILE_ROWS = 10
 # Task name -> (label, witness function in crasp.witnesses, target token-positions/s): every
 # commit since 429f086 names them alike, which --against relies on.
 CASES = {
@@ -134,6 +139,23 @@ def against(revision: str, n: int, length: int, repeats: int) -> None:
             )
 
 
+def profile(n: int, length: int) -> None:
+    """The functions where each program's teacher-forced check spends its CPU time, after one warm-up."""
+    from crasp.check import to_program_ids
+
+    for name, (label, _, _) in CASES.items():
+        task, program = _program(name)
+        examples = task.sample(np.random.default_rng(0), n, length)
+        tokens = to_program_ids(examples.tokens, task.vocab, program)
+        _timed_check(program, tokens, examples.prompt_lengths, examples.lengths)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        _, cpu = _timed_check(program, tokens, examples.prompt_lengths, examples.lengths)
+        profiler.disable()
+        print(f"{label}: {n} strings of input length {length}, {cpu:.3f} s of CPU")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(PROFILE_ROWS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strings", type=int, default=10_000, help="strings per task (default 10000)")
@@ -143,12 +165,17 @@ def main() -> None:
     )
     parser.add_argument("--against", metavar="REV", help="compare with commit REV's evaluator side by side")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of --against (default 3)")
+    parser.add_argument(
+        "--profile", action="store_true", help="print where the fast check's CPU time goes (cProfile), per program"
+    )
     parser.add_argument("--serve", metavar="STRINGS", help=argparse.SUPPRESS)  # the worker of --against
     args = parser.parse_args()
     if args.serve:
         return serve_checks(args.serve)
     if args.against:
         return against(args.against, args.strings, args.length, args.repeats)
+    if args.profile:
+        return profile(args.strings, args.length)
     print(
         f"{'program':<22} | {'token-positions/s':>17} | {'target':>8} | {'peak GiB':>8} | {'seconds':>7} | "
         f"{'reference tok-pos/s':>19} | speed-up"
