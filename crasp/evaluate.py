@@ -8,7 +8,7 @@ size) per free index variable of the node, named in `Value.axes`; any axis may h
 broadcast. Values are memoized per node over the DAG, and the batch is evaluated in chunks whose
 size is chosen from the memory the first chunk actually used.
 
-Three rewrites keep families over large alphabets cheap, each exact:
+Four rewrites keep families over large alphabets cheap, each exact:
 - `any t: Q(t) and X[t]` binds t to the symbol at position i (only it can satisfy Q(t)) instead
   of materializing X for every t. Any conjunct that is "one-hot" in t (a Q(t), possibly seen c
   positions ago through a local count) binds t this way.
