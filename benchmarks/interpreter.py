@@ -8,31 +8,30 @@ reference evaluator measured on a few strings of the same task in the same run.
     python benchmarks/interpreter.py [--strings 10000] [--length 150]
 
 With --against REV it instead compares this checkout's evaluator with commit REV's (its crasp
-package from `git archive`, in a subprocess beside one running this checkout's) on the same
-strings: the two run interleaved, --repeats rounds, and the best of each is kept. Both wall time
+package from `git archive`, in a worker process beside one running this checkout's: revisions.py)
+on the same strings: the two run interleaved, --repeats rounds, and the best of each is kept. Both wall time
 and CPU time are printed; CPU time is the steadier of the two on a loaded machine.
 
     python benchmarks/interpreter.py --against 429f086 --strings 2000
+
+With --profile it prints where each check's CPU time goes (cProfile, the functions that take most).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tarfile
+import cProfile
+import pstats
 import tempfile
 import time
 import tracemalloc
-from io import BytesIO
 from pathlib import Path
 
 import numpy as np
+from revisions import REPOSITORY, Worker, checkout_of, serve
 
 REFERENCE_STRINGS = 2
-REPOSITORY = Path(__file__).resolve().parent.parent
+PROFILE_ROWS = 10
 # Task name -> (label, witness function in crasp.witnesses, target token-positions/s): every
 # commit since 429f086 names them alike, which --against relies on.
 CASES = {
@@ -88,9 +87,9 @@ def reference_throughput(task, program, length: int) -> float:
 
 
 # ---------------------------------------------------------------- --against REV
-def serve(strings_file: str) -> None:
-    """The worker of --against: checks the named task's strings on each request (a line on stdin),
-    answering with its wall and CPU seconds; it imports whichever crasp PYTHONPATH gives it."""
+def serve_checks(strings_file: str) -> None:
+    """The worker of --against: checks the named task's strings on each request, answering with its
+    wall and CPU seconds; it imports whichever crasp PYTHONPATH gives it."""
     from crasp.check import to_program_ids
 
     saved = np.load(strings_file)
@@ -99,44 +98,7 @@ def serve(strings_file: str) -> None:
         task, program = _program(name)
         tokens = to_program_ids(saved[f"{name}_tokens"], task.vocab, program)
         cases[name] = (program, tokens, saved[f"{name}_prompt_lengths"], saved[f"{name}_lengths"])
-    print("ready", flush=True)
-    for line in sys.stdin:
-        print(json.dumps(_timed_check(*cases[line.strip()])), flush=True)
-
-
-def checkout_of(revision: str, folder: Path) -> Path:
-    """The crasp package of `revision` extracted under folder; folder is then its import root."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "archive", revision, "crasp"], capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        raise SystemExit(f"--against {revision}: git archive failed: {archive.stderr.decode().strip()}")
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    return folder
-
-
-class Worker:
-    def __init__(self, import_root: Path, strings_file: Path):
-        environment = dict(os.environ, PYTHONPATH=str(import_root))
-        command = [sys.executable, str(Path(__file__).resolve()), "--serve", str(strings_file)]
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment
-        )
-        if self.process.stdout.readline().strip() != "ready":
-            raise SystemExit(f"the benchmark worker importing crasp from {import_root} did not start")
-
-    def check(self, task_name: str) -> tuple[float, float]:
-        self.process.stdin.write(task_name + "\n")
-        self.process.stdin.flush()
-        answer = self.process.stdout.readline()
-        if not answer:
-            raise SystemExit(f"the benchmark worker ended while checking {task_name} (its error is above)")
-        return tuple(json.loads(answer))
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait()
+    serve(lambda name: _timed_check(*cases[name]))
 
 
 def against(revision: str, n: int, length: int, repeats: int) -> None:
@@ -152,13 +114,13 @@ def against(revision: str, n: int, length: int, repeats: int) -> None:
             }
         np.savez(strings_file, **arrays)
         sides = {"this checkout": REPOSITORY, revision: checkout_of(revision, Path(scratch) / "old")}
-        workers = {side: Worker(root, strings_file) for side, root in sides.items()}
+        workers = {side: Worker(__file__, root, [str(strings_file)]) for side, root in sides.items()}
         best = {(side, name): (np.inf, np.inf) for side in sides for name in CASES}
         try:
             for _ in range(repeats):
                 for name in CASES:
                     for side, worker in workers.items():
-                        wall, cpu = worker.check(name)
+                        wall, cpu = worker.ask(name)
                         best[side, name] = (min(best[side, name][0], wall), min(best[side, name][1], cpu))
         finally:
             for worker in workers.values():
@@ -177,6 +139,23 @@ def against(revision: str, n: int, length: int, repeats: int) -> None:
             )
 
 
+def profile(n: int, length: int) -> None:
+    """The functions where each program's teacher-forced check spends its CPU time, after one warm-up."""
+    from crasp.check import to_program_ids
+
+    for name, (label, _, _) in CASES.items():
+        task, program = _program(name)
+        examples = task.sample(np.random.default_rng(0), n, length)
+        tokens = to_program_ids(examples.tokens, task.vocab, program)
+        _timed_check(program, tokens, examples.prompt_lengths, examples.lengths)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        _, cpu = _timed_check(program, tokens, examples.prompt_lengths, examples.lengths)
+        profiler.disable()
+        print(f"{label}: {n} strings of input length {length}, {cpu:.3f} s of CPU")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(PROFILE_ROWS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strings", type=int, default=10_000, help="strings per task (default 10000)")
@@ -186,12 +165,17 @@ def main() -> None:
     )
     parser.add_argument("--against", metavar="REV", help="compare with commit REV's evaluator side by side")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of --against (default 3)")
+    parser.add_argument(
+        "--profile", action="store_true", help="print where the fast check's CPU time goes (cProfile), per program"
+    )
     parser.add_argument("--serve", metavar="STRINGS", help=argparse.SUPPRESS)  # the worker of --against
     args = parser.parse_args()
     if args.serve:
-        return serve(args.serve)
+        return serve_checks(args.serve)
     if args.against:
         return against(args.against, args.strings, args.length, args.repeats)
+    if args.profile:
+        return profile(args.strings, args.length)
     print(
         f"{'program':<22} | {'token-positions/s':>17} | {'target':>8} | {'peak GiB':>8} | {'seconds':>7} | "
         f"{'reference tok-pos/s':>19} | speed-up"

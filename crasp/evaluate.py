@@ -8,7 +8,7 @@ size) per free index variable of the node, named in `Value.axes`; any axis may h
 broadcast. Values are memoized per node over the DAG, and the batch is evaluated in chunks whose
 size is chosen from the memory the first chunk actually used.
 
-Three rewrites keep families over large alphabets cheap, each exact:
+Four rewrites keep families over large alphabets cheap, each exact:
 - `any t: Q(t) and X[t]` binds t to the symbol at position i (only it can satisfy Q(t)) instead
   of materializing X for every t. Any conjunct that is "one-hot" in t (a Q(t), possibly seen c
   positions ago through a local count) binds t this way.
@@ -17,8 +17,13 @@ Three rewrites keep families over large alphabets cheap, each exact:
   t(i). It is computed by sorting (batch, key, position) once, never as a (T, V, V) tensor.
 - `all u: A >= B[u]` is `A >= max_u B[u]` (and the other monotone cases), so a majority over V
   symbols costs V, not V * V.
-Anything else falls back to dense evaluation. `crasp.reference` is the independent slow evaluator
-the tests compare this one against.
+- a count of a comparison of two one-hot prefix counts, `#[j <= i] (#[k <= j] Q(s) < #[k <= j] Q(t))`
+  with t bound, is summed segment by segment between the occurrences of t (crasp.compared_counts),
+  never as a (T, V, V) tensor.
+Anything else falls back to dense evaluation. Prefix sums along the positions are whole-row
+additions (crasp.prefix_sums). With chosen positions, `evaluate` runs everything above the counts at
+those positions only (crasp.selected_positions): a teacher-forced check reads few of them.
+`crasp.reference` is the independent slow evaluator the tests compare this one against.
 
 Counts are computed in the narrowest of int16, int32 and int64 that holds every count the program
 can compute on strings of the batch's length (`count_dtype`: a count is at most the length, and
@@ -41,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from crasp import expr as E
+from crasp.compared_counts import COMPARISON_OPS, compared_count
+from crasp.prefix_sums import last_occurrence, prefix_sum, sorted_occurrences
 from crasp.program import Program
 from crasp.trampoline import Computation, trampoline
 
@@ -98,34 +105,27 @@ def keyed_prefix_sum(
 ) -> np.ndarray:
     """out[b, i] = sum of values[b, j] over j <= i with keys[b, j] == queries[b, i] (keys < 0 never match).
 
-    values has shape (B, T, ...); the result has the same shape."""
+    values has shape (B, T, ...); the result has the same shape, in `dtype`, which must hold every such
+    sum. The positions are sorted by (string, key, position) and summed in one running sum over all
+    of them; a position reads its (string, key) group's part of it, a difference of two running sums.
+    The running sum may wrap around in a narrow dtype; the difference is exact in modular arithmetic
+    and lies in the dtype's range, so it is the exact sum."""
     B, T = keys_BxT.shape
     rest = values.shape[2:]
     n_keys = int(max(keys_BxT.max(initial=-1), queries_BxT.max(initial=-1))) + 1
-    positions = np.arange(T, dtype=np.int64)
-    batch = np.arange(B, dtype=np.int64)[:, None]
-    valid = keys_BxT >= 0
-    event_keys = ((batch * n_keys + keys_BxT) * T + positions)[valid]
-    order = np.argsort(event_keys, kind="stable")
-    event_keys = event_keys[order]
-    summed = values.reshape(B * T, -1)[valid.ravel()][order].astype(np.int64)
-    summed = np.cumsum(summed, axis=0)
-    group = event_keys // T
-    first_of_group = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    group_start = np.repeat(first_of_group, np.diff(np.r_[first_of_group, len(group)]))
-    before_group = np.where((group_start > 0)[:, None], summed[np.maximum(group_start - 1, 0)], 0)
-    within_group = summed - before_group
-    query_keys = ((batch * n_keys + queries_BxT) * T + positions).ravel()
-    out = np.zeros((B * T, summed.shape[1]), np.int64)
-    if len(event_keys):
-        found = np.searchsorted(event_keys, query_keys, side="right") - 1
-        found_group = group[np.maximum(found, 0)]
-        hit = (found >= 0) & (queries_BxT.ravel() >= 0) & (found_group == query_keys // T)
-        out[hit] = within_group[found[hit]]
-    return out.reshape((B, T) + rest).astype(dtype)
+    codes, batch, position, rank = sorted_occurrences(keys_BxT, n_keys)
+    running = np.take(values.reshape(B * T, -1), batch * T + position, axis=0)
+    # A zero row last: index -1 reads zero, for a position without an occurrence of its query and
+    # for the running sum before a group that starts the order.
+    running = np.concatenate([prefix_sum(running[None], dtype)[0], np.zeros((1, running.shape[1]), dtype)])
+    found, hit = last_occurrence(codes, queries_BxT, n_keys)
+    last = np.where(hit, found, -1)
+    before_group = np.where(hit, found - rank[found] if len(codes) else -1, -1)
+    within = np.take(running, last, axis=0) - np.take(running, before_group, axis=0)
+    return within.reshape((B, T) + rest)
 
 
-def _conjuncts(node: E.Expr) -> list[E.Expr]:
+def conjuncts(node: E.Expr) -> list[E.Expr]:
     """The operands of a chain of `and`, left to right (a loop: chains may be thousands long)."""
     found, stack = [], [node]
     while stack:
@@ -137,13 +137,7 @@ def _conjuncts(node: E.Expr) -> list[E.Expr]:
     return found
 
 
-def _and_all(nodes: list[E.Expr]) -> E.Expr:
-    result = nodes[0]
-    for node in nodes[1:]:
-        result = E.And(result, node)
-    return result
-
-
+_MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}  # a op b == b _MIRRORED[op] a
 _MEANS_ONE = {(">=", 1), (">", 0), ("!=", 0), ("=", 1)}  # for a 0/1-valued local count
 
 
@@ -161,6 +155,7 @@ class BatchEvaluator:
         self.V = len(symbol_ids)
         self.memo: dict[tuple, Value] = {}
         self.keep_alive: list[np.ndarray] = []  # key arrays whose id() is part of a memo key
+        self.conjunctions: dict[tuple[int, ...], E.Expr] = {}  # built by conjunction(), by their parts' ids
 
     # ------------------------------------------------------------ entry
     def value(self, node: E.Expr, env: dict[str, np.ndarray]) -> Computation[Value]:
@@ -168,7 +163,7 @@ class BatchEvaluator:
         key = (id(node), used)
         found = self.memo.get(key)
         if found is None:
-            found = _RULES[type(node)](self, node, {name: env[name] for name in node.free if name in env})
+            found = getattr(self, _RULES[type(node)])(node, {name: env[name] for name in node.free if name in env})
             if not isinstance(found, Value):  # the rule needs other values: a generator
                 found = yield found
             self.memo[key] = found
@@ -183,6 +178,17 @@ class BatchEvaluator:
     def bind(self, key_BxT: np.ndarray) -> np.ndarray:
         self.keep_alive.append(key_BxT)
         return key_BxT
+
+    def conjunction(self, parts: list[E.Expr]) -> E.Expr:
+        """`parts[0] and parts[1] and ...`, one node per list of parts: values are memoized by the id of
+        their node, so a node built here must stay alive (a freed one's id may name another node)."""
+        key = tuple(id(part) for part in parts)
+        if key not in self.conjunctions:
+            result = parts[0]
+            for part in parts[1:]:
+                result = E.And(result, part)
+            self.conjunctions[key] = result
+        return self.conjunctions[key]
 
     # ------------------------------------------------------------ rules
     def _token(self, node: E.Token, env) -> Value:
@@ -293,7 +299,7 @@ class BatchEvaluator:
 
     def _bind_by_conjunct(self, body: E.Expr, name: str, env) -> Computation[Value | None]:
         """`any t: K[t] and rest` where K is one-hot in t: evaluate rest with t bound to K's key."""
-        parts = _conjuncts(body)
+        parts = conjuncts(body)
         for k, part in enumerate(parts):
             key = yield self.onehot_key(part, name, env)
             if key is None:
@@ -302,7 +308,7 @@ class BatchEvaluator:
             rest = parts[:k] + parts[k + 1 :]
             if not rest:
                 return Value(found, ())
-            inner = yield self.value(_and_all(rest), {**env, name: self.bind(key)})
+            inner = yield self.value(self.conjunction(rest), {**env, name: self.bind(key)})
             axes, (r,) = _joint(inner)
             return Value(r & found.reshape(found.shape + (1,) * len(axes)), axes)
         return None
@@ -314,7 +320,7 @@ class BatchEvaluator:
             return None
         op, left, right = body.op, body.left, body.right
         if name in left.free and name not in right.free:
-            op, left, right = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op], right, left
+            op, left, right = _MIRRORED[op], right, left
         if name in left.free or name not in right.free:
             return None
         # `left op right[u]` for all u holds iff it holds for the extreme right[u] in op's direction.
@@ -342,12 +348,14 @@ class BatchEvaluator:
         if not depends:
             body = yield self.value(node.body, env)
             array = np.broadcast_to(body.array, (body.array.shape[0], self.T) + body.array.shape[2:])
-            return Value(np.cumsum(array, axis=1, dtype=self.count_dtype), body.axes)
+            return Value(prefix_sum(array, self.count_dtype), body.axes)
         keyed = yield self._keyed_count(node.body, depends, env)
+        if keyed is None:
+            keyed = yield self._compared_count(node.body, depends, env)
         return keyed if keyed is not None else (yield self._dense_count_then_select(node.body, depends, env))
 
     def _keyed_count(self, body: E.Expr, depends: list[str], env) -> Computation[Value | None]:
-        parts = _conjuncts(body)
+        parts = conjuncts(body)
         by_index: dict[str, list[E.Expr]] = {name: [] for name in depends}
         rest: list[E.Expr] = []
         for part in parts:
@@ -357,7 +365,7 @@ class BatchEvaluator:
             (by_index[uses[0]] if uses else rest).append(part)
         keys, queries = [], []
         for name in depends:
-            key = yield self.onehot_key(_and_all(by_index[name]), name, {})
+            key = yield self.onehot_key(self.conjunction(by_index[name]), name, {})
             if key is None:
                 return None
             keys.append(key)
@@ -367,28 +375,46 @@ class BatchEvaluator:
         for key, q in zip(keys, queries):
             code = np.where((code >= 0) & (key >= 0), code * self.V + key, -1)
             query = np.where((query >= 0) & (q >= 0), query * self.V + q, -1)
-        weights = (yield self.value(_and_all(rest), {})) if rest else Value(np.ones((1, 1), bool), ())
+        weights = (yield self.value(self.conjunction(rest), {})) if rest else Value(np.ones((1, 1), bool), ())
         axes, (w,) = _joint(weights)
         w = np.broadcast_to(w, (self.B, self.T) + w.shape[2:])
         return Value(keyed_prefix_sum(code, w, query, self.count_dtype), axes)
+
+    def _compared_count(self, body: E.Expr, depends: list[str], env) -> Computation[Value | None]:
+        """`#[j <= i] (#[k <= j] X(s) op #[k <= j] Y(t))` with X, Y one-hot and t bound: counted from the
+        sorted occurrences of s and t (crasp.compared_counts), never as a (T, V, V) tensor."""
+        if not isinstance(body, E.Compare) or body.op not in COMPARISON_OPS:
+            return None
+        sides = []
+        for side in (body.left, body.right):
+            if not isinstance(side, E.CountOf) or side.offset is not None or len(side.body.free) != 1:
+                return None
+            (name,) = side.body.free
+            key = yield self.onehot_key(side.body, name, {})
+            if key is None:
+                return None
+            sides.append((name, key))
+        (free, free_key), (bound, bound_key) = sides
+        op = body.op
+        if bound not in env:
+            (free, free_key), (bound, bound_key), op = (bound, bound_key), (free, free_key), _MIRRORED[op]
+        if bound not in env or free == bound:
+            return None
+        counts = compared_count(free_key, bound_key, env[bound], op, self.V, self.count_dtype)
+        if free in env:
+            return Value(_select(counts, 0, env[free], self.V), ())
+        return Value(counts, (free,))
 
     def _dense_count_then_select(self, body: E.Expr, depends: list[str], env) -> Computation[Value]:
         free_env = {n: k for n, k in env.items() if n not in depends}
         dense = yield self.value(body, free_env)
         array = np.broadcast_to(dense.array, (self.B, self.T) + dense.array.shape[2:])
-        counts = np.cumsum(array, axis=1, dtype=self.count_dtype)
+        counts = prefix_sum(array, self.count_dtype)
         axes = dense.axes
         for name in depends:
             if name not in axes:
                 continue
-            axis = 2 + axes.index(name)
-            counts = np.broadcast_to(counts, counts.shape[:axis] + (self.V,) + counts.shape[axis + 1 :])
-            key = env[name]
-            index = np.maximum(key, 0).reshape(key.shape + (1,) * (counts.ndim - 2))
-            picked = np.take_along_axis(counts, index, axis=axis)
-            picked = np.squeeze(picked, axis=axis)
-            valid = (key >= 0).reshape(key.shape + (1,) * (picked.ndim - 2))
-            counts = np.where(valid, picked, 0)
+            counts = _select(counts, axes.index(name), env[name], self.V)
             axes = tuple(a for a in axes if a != name)
         return Value(counts, axes)
 
@@ -449,6 +475,16 @@ class BatchEvaluator:
         return np.where(array.any(axis=2), array.argmax(axis=2), -1)
 
 
+def _select(array: np.ndarray, k: int, key_BxT: np.ndarray, V: int) -> np.ndarray:
+    """The k-th trailing (symbol, size V or 1) axis of `array` taken at key (B, T) per position; 0 where key < 0."""
+    axis = 2 + k
+    array = np.broadcast_to(array, array.shape[:axis] + (V,) + array.shape[axis + 1 :])
+    index = np.maximum(key_BxT, 0).reshape(key_BxT.shape + (1,) * (array.ndim - 2))
+    picked = np.squeeze(np.take_along_axis(array, index, axis=axis), axis=axis)
+    valid = (key_BxT >= 0).reshape(key_BxT.shape + (1,) * (picked.ndim - 2))
+    return np.where(valid, picked, 0)
+
+
 def _rename(value: Value, renames: dict[str, str]) -> Value:
     """Rename parameter axes to the caller's index names (merging two onto one takes the diagonal)."""
     if not renames:
@@ -475,22 +511,23 @@ _BINARY_OPS = {
     **{op: fn for op, fn in E.COMPARISONS.items()},
 }
 
+# Rules by method name, so that an evaluator of chosen positions (crasp.selected_positions) overrides some.
 _RULES = {
-    E.BoolConst: BatchEvaluator._const,
-    E.Token: BatchEvaluator._token,
-    E.SymbolRelation: BatchEvaluator._symbol_relation,
-    E.Not: BatchEvaluator._not,
-    E.And: BatchEvaluator._binary,
-    E.Or: BatchEvaluator._binary,
-    E.Compare: BatchEvaluator._binary,
-    E.Periodic: BatchEvaluator._periodic,
-    E.Quantified: BatchEvaluator._quantified,
-    E.CountOf: BatchEvaluator._count,
-    E.Number: BatchEvaluator._number,
-    E.Arith: BatchEvaluator._binary,
-    E.Conditional: BatchEvaluator._conditional,
-    E.NamedBool: BatchEvaluator._named,
-    E.NamedCount: BatchEvaluator._named,
+    E.BoolConst: "_const",
+    E.Token: "_token",
+    E.SymbolRelation: "_symbol_relation",
+    E.Not: "_not",
+    E.And: "_binary",
+    E.Or: "_binary",
+    E.Compare: "_binary",
+    E.Periodic: "_periodic",
+    E.Quantified: "_quantified",
+    E.CountOf: "_count",
+    E.Number: "_number",
+    E.Arith: "_binary",
+    E.Conditional: "_conditional",
+    E.NamedBool: "_named",
+    E.NamedCount: "_named",
 }
 
 
@@ -520,42 +557,63 @@ def count_dtype(program: Program, length: int) -> type[np.signedinteger]:
     return next((t for t in COUNT_DTYPES if bound <= np.iinfo(t).max), np.int64)
 
 
-def _peak_bytes_per_string(evaluator: BatchEvaluator) -> float:
-    total = sum(v.array.nbytes for v in evaluator.memo.values() if v.array.shape[0] == evaluator.B)
-    return total / max(evaluator.B, 1)
+def _at_positions(whole: BatchEvaluator, positions_BxT: np.ndarray) -> BatchEvaluator:
+    from crasp.selected_positions import SelectedEvaluator  # which imports this module
+
+    return SelectedEvaluator(whole, *np.nonzero(positions_BxT))
+
+
+def _memo_bytes(evaluator: BatchEvaluator) -> int:
+    return sum(v.array.nbytes for v in evaluator.memo.values() if v.array.shape[0] == evaluator.B)
 
 
 def evaluate(
-    program: Program, tokens_BxT: np.ndarray, names: list[str] | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET
+    program: Program,
+    tokens_BxT: np.ndarray,
+    names: list[str] | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    positions_BxT: np.ndarray | None = None,
 ) -> dict[str, Value]:
     """Values of the named definitions (all, or `names`) on every string, with free parameters as axes.
 
-    A family `f[p]` is returned with its parameter axes named by the parameters."""
+    A family `f[p]` is returned with its parameter axes named by the parameters. With positions (a bool
+    mask like tokens), only the values at those positions: arrays (positions, ...) in the order of
+    np.nonzero(positions), evaluated there alone where the program allows (crasp.selected_positions)."""
     tokens_BxT = np.asarray(tokens_BxT)
     if tokens_BxT.ndim != 2:
         raise ValueError(f"tokens must be a (batch, positions) array of symbol ids, got shape {tokens_BxT.shape}")
     V = len(program.alphabet)
     if tokens_BxT.size and (tokens_BxT.max() >= V or tokens_BxT.min() < -1):
         raise ValueError(f"token ids must lie in 0..{V - 1} (the alphabet) or be -1 (padding)")
+    if positions_BxT is not None and np.shape(positions_BxT) != tokens_BxT.shape:
+        raise ValueError(
+            f"positions must be a bool mask of the tokens' shape {tokens_BxT.shape}, got {np.shape(positions_BxT)}"
+        )
     chosen = [program.definition(n) for n in (names or program.names)]
-    results: dict[str, list[np.ndarray]] = {d.name: [] for d in chosen}
+    # Each chunk's values are written into arrays for the whole batch (a concatenation of UF's output at
+    # the positions a check reads, 231 MB for 10,000 strings, took a fifth of the check).
+    results: dict[str, np.ndarray] = {}
     axes: dict[str, tuple[str, ...]] = {}
-    start, chunk = 0, min(8, max(1, len(tokens_BxT)))
+    rows = len(tokens_BxT) if positions_BxT is None else int(np.count_nonzero(positions_BxT))
+    start, chunk, done = 0, min(8, max(1, len(tokens_BxT))), 0
     ids = program.symbol_ids()
     dtype = count_dtype(program, tokens_BxT.shape[1])
     while start < len(tokens_BxT):
-        evaluator = BatchEvaluator(tokens_BxT[start : start + chunk], ids, first_string=start, count_dtype=dtype)
+        whole = BatchEvaluator(tokens_BxT[start : start + chunk], ids, first_string=start, count_dtype=dtype)
+        evaluator = whole if positions_BxT is None else _at_positions(whole, positions_BxT[start : start + chunk])
         for d in chosen:
             value = evaluator.full(d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params)))
-            # Counts leave as int64 whatever type computed them: callers do arithmetic on them.
-            wanted = np.int64 if d.body.type == E.COUNT else None
-            results[d.name].append(np.ascontiguousarray(value.array, dtype=wanted))
+            array = value.array if positions_BxT is None else value.array[:, 0]
+            if d.name not in results:
+                # Counts leave as int64 whatever type computed them: callers do arithmetic on them.
+                wanted = np.int64 if d.body.type == E.COUNT else array.dtype
+                results[d.name] = np.empty((rows,) + array.shape[1:], wanted)
+            results[d.name][done : done + len(array)] = array
             axes[d.name] = value.axes
+        done += evaluator.B
         start += chunk
         # Size the next chunks from what this one really held: several times the memoized values.
-        per_string = 4 * _peak_bytes_per_string(evaluator) + 1
+        held = _memo_bytes(whole) + (_memo_bytes(evaluator) if evaluator is not whole else 0)
+        per_string = 4 * held / max(whole.B, 1) + 1
         chunk = int(max(1, min(memory_budget // per_string, 4096)))
-    return {
-        name: Value(np.concatenate(parts) if parts else np.zeros((0,)), axes.get(name, ()))
-        for name, parts in results.items()
-    }
+    return {d.name: Value(results.get(d.name, np.zeros((0,))), axes.get(d.name, ())) for d in chosen}

@@ -101,25 +101,26 @@ def check_teacher_forced(
     program: Program, tokens_BxT: np.ndarray, prompt_lengths: np.ndarray, lengths: np.ndarray
 ) -> CheckResult:
     """Does the program predict tokens[prompt_length:length] of every string, teacher-forced?"""
-    table = output_table(program, tokens_BxT)
-    B, T, _ = table.shape
+    _require_next_token(program)
+    B, T = tokens_BxT.shape
     positions = np.arange(T)
     # position p (0-based) predicts token p + 1; answer tokens are prompt_length .. length - 1
     needed = (positions[None, :] >= np.asarray(prompt_lengths)[:, None] - 1) & (
         positions[None, :] < np.asarray(lengths)[:, None] - 1
     )
-    target = np.zeros((B, T), np.int64)
-    target[:, :-1] = tokens_BxT[:, 1:]
-    true_count = table.sum(axis=-1)
-    hit = np.take_along_axis(table, np.maximum(target, 0)[..., None], axis=-1)[..., 0]
-    right = (true_count == 1) & hit
-    wrong = needed & ~right
-    correct = ~wrong.any(axis=1)
+    # Only the positions read are evaluated (crasp.selected_positions): table is (needed positions, V).
+    table = evaluate(program, tokens_BxT, [program.output], positions_BxT=needed)[program.output].array
+    example, position = np.nonzero(needed)
+    target = tokens_BxT[example, position + 1]
+    right = (table.sum(axis=-1) == 1) & table[np.arange(len(table)), target]
+    correct = np.ones(B, bool)
+    correct[example[~right]] = False
     failures = []
-    for example in np.flatnonzero(~correct):
-        p = int(np.argmax(wrong[example]))
-        outputs = tuple(program.alphabet[k] for k in np.flatnonzero(table[example, p]))
-        failures.append(Failure(int(example), p + 1, program.alphabet[target[example, p]], outputs))
+    for row in np.flatnonzero(~right):  # rows in order of (example, position)
+        if failures and failures[-1].example == example[row]:
+            continue  # the first wrong position of each example only
+        outputs = tuple(program.alphabet[k] for k in np.flatnonzero(table[row]))
+        failures.append(Failure(int(example[row]), int(position[row]) + 1, program.alphabet[target[row]], outputs))
     return CheckResult(correct, failures)
 
 

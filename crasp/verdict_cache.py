@@ -1,7 +1,7 @@
 """Witness verdicts kept between runs: each prediction rests on verifying the task's witnesses, about
-30 seconds for the whole task library (UF's and UB's witnesses read long strings over 150 symbols),
-which `python -m crasp tasks` and every report that prints a prediction would otherwise pay on
-each call.
+a second for the whole task library (it was 18-77 s before the evaluator's fast paths of issue 64:
+docs/performance.md), which `python -m crasp tasks` and every report that prints a prediction would
+otherwise pay on each call.
 
 A verdict is kept under a key naming everything it depends on: the task, the witness as program
 text, the settings of the check, and the source of the crasp package (the tasks and their

@@ -1,0 +1,177 @@
+"""A program evaluated at chosen positions only: the positions a check reads.
+
+A teacher-forced check reads the output family where an answer is predicted: two positions of
+Majority's 154, about half of UF's. Everything above the counts of a program is evaluated at those
+positions alone; a count needs its body at every position before the one it is read at, so a count
+is evaluated over whole strings by a full `BatchEvaluator` (sharing its memo) and then read at the
+chosen positions. A prefix count of a body one-hot in its free index (`#[j <= i] Q(s)`) is not even
+a prefix sum there: each chosen position's count of every symbol is a histogram of the keys before
+it, built with one bincount (`counts_at`), so Majority never makes a (B, T, V) array.
+
+The chosen positions are rows of a `SelectedEvaluator`: a `BatchEvaluator` whose "strings" are the
+chosen positions, each one position long. Its rules are the full evaluator's, except where a value
+depends on other positions: counts, one-hot keys that look back (local counts), MOD(m, r).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crasp import expr as E
+from crasp.evaluate import BatchEvaluator, Value, conjuncts
+from crasp.prefix_sums import prefix_sum
+from crasp.trampoline import Computation
+
+RANKS_ADDED_IN_TURN = 32  # rows per (string, group) up to which counts_at adds rows in turns
+
+
+def counts_at(
+    keys_BxT: np.ndarray,
+    rows_b: np.ndarray,
+    rows_i: np.ndarray,
+    V: int,
+    dtype,
+    groups_BxT: np.ndarray | None = None,
+    row_groups: np.ndarray | None = None,
+) -> np.ndarray:
+    """out[r, s] = #{j <= rows_i[r] : keys[b, j] = s and groups[b, j] = row_groups[r]} with b = rows_b[r]:
+    without groups every j of the string counts; a row of group < 0 counts none (keys < 0 never count)."""
+    B, T = keys_BxT.shape
+    # Each occurrence is counted at the first row of its (string, group) at or after it, if any; then the
+    # rows of a group add up: the row before is added to each row of rank 1, 2, ... in its group.
+    if groups_BxT is None:  # one group per string, rows already in order: a running count of rows finds it
+        row_codes, order = rows_b.astype(np.int64) * T + rows_i, None
+        marks = np.zeros((B, T), np.int32)
+        marks[rows_b, rows_i] = 1
+        earlier = np.cumsum(marks, axis=1) - marks  # the string's rows before each position
+        per_string = np.bincount(rows_b, minlength=B)
+        counted = (keys_BxT >= 0) & (earlier < per_string[:, None])
+        row = ((np.cumsum(per_string) - per_string)[:, None] + earlier)[counted]
+        cells = row * V + keys_BxT[counted]
+    else:
+        n_groups = int(max(groups_BxT.max(initial=-1), row_groups.max(initial=-1))) + 1
+        row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
+        order = np.argsort(row_codes, kind="stable")
+        row_codes = row_codes[order]
+        keys = keys_BxT.ravel()
+        flat = np.flatnonzero((keys >= 0) & (groups_BxT.ravel() >= 0))
+        batch, position = np.divmod(flat, T)
+        codes = (batch * n_groups + groups_BxT.ravel()[flat]) * T + position
+        row = np.searchsorted(row_codes, codes, side="left")
+        counted = row < len(row_codes)
+        counted[counted] = row_codes[row[counted]] // T == codes[counted] // T
+        cells = row[counted] * V + keys[flat[counted]]
+    size = len(row_codes) * V
+    if size <= 4 * len(cells):  # few rows (Majority): one bincount pass
+        histogram = np.bincount(cells, minlength=size).astype(dtype)
+    else:  # a sparse histogram (UF: 150 x 153 cells per string for 300 keys): bincount's int64 zeros cost 4x
+        histogram = np.zeros(size, dtype)
+        cells, number = np.unique(cells, return_counts=True)
+        histogram[cells] = number
+    histogram = histogram.reshape(len(row_codes), V)
+    group = row_codes // T
+    first_of_group = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, bool)
+    rank = np.arange(len(group)) - np.maximum.accumulate(np.where(first_of_group, np.arange(len(group)), 0))
+    if rank.max(initial=0) < RANKS_ADDED_IN_TURN:
+        # Few rows per group (2 per string for Majority, 1-2 per symbol for UF): add the row before to
+        # each row of rank 1, then 2, ...; otherwise one running sum over all rows, less each group's start.
+        for k in range(1, rank.max(initial=0) + 1):
+            at = np.flatnonzero(rank == k)
+            histogram[at] += histogram[at - 1]
+    else:
+        running = prefix_sum(histogram[None], dtype)[0]
+        before = np.arange(len(group)) - rank - 1
+        histogram = running - np.where((before >= 0)[:, None], running[np.maximum(before, 0)], 0)
+    if order is None:
+        return histogram
+    out = np.empty_like(histogram)
+    out[order] = histogram
+    return out
+
+
+class SelectedEvaluator(BatchEvaluator):
+    """Evaluates nodes at the chosen positions (rows_b[r], rows_i[r]) of `whole`'s strings, one row each."""
+
+    def __init__(self, whole: BatchEvaluator, rows_b: np.ndarray, rows_i: np.ndarray):
+        super().__init__(whole.tokens[rows_b, rows_i][:, None], whole.symbol_ids, whole.first_string, whole.count_dtype)
+        self.whole = whole
+        self.rows_b, self.rows_i = rows_b, rows_i
+        self.spread: dict[int, np.ndarray] = {}  # id of a chosen-rows key -> the same key over whole strings
+        self.looks_back: dict[int, bool] = {}
+        self.counted: dict[tuple[int, ...], np.ndarray] = {}  # counts_at by the ids of its keys
+
+    def at_rows(self, array: np.ndarray) -> np.ndarray:
+        """A whole-strings array (B or 1, T or 1, ...) read at the chosen rows: (rows, 1, ...)."""
+        array = np.broadcast_to(array, (self.whole.B, self.whole.T) + array.shape[2:])
+        return array[self.rows_b, self.rows_i][:, None]
+
+    def whole_env(self, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Keys bound at the chosen rows as keys over whole strings, -1 (no symbol) elsewhere: a value at
+        a position reads the keys bound at that position only, so the chosen rows' values are exact."""
+        spread = {}
+        for name, key in env.items():
+            if id(key) not in self.spread:
+                whole_key = np.full((self.whole.B, self.whole.T), -1, np.int64)
+                whole_key[self.rows_b, self.rows_i] = np.broadcast_to(key, (self.B, 1))[:, 0]
+                self.spread[id(key)] = self.whole.bind(whole_key)
+                self.bind(key)
+            spread[name] = self.spread[id(key)]
+        return spread
+
+    def _from_whole(self, node: E.Expr, env) -> Computation[Value]:
+        value = yield self.whole.value(node, self.whole_env(env))
+        return Value(self.at_rows(value.array), value.axes)
+
+    def _count(self, node: E.CountOf, env) -> Computation[Value]:
+        counted = (yield self._onehot_count(node.body, env)) if node.offset is None else None
+        return counted if counted is not None else (yield self._from_whole(node, env))
+
+    def _onehot_count(self, body: E.Expr, env) -> Computation[Value | None]:
+        """`#[j <= i] (K[t] and R[s])` with R one-hot in the free index s and K one-hot in the index t
+        bound at i (or no K): for every s, the j <= i where R's key is s and K's key is t(i)."""
+        free = body.free - set(env)
+        if len(free) != 1 or len(body.free & set(env)) > 1:
+            return None
+        (name,) = free
+        keyed, rest = [], []
+        for part in conjuncts(body):
+            if part.free & set(env):
+                if name in part.free:
+                    return None
+                keyed.append(part)
+            else:
+                rest.append(part)
+        if not any(name in part.free for part in rest):
+            return None
+        key = yield self.whole.onehot_key(self.whole.conjunction(rest), name, {})
+        group_key, row_groups = None, None
+        if keyed:
+            (bound,) = body.free & set(env)
+            group_key = yield self.whole.onehot_key(self.whole.conjunction(keyed), bound, {})
+            row_groups = np.broadcast_to(env[bound], (self.B, 1))[:, 0]
+        if key is None or (keyed and group_key is None):
+            return None
+        memo_key = (id(key), id(group_key), id(row_groups))  # `n[s]` and `n[u]` count the same keys
+        if memo_key not in self.counted:
+            self.whole.bind(key), self.whole.bind(group_key), self.bind(row_groups)
+            self.counted[memo_key] = counts_at(
+                key, self.rows_b, self.rows_i, self.V, self.count_dtype, group_key, row_groups
+            )
+        return Value(self.counted[memo_key][:, None], (name,))
+
+    def _periodic(self, node: E.Periodic, env) -> Value:
+        return Value(((self.rows_i + 1) % node.modulus == node.residue)[:, None], ())
+
+    def onehot_key(self, node: E.Expr, name: str, env) -> Computation[np.ndarray | None]:
+        if not self._looks_back(node):
+            return (yield super().onehot_key(node, name, env))
+        if not (node.free - {name}) <= set(env) or name not in node.free:
+            return None
+        key = yield self.whole.onehot_key(node, name, self.whole_env(env))
+        return None if key is None else self.at_rows(key)
+
+    def _looks_back(self, node: E.Expr) -> bool:
+        """Whether the node reads other positions than its own (a count), so its key is found over whole strings."""
+        if id(node) not in self.looks_back:
+            self.looks_back[id(node)] = any(isinstance(n, E.CountOf) for n in E.walk(node))
+        return self.looks_back[id(node)]
