@@ -195,7 +195,7 @@ def read_run_config(path: Path, required: tuple[str, ...], experiment: str, upgr
 
 
 @dataclass(frozen=True)
-class RecordedSettings(Generic[S]):
+class RecordedRun(Generic[S]):
     """A run folder's config.json read: the run's settings, checked, and the file as its settings
     type's upgrade_config reads it (`written`): what a summary that records the run's config keeps,
     so that a kept report rebuilds as it was (a setting added later stays absent from it)."""
@@ -212,7 +212,7 @@ class RecordedSettings(Generic[S]):
 
 def read_run_settings(
     path: Path, settings_type: type[S], experiment: str, facts: tuple[str, ...] = ()
-) -> RecordedSettings[S]:
+) -> RecordedRun[S]:
     """read_run_config for a run whose settings are `settings_type`: the file must hold each of
     them, of the right kind and in range (a hand-edited file is refused here, not deep in a
     report), and the `facts` the run recorded beside them (such as the model's architecture)."""
@@ -225,7 +225,7 @@ def read_run_settings(
             f"{Path(path) / CONFIG_FILE}: {error}. The file is not as {experiment} wrote it: restore "
             "it, or run the experiment again into another --out"
         ) from None
-    return RecordedSettings(settings, config)
+    return RecordedRun(settings, config)
 
 
 def _read_object(path: Path) -> dict | None:
