@@ -217,10 +217,11 @@ class Observation(StrEnum):
     with no minimum string counts. An observation, not a verdict: a task's verdict needs the
     protocol's fitted seeds (rule 3), and no observation is made from a mean over seeds."""
 
-    DID_NOT_FIT = "did not fit"
+    # In the order a tally names them (observation_text).
     PASSES = "passes"
     FAILS = "fails"
     INCONCLUSIVE = "inconclusive"
+    DID_NOT_FIT = "did not fit"
 
 
 _OBSERVED = {
@@ -266,10 +267,9 @@ def observation_text(observations: list[SeedObservation]) -> str:
     """One seed's observation, or a tally of several ("2 pass, 1 fails, 1 did not fit")."""
     if len(observations) == 1:
         return observations[0].observation.value
-    counts = {kind: sum(o.observation == kind for o in observations) for kind in Observation}
     plural = {Observation.PASSES: "pass", Observation.FAILS: "fail"}
     return ", ".join(
         f"{n} {plural.get(kind, kind.value) if n > 1 else kind.value}"
-        for kind in (Observation.PASSES, Observation.FAILS, Observation.INCONCLUSIVE, Observation.DID_NOT_FIT)
-        if (n := counts[kind])
+        for kind in Observation
+        if (n := sum(o.observation == kind for o in observations))
     )
