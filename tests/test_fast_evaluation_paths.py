@@ -20,16 +20,18 @@ from hypothesis import strategies as st
 from crasp import expr as E
 from crasp.check import to_program_ids
 from crasp.compared_counts import COMPARISON_OPS, SEGMENTS_AT_ONCE, compared_count
-from crasp.evaluate import BatchEvaluator, count_dtype, evaluate, keyed_prefix_sum
+from crasp.evaluate import BatchEvaluator, OneHot, Value, count_dtype, evaluate, keyed_prefix_sum
 from crasp.nexttoken import check_teacher_forced, encode
+from crasp.onehot_keys import dense, key_where_family_holds, or_keys, symbol_per_group
 from crasp.prefix_sums import prefix_sum
 from crasp.program import Definition, Program, print_program
 from crasp.reference import reference_value
-from crasp.selected_positions import RANKS_ADDED_IN_TURN, counts_at
+from crasp.selected_positions import RANKS_ADDED_IN_TURN, SelectedEvaluator, counts_at
 from crasp.tasks import get_task
-from crasp.witnesses import majority
+from crasp.trampoline import trampoline
+from crasp.witnesses import copy_forward, majority
 
-from tests.crasp_strategies import ALPHABET, onehot_factor, programs, strings
+from tests.crasp_strategies import ALPHABET, bool_expr, onehot_factor, programs, strings
 
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq, "!=": operator.ne}
 
@@ -39,12 +41,29 @@ def _does_not_apply(self, *args):
     yield  # a generator, like the rule it stands in for
 
 
-def _values_both_ways(rule: str, program: Program, batch: list[list[str]]):
+def _as_mask(self, key, name):
+    return Value(dense(key, self.V), (name,))
+
+
+# Each rewrite and what stands in for it switched off: a rule that does not apply, one-hot families as masks.
+SWITCHED_OFF = {
+    "_keyed_count": _does_not_apply,
+    "_compared_count": _does_not_apply,
+    "_bind_by_conjunct": _does_not_apply,
+    "_monotone_reduction": _does_not_apply,
+    "_onehot_count_compared": _does_not_apply,
+    "_onehot_logic": lambda self, op, left, right: None,
+    "onehot": _as_mask,
+}
+
+
+def _values_both_ways(rule: str, program: Program, batch: list[list[str]], positions=None):
     """The program's values with the evaluator's rule `rule` and with that rule switched off."""
     tokens = encode(program, batch)
-    fast = evaluate(program, tokens, memory_budget=1 << 16)  # a small budget: several chunks
-    with mock.patch.object(BatchEvaluator, rule, _does_not_apply):
-        dense = evaluate(program, tokens, memory_budget=1 << 16)
+    chosen = None if positions is None else positions(tokens)
+    fast = evaluate(program, tokens, memory_budget=1 << 16, positions_BxT=chosen)  # a small budget: several chunks
+    with mock.patch.object(BatchEvaluator, rule, SWITCHED_OFF[rule]):
+        dense = evaluate(program, tokens, memory_budget=1 << 16, positions_BxT=chosen)
     return fast, dense
 
 
@@ -57,7 +76,7 @@ def _assert_equal_everywhere(fast, dense, program):
 # ---------------------------------------------------------------- every rewrite, on random programs
 @settings(max_examples=100, deadline=None)
 @given(
-    st.sampled_from(["_keyed_count", "_compared_count", "_bind_by_conjunct", "_monotone_reduction"]),
+    st.sampled_from(sorted(SWITCHED_OFF)),
     programs(),
     st.lists(strings(max_size=10), min_size=1, max_size=4),
 )
@@ -255,3 +274,154 @@ def test_a_check_reads_only_the_answer_positions_and_names_the_first_wrong_one()
     assert not result.correct.any()
     assert [f.example for f in result.failures] == list(range(40))
     assert all(f.position == examples.prompt_lengths[f.example] for f in result.failures)
+
+
+# ---------------------------------------------------------------- one-hot families kept as keys
+@st.composite
+def onehot_count_programs(draw):
+    """`counted[p0] := [any t: Q(t) and] #[j <= i] (X(p0) [and Y(t)] [and M]) op n` with X, Y one-hot and M
+    free of indices, `0 op n` true or false; combined by `and` / `or` with one-hot and dense families of
+    p0, and used at a literal symbol and at a bound index too."""
+    s, t = E.Var("p0"), E.Var("t")
+    keyed = draw(st.booleans())
+    parts = [draw(onehot_factor(("p0", "t"), "p0"))]
+    if keyed:
+        parts.append(draw(onehot_factor(("p0", "t"), "t")))
+    if draw(st.booleans()):
+        parts.append(draw(bool_expr((), 1, ())))
+    parts = draw(st.permutations(parts))
+    body = parts[0]
+    for part in parts[1:]:
+        body = E.And(body, part)
+    sides = (E.CountOf(body, None), E.Number(draw(st.integers(-1, 3))))
+    if draw(st.booleans()):
+        sides = sides[::-1]
+    counted = E.Compare(draw(st.sampled_from(sorted(E.COMPARISONS))), *sides)
+    if keyed:
+        counted = E.Quantified("any", t, E.And(E.Token(t), counted))
+    other = draw(
+        st.sampled_from(
+            [
+                E.Token(s),
+                E.SymbolRelation("=", s, "a"),
+                E.Not(E.SymbolRelation("=", "b", s)),
+                counted,
+                E.Token(E.Var("u")),
+            ]
+        )
+        | bool_expr(("p0",), 1, ())
+    )
+    pair = (counted, other) if draw(st.booleans()) else (other, counted)
+    combined = E.And(*pair) if draw(st.booleans()) else E.Or(*pair)
+    if "u" in combined.free:
+        combined = E.Quantified(draw(st.sampled_from(["any", "all"])), E.Var("u"), combined)
+    family = Definition("counted", ("p0",), counted)
+    v = E.Var("v")
+    definitions = (
+        family,
+        Definition("combined", ("p0",), combined),
+        Definition("at_symbol", (), family.use(draw(st.sampled_from(ALPHABET)))),
+        Definition("at_index", (), E.Quantified("any", v, E.And(E.Token(v), family.use(v)))),
+        Definition("top", (), E.BoolConst(True)),
+    )
+    return Program(ALPHABET, definitions, accept="top")
+
+
+def _some_positions(tokens):
+    return (tokens >= 0) & (np.arange(tokens.size).reshape(tokens.shape) % 3 != 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.booleans(), onehot_count_programs(), st.lists(strings(max_size=12), max_size=4))
+def test_onehot_counts_equal_the_dense_count(chosen, program, batch):
+    positions = _some_positions if chosen else None
+    _assert_equal_everywhere(*_values_both_ways("_onehot_count_compared", program, batch + [["a"]], positions), program)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["_onehot_logic", "onehot", "_bind_by_conjunct", "_keyed_count"]),
+    st.booleans(),
+    onehot_count_programs(),
+    st.lists(strings(max_size=12), max_size=4),
+)
+def test_onehot_families_equal_their_masks(rule, chosen, program, batch):
+    positions = _some_positions if chosen else None
+    _assert_equal_everywhere(*_values_both_ways(rule, program, batch + [["a"]], positions), program)
+
+
+@settings(max_examples=100, deadline=None)
+@given(onehot_count_programs(), st.lists(strings(max_size=10), min_size=1, max_size=4))
+def test_onehot_families_at_chosen_positions_equal_the_whole_evaluation_there(program, batch):
+    tokens = encode(program, batch)
+    whole = evaluate(program, tokens, memory_budget=1 << 16)
+    with mock.patch.object(SelectedEvaluator, "keyed_counts", lambda self, code, weights, query: None):
+        counted_over_strings = evaluate(program, tokens, memory_budget=1 << 16, positions_BxT=_some_positions(tokens))
+    at_chosen = evaluate(program, tokens, memory_budget=1 << 16, positions_BxT=_some_positions(tokens))
+    for name in program.names:
+        want = whole[name].array[_some_positions(tokens)]
+        assert np.array_equal(at_chosen[name].array, want), f"{name}\n{print_program(program)}"
+        assert np.array_equal(counted_over_strings[name].array, want), f"{name}\n{print_program(program)}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(onehot_count_programs(), st.lists(strings(max_size=6), min_size=1, max_size=2))
+def test_onehot_families_equal_the_reference(program, batch):
+    values = evaluate(program, encode(program, batch))
+    for name in ("counted", "combined"):
+        definition = program.definition(name)
+        for b, string in enumerate(batch):
+            for i, symbol in itertools.product(range(len(string)), ALPHABET):
+                want = reference_value(program, string, definition.use(symbol), i + 1, {})
+                assert values[name].array[b, i, ALPHABET.index(symbol)] == want, print_program(program)
+
+
+def test_uf_output_is_kept_as_a_key_and_a_count_is_read_at_its_group():
+    task = get_task("UF", alphabet_size=6)
+    program = copy_forward(task.symbols)
+    examples = task.sample(np.random.default_rng(0), 5, 4)
+    tokens = to_program_ids(examples.tokens, task.vocab, program)
+    evaluator = BatchEvaluator(tokens, program.symbol_ids(), count_dtype=np.int16)
+    output = program.definition(program.output)
+    value = trampoline(evaluator.value(output.use(E.Var("s")), {}))
+    assert isinstance(value, OneHot)
+    assert check_teacher_forced(program, tokens, examples.prompt_lengths, examples.lengths).correct.all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_symbol_per_group_is_the_one_symbol_of_each_group_or_none(data):
+    B, T, V, G = data.draw(st.integers(1, 3)), data.draw(st.integers(0, 8)), data.draw(st.integers(1, 4)), 3
+
+    def draw_keys(high):
+        return np.array(data.draw(st.lists(st.integers(-1, high), min_size=B * T, max_size=B * T)), np.int64)
+
+    keys, groups = draw_keys(V - 1).reshape(B, T), draw_keys(G - 1).reshape(B, T)
+    grouped = data.draw(st.booleans())
+    table = symbol_per_group(keys, groups if grouped else None, G if grouped else 1)
+    seen = {}
+    for b, j in itertools.product(range(B), range(T)):
+        if keys[b, j] >= 0 and (not grouped or groups[b, j] >= 0):
+            seen.setdefault((b, groups[b, j] if grouped else 0), set()).add(int(keys[b, j]))
+    if any(len(symbols) > 1 for symbols in seen.values()):
+        assert table is None
+    else:
+        want = np.full((B, G if grouped else 1), -1)
+        for (b, g), (symbol,) in seen.items():
+            want[b, g] = symbol
+        assert np.array_equal(table, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_or_and_and_of_keys_equal_their_masks(data):
+    V, n = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 6))
+    left, right = (np.array(data.draw(st.lists(st.integers(-1, V - 1), min_size=n, max_size=n)))[None] for _ in "lr")
+    union = dense(left, V) | dense(right, V)
+    got = or_keys(left, right)
+    if (union.sum(axis=2) > 1).any():
+        assert got is None
+    else:
+        assert np.array_equal(dense(got, V), union)
+    family = np.array(data.draw(st.lists(st.booleans(), min_size=n * V, max_size=n * V))).reshape(1, n, V)
+    assert np.array_equal(dense(key_where_family_holds(left, family), V), dense(left, V) & family)
