@@ -41,17 +41,19 @@ def counts_at(
     # Each occurrence is counted at the first row of its (string, group) at or after it, if any; then the
     # rows of a group add up: the row before is added to each row of rank 1, 2, ... in its group.
     if groups_BxT is None:  # one group per string, rows in (string, position) order: each row takes the
-        # positions since the string's row before it, listed with np.repeat (a running count of rows over
-        # every position, (B, T), took a third more time).
+        # positions since its string's row before it; the strings' positions up to their last rows are
+        # those rows' positions in order. (A running count of rows over every position took twice the time.)
         row_codes, order = rows_b.astype(np.int64) * T + rows_i, None
-        starts_string = np.r_[True, rows_b[1:] != rows_b[:-1]] if len(rows_b) else np.zeros(0, bool)
-        starts = np.where(starts_string, rows_b.astype(np.int64) * T, np.r_[0, row_codes[:-1] + 1])
-        lengths = row_codes + 1 - starts
-        row = np.repeat(np.arange(len(row_codes)), lengths)
-        flat = np.arange(len(row)) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        keys = keys_BxT.ravel()[flat]
-        counted = keys >= 0
-        cells = row[counted] * V + keys[counted]
+        new_string = np.r_[True, rows_b[1:] != rows_b[:-1]] if len(rows_b) else np.zeros(0, bool)
+        last_of_string = np.r_[new_string[1:], True] if len(rows_b) else new_string
+        last = np.full(B, -1)
+        last[rows_b[last_of_string]] = rows_i[last_of_string]
+        keys = keys_BxT[np.arange(T) <= last[:, None]]
+        lengths = rows_i + 1 - np.where(new_string, 0, np.r_[0, rows_i[:-1] + 1])
+        index = np.int32 if len(rows_b) * V < 2**31 else np.int64
+        cells = np.repeat(np.arange(len(rows_b), dtype=index) * V, lengths) + keys
+        if keys.min(initial=0) < 0:
+            cells = cells[keys >= 0]
     else:
         n_groups = int(max(groups_BxT.max(initial=-1), row_groups.max(initial=-1))) + 1
         row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
