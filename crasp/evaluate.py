@@ -185,6 +185,9 @@ class BatchEvaluator:
         self.B, self.T = tokens_BxT.shape
         self.symbol_ids = symbol_ids
         self.V = len(symbol_ids)
+        # One-hot keys in the narrowest type that holds -1 and every symbol id (int8 up to 128 symbols): an
+        # int64 key took more memory than the bool mask it replaces over a small alphabet.
+        self.key_dtype = np.min_scalar_type(-max(self.V, 1))
         self.memo: dict[tuple, Value] = {}
         self.keep_alive: list[np.ndarray] = []  # key arrays whose id() is part of a memo key
         self.conjunctions: dict[tuple[int, ...], E.Expr] = {}  # built by conjunction(), by their parts' ids
@@ -230,11 +233,15 @@ class BatchEvaluator:
         if symbol.name in env:
             key = env[symbol.name]
             return Value((self.tokens == key) & (key >= 0), ())
-        return self.onehot(self.tokens, symbol.name)
+        return self.onehot(self.token_keys, symbol.name)
+
+    @cached_property
+    def token_keys(self) -> np.ndarray:
+        return self.tokens.astype(self.key_dtype)
 
     def onehot(self, key_BxT: np.ndarray, name: str) -> Value:
         """The family over `name` true for the symbol key(i) alone at each position, kept as its key."""
-        return OneHot(key_BxT, name, self.V)
+        return OneHot(key_BxT.astype(self.key_dtype, copy=False), name, self.V)
 
     def symbol_id(self, symbol: str) -> int:
         return self.symbol_ids[symbol]
@@ -403,7 +410,8 @@ class BatchEvaluator:
             return None
         name, keyed, rest = parts
         strings = self.over_strings()
-        key = yield strings.onehot_key(strings.conjunction(rest), name, {})
+        # Without K the body itself: a key found by evaluating it is then the dense count's memoized body.
+        key = yield strings.onehot_key(strings.conjunction(rest) if keyed else count.body, name, {})
         groups, queries = None, None
         if keyed:
             (bound,) = count.body.free & set(env)
