@@ -23,6 +23,7 @@ from crasp.prefix_sums import prefix_sum
 from crasp.trampoline import Computation
 
 RANKS_ADDED_IN_TURN = 32  # rows per (string, group) up to which counts_at adds rows in turns
+SINGLE_OCCURRENCE_TABLE = 4  # a table of (string, group) cells up to this many times the positions: no sort
 
 
 def counts_at(
@@ -55,14 +56,21 @@ def counts_at(
         if keys.min(initial=0) < 0:
             cells = cells[keys >= 0]
     else:
-        n_groups = int(max(groups_BxT.max(initial=-1), row_groups.max(initial=-1))) + 1
-        row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
-        order = np.argsort(row_codes, kind="stable")
-        row_codes = row_codes[order]
+        n_groups = int(max(groups_BxT.max(initial=0), row_groups.max(initial=0))) + 1
         keys = keys_BxT.ravel()
         flat = np.flatnonzero((keys >= 0) & (groups_BxT.ravel() >= 0))
         batch, position = np.divmod(flat, T)
-        codes = (batch * n_groups + groups_BxT.ravel()[flat]) * T + position
+        group_cells = batch * n_groups + groups_BxT.ravel()[flat]
+        if B * n_groups <= SINGLE_OCCURRENCE_TABLE * keys.size:
+            single = _counts_of_single_occurrences(
+                B * n_groups, group_cells, position, keys[flat], rows_b * n_groups, rows_i, row_groups, V, dtype
+            )
+            if single is not None:
+                return single
+        row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
+        order = np.argsort(row_codes, kind="stable")
+        row_codes = row_codes[order]
+        codes = group_cells * T + position
         row = np.searchsorted(row_codes, codes, side="left")
         counted = row < len(row_codes)
         counted[counted] = row_codes[row[counted]] // T == codes[counted] // T
@@ -93,6 +101,27 @@ def counts_at(
     out = np.empty_like(histogram)
     out[order] = histogram
     return out
+
+
+def _counts_of_single_occurrences(
+    cells: int, group_cells, position, keys, row_strings, rows_i, row_groups, V: int, dtype
+) -> np.ndarray | None:
+    """counts_at with groups where no (string, group) occurs twice (UF's input tokens are distinct, so the
+    positions right after a symbol form a group of one): a row counts its group's one key if that position
+    is at or before the row, found in a table of the `cells` (string, group) pairs, not by sorting. None
+    if some (string, group) occurs twice. An occurrence's cell is group_cells, a row's row_strings + group
+    (string * groups + group)."""
+    first = np.full(cells, -1)
+    first[group_cells] = position
+    if not np.array_equal(first[group_cells], position):  # two occurrences of a group: one overwrote the other
+        return None
+    symbol = np.zeros(cells, keys.dtype)
+    symbol[group_cells] = keys
+    row_cells = row_strings + np.maximum(row_groups, 0)
+    seen = np.flatnonzero((row_groups >= 0) & (first[row_cells] >= 0) & (first[row_cells] <= rows_i))
+    histogram = np.zeros((len(rows_i), V), dtype)
+    histogram[seen, symbol[row_cells[seen]]] = 1
+    return histogram
 
 
 class SelectedEvaluator(BatchEvaluator):

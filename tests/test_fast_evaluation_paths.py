@@ -252,6 +252,32 @@ def test_counts_at_chosen_positions_equal_the_prefix_count_there(data):
         assert got[r].tolist() == want
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_counts_at_of_groups_that_occur_once_equal_the_prefix_count_there_either_way(data):
+    # Groups a permutation of the positions in each string (UF's distinct tokens), some dropped, one
+    # group sometimes repeated: counted from a table of single occurrences, or sorted where one repeats.
+    B, T, V = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 10)), data.draw(st.integers(1, 4))
+    groups = np.array([data.draw(st.permutations(range(T))) for _ in range(B)])
+    groups[np.array(data.draw(st.lists(st.booleans(), min_size=B * T, max_size=B * T))).reshape(B, T)] = -1
+    if T > 1 and data.draw(st.booleans()):
+        groups[0, groups[0] == 0] = -1
+        groups[0, :2] = 0
+    keys = np.array(data.draw(st.lists(st.integers(-1, V - 1), min_size=B * T, max_size=B * T))).reshape(B, T)
+    chosen = np.array(data.draw(st.lists(st.booleans(), min_size=B * T, max_size=B * T))).reshape(B, T)
+    rows_b, rows_i = np.nonzero(chosen)
+    row_groups = np.array(
+        data.draw(st.lists(st.integers(-1, T - 1), min_size=len(rows_b), max_size=len(rows_b))), np.int64
+    )
+    want = [
+        [int(((keys[b, : i + 1] == s) & (groups[b, : i + 1] == g) & (g >= 0)).sum()) for s in range(V)]
+        for b, i, g in zip(rows_b, rows_i, row_groups)
+    ]
+    assert counts_at(keys, rows_b, rows_i, V, np.int16, groups, row_groups).tolist() == want
+    with mock.patch("crasp.selected_positions.SINGLE_OCCURRENCE_TABLE", 0):
+        assert counts_at(keys, rows_b, rows_i, V, np.int16, groups, row_groups).tolist() == want
+
+
 @pytest.mark.parametrize("rows_per_string", [RANKS_ADDED_IN_TURN - 1, RANKS_ADDED_IN_TURN, 3 * RANKS_ADDED_IN_TURN])
 def test_counts_at_many_positions_of_a_string_add_up_either_way(rows_per_string):
     keys = np.random.default_rng(rows_per_string).integers(-1, 3, (2, 3 * RANKS_ADDED_IN_TURN + 5))
