@@ -601,10 +601,12 @@ class BatchEvaluator:
             if left is not None and right is not None:
                 return np.where(left == right, left, -1)
             key, other = (left, node.right) if left is not None else (right, node.left)
-            if key is None or name in other.free or (other.free - set(env)):
+            if key is None or (other.free - {name} - set(env)):
                 return None
-            mask = np.broadcast_to((yield self.value(other, env)).array, key.shape)
-            return np.where(mask, key, -1)
+            value = yield self.value(other, env)
+            if name in other.free:  # a family over name, `"<eos>" < s`: the key where it holds for the key's symbol
+                return None if value.axes != (name,) else onehot_keys.key_where_family_holds(key, value.array)
+            return np.where(np.broadcast_to(value.array, key.shape), key, -1)
         if isinstance(node, E.Named):
             inner_env, renames = self._body_scope(node, env)
             if list(renames.values()) == [name]:
@@ -624,10 +626,10 @@ class BatchEvaluator:
             return None
         if isinstance(value, OneHot):
             return np.broadcast_to(value.key, (self.B, self.T))
-        array = np.broadcast_to(value.array, (self.B, self.T, self.V))
+        array = np.broadcast_to(value.array, value.array.shape[:2] + (self.V,))  # (1, 1, V) for `"<eos>" < s`
         if (array.sum(axis=2) > 1).any():
             return None
-        return np.where(array.any(axis=2), array.argmax(axis=2), -1)
+        return np.broadcast_to(np.where(array.any(axis=2), array.argmax(axis=2), -1), (self.B, self.T))
 
 
 def _select(array: np.ndarray, k: int, key_BxT: np.ndarray, V: int) -> np.ndarray:

@@ -26,6 +26,8 @@ def masked_key(key: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def key_where_family_holds(key: np.ndarray, family: np.ndarray) -> np.ndarray:
     """`f[s] and g[s]` with g a mask (B or 1, T or 1, V or 1): f's key where g holds for that symbol."""
+    if family.shape[:2] == (1, 1):  # the same for every position (`"<eos>" < s`): a table of V
+        return np.where(family[0, 0, np.maximum(key, 0) if family.shape[2] > 1 else 0], key, -1)
     shape = np.broadcast_shapes(key.shape, family.shape[:2])
     family = np.broadcast_to(family, shape + family.shape[2:])
     key = np.broadcast_to(key, shape)
@@ -48,10 +50,14 @@ def symbol_per_group(keys_BxT: np.ndarray, groups_BxT: np.ndarray | None, n_grou
     a group without any; None if some group holds two symbols. No groups: one per string (g = 0)."""
     B = len(keys_BxT)
     present = keys_BxT >= 0
-    if groups_BxT is not None:
-        present &= groups_BxT >= 0
+    if groups_BxT is None:  # one symbol per string: its least and greatest keys agree (no list of positions)
+        largest = np.iinfo(keys_BxT.dtype).max
+        low = np.where(present, keys_BxT, largest).min(axis=1, initial=largest)
+        high = keys_BxT.max(axis=1, initial=-1)
+        return None if np.any((high >= 0) & (low != high)) else high.astype(np.int64)[:, None]
+    present &= groups_BxT >= 0
     batch, position = np.nonzero(present)
-    cells = batch * n_groups + (0 if groups_BxT is None else groups_BxT[batch, position])
+    cells = batch * n_groups + groups_BxT[batch, position]
     symbols = keys_BxT[batch, position]
     table = np.full(B * n_groups, -1, np.int64)
     table[cells] = symbols  # one of the group's symbols (the last written): all of them if they agree
@@ -62,4 +68,4 @@ def symbol_per_group(keys_BxT: np.ndarray, groups_BxT: np.ndarray | None, n_grou
 
 def dense(key: np.ndarray, V: int) -> np.ndarray:
     """The mask (B or 1, T or 1, V) of a one-hot family's key."""
-    return key[:, :, None] == np.arange(V)
+    return key[:, :, None] == np.arange(V, dtype=key.dtype)  # in the key's type: no conversion per element
