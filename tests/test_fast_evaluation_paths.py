@@ -305,9 +305,9 @@ def test_a_check_reads_only_the_answer_positions_and_names_the_first_wrong_one()
 # ---------------------------------------------------------------- one-hot families kept as keys
 @st.composite
 def onehot_count_programs(draw):
-    """`counted[p0] := [any t: Q(t) and] #[j <= i] (X(p0) [and Y(t)] [and M]) op n` with X, Y one-hot and M
-    free of indices, `0 op n` true or false; combined by `and` / `or` with one-hot and dense families of
-    p0, and used at a literal symbol and at a bound index too."""
+    """`counted[p0] := [any t: Q(t) and] #[j <= i] (X(p0) [and Y(t)] [and M] [and F(p0)]) op n` with X, Y
+    one-hot, M free of indices and F any family of p0, `0 op n` true or false; combined by `and` / `or`
+    with one-hot and dense families of p0, and used at a literal symbol and at a bound index too."""
     s, t = E.Var("p0"), E.Var("t")
     keyed = draw(st.booleans())
     parts = [draw(onehot_factor(("p0", "t"), "p0"))]
@@ -315,6 +315,8 @@ def onehot_count_programs(draw):
         parts.append(draw(onehot_factor(("p0", "t"), "t")))
     if draw(st.booleans()):
         parts.append(draw(bool_expr((), 1, ())))
+    if draw(st.booleans()):  # a family of p0 that restricts X's key: `p0 < "c"`, `not Q(p0)`, ...
+        parts.append(draw(bool_expr(("p0",), 1, ())))
     parts = draw(st.permutations(parts))
     body = parts[0]
     for part in parts[1:]:
