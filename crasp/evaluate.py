@@ -191,6 +191,7 @@ class BatchEvaluator:
         self.memo: dict[tuple, Value] = {}
         self.keep_alive: list[np.ndarray] = []  # key arrays whose id() is part of a memo key
         self.conjunctions: dict[tuple[int, ...], E.Expr] = {}  # built by conjunction(), by their parts' ids
+        self.found_keys: dict[tuple, np.ndarray | None] = {}  # onehot_key's answers by node, index and keys' ids
 
     # ------------------------------------------------------------ entry
     def value(self, node: E.Expr, env: dict[str, np.ndarray]) -> Computation[Value]:
@@ -400,11 +401,10 @@ class BatchEvaluator:
         index t bound at i (or no K). Where every (string, t) group's j hold one symbol, the count of any
         other s is 0, so `op n` fails for it: the family is one-hot, true for the group's symbol where the
         group's count op n holds. That count is one per position, (B, T), not one per symbol."""
-        count, number, op = node.left, node.right, node.op
-        if isinstance(count, E.Number):
-            count, number, op = number, count, _MIRRORED[op]
-        if not (isinstance(count, E.CountOf) and count.offset is None and isinstance(number, E.Number)):
+        compared = _count_against_number(node)
+        if compared is None or compared[0].offset is not None:
             return None
+        count, number, op = compared
         parts = self.onehot_count_parts(count.body, env)
         if parts is None or E.COMPARISONS[op](0, number.value):
             return None
@@ -474,14 +474,15 @@ class BatchEvaluator:
         # `left op right[u]` for all u holds iff it holds for the extreme right[u] in op's direction.
         wants_large = op in (">", ">=")
         use_max = wants_large if node.kind == "all" else not wants_large
-        values = yield self.value(right, env)
-        axis = 2 + values.axes.index(name)
-        array = values.array
-        if array.shape[axis] == 1:
-            extreme = np.squeeze(array, axis=axis)
-        else:
-            extreme = array.max(axis=axis) if use_max else array.min(axis=axis)
-        reduced = Value(extreme, tuple(a for a in values.axes if a != name))
+        reduced = values = yield self.value(right, env)
+        if name in values.axes:  # else a family that ignores its argument (`d[p] := 0`): the same for every u
+            axis = 2 + values.axes.index(name)
+            array = values.array
+            if array.shape[axis] == 1:
+                extreme = np.squeeze(array, axis=axis)
+            else:
+                extreme = array.max(axis=axis) if use_max else array.min(axis=axis)
+            reduced = Value(extreme, tuple(a for a in values.axes if a != name))
         axes, (a, b) = _joint((yield self.value(left, env)), reduced)
         return Value(E.COMPARISONS[op](a, b), axes)
 
@@ -574,26 +575,30 @@ class BatchEvaluator:
     # ------------------------------------------------------------ one-hot keys
     def onehot_key(self, node: E.Expr, name: str, env) -> Computation[np.ndarray | None]:
         """If node, as a family over `name`, is [key(i) == name] (key -1: false for every symbol),
-        return key as a (B, T) array; else None. Other indices of node must be bound in env."""
+        return key as a (B, T) array; else None. Other indices of node must be bound in env.
+        Memoized, in the key type: a count's rules each ask for the keys of its parts, and finding one may
+        evaluate it."""
+        found_key = (id(node), name, tuple(sorted((n, id(k)) for n, k in env.items())))
+        if found_key not in self.found_keys:
+            key = yield self._onehot_key(node, name, env)
+            self.found_keys[found_key] = None if key is None else key.astype(self.key_dtype, copy=False)
+        return self.found_keys[found_key]
+
+    def _onehot_key(self, node: E.Expr, name: str, env) -> Computation[np.ndarray | None]:
         if not (node.free - {name}) <= set(env) or name not in node.free:
             return None
         if isinstance(node, E.Token) and node.symbol == E.Var(name):
-            return self.tokens
+            return self.token_keys
         if isinstance(node, E.SymbolRelation) and node.op == "=":
             other = node.right if node.left == E.Var(name) else node.left
             if isinstance(other, str):
                 return np.full((self.B, self.T), self.symbol_id(other))
             return env.get(other.name)
-        if (
-            isinstance(node, E.Compare)
-            and isinstance(node.right, E.Number)
-            and isinstance(node.left, E.CountOf)
-            and node.left.offset is not None
-            and (node.op, node.right.value) in _MEANS_ONE
-        ):
-            offset = node.left.offset
+        local = _count_against_number(node)
+        if local is not None and local[0].offset is not None and (local[2], local[1].value) in _MEANS_ONE:
+            offset = local[0].offset
             shifted_env = {n: self.bind(_shift_left(k, offset, -1)) for n, k in env.items()}
-            inner = yield self.onehot_key(node.left.body, name, shifted_env)
+            inner = yield self.onehot_key(local[0].body, name, shifted_env)
             return None if inner is None else _shift_right(inner, offset, -1)
         if isinstance(node, E.And):
             left = (yield self.onehot_key(node.left, name, env)) if name in node.left.free else None
@@ -630,6 +635,16 @@ class BatchEvaluator:
         if (array.sum(axis=2) > 1).any():
             return None
         return np.broadcast_to(np.where(array.any(axis=2), array.argmax(axis=2), -1), (self.B, self.T))
+
+
+def _count_against_number(node: E.Expr) -> tuple[E.CountOf, E.Number, str] | None:
+    """`count op n` or `n op count` as (count, n, op) with the count on the left; None for other nodes."""
+    if not isinstance(node, E.Compare):
+        return None
+    count, number, op = node.left, node.right, node.op
+    if isinstance(count, E.Number):
+        count, number, op = number, count, _MIRRORED[op]
+    return (count, number, op) if isinstance(count, E.CountOf) and isinstance(number, E.Number) else None
 
 
 def _select(array: np.ndarray, k: int, key_BxT: np.ndarray, V: int) -> np.ndarray:

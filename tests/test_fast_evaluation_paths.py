@@ -453,3 +453,15 @@ def test_or_and_and_of_keys_equal_their_masks(data):
         assert np.array_equal(dense(got, V), union)
     family = np.array(data.draw(st.lists(st.booleans(), min_size=n * V, max_size=n * V))).reshape(1, n, V)
     assert np.array_equal(dense(key_where_family_holds(left, family), V), dense(left, V) & family)
+
+
+@pytest.mark.parametrize("kind", ["any", "all"])
+def test_a_monotone_quantifier_over_a_family_that_ignores_its_argument(kind):
+    # `any v: 0 < d0[v]` with `d0[p0] := 1`: d0's value has no axis for v (the monotone rule once looked for one).
+    v, family = E.Var("v"), Definition("d0", ("p0",), E.Number(1))
+    quantified = E.Quantified(kind, v, E.Compare("<", E.Number(0), family.use(v)))
+    definitions = (family, Definition("d1", (), quantified), Definition("top", (), E.BoolConst(True)))
+    program = Program(ALPHABET, definitions, accept="top")
+    string = ["a", "b"]
+    values = evaluate(program, encode(program, [string]))["d1"].array[0]
+    assert values.tolist() == [reference_value(program, string, quantified, i + 1, {}) for i in range(2)] == [True] * 2
