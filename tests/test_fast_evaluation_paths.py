@@ -303,6 +303,18 @@ def test_a_check_reads_only_the_answer_positions_and_names_the_first_wrong_one()
 
 
 # ---------------------------------------------------------------- one-hot families kept as keys
+MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+
+
+@st.composite
+def onehot_factor_either_way_round(draw, scope, var):
+    """onehot_factor, and `#[..] Q(t) >= 1` also as `1 <= #[..] Q(t)` (the same family)."""
+    factor = draw(onehot_factor(scope, var))
+    if isinstance(factor, E.Compare) and isinstance(factor.right, E.Number) and draw(st.booleans()):
+        return E.Compare(MIRRORED[factor.op], factor.right, factor.left)
+    return factor
+
+
 @st.composite
 def onehot_count_programs(draw):
     """`counted[p0] := [any t: Q(t) and] #[j <= i] (X(p0) [and Y(t)] [and M] [and F(p0)]) op n` with X, Y
@@ -310,9 +322,9 @@ def onehot_count_programs(draw):
     with one-hot and dense families of p0, and used at a literal symbol and at a bound index too."""
     s, t = E.Var("p0"), E.Var("t")
     keyed = draw(st.booleans())
-    parts = [draw(onehot_factor(("p0", "t"), "p0"))]
+    parts = [draw(onehot_factor_either_way_round(("p0", "t"), "p0"))]
     if keyed:
-        parts.append(draw(onehot_factor(("p0", "t"), "t")))
+        parts.append(draw(onehot_factor_either_way_round(("p0", "t"), "t")))
     if draw(st.booleans()):
         parts.append(draw(bool_expr((), 1, ())))
     if draw(st.booleans()):  # a family of p0 that restricts X's key: `p0 < "c"`, `not Q(p0)`, ...
