@@ -5,10 +5,13 @@ Strings are int arrays `tokens_BxT` of symbol ids in the program's alphabet, rig
 
 A node's value is an array of shape (B, T, V, ..., V), one trailing axis of size V (the alphabet
 size) per free index variable of the node, named in `Value.axes`; any axis may have size 1 and
-broadcast. Values are memoized per node over the DAG, and the batch is evaluated in chunks whose
-size is chosen from the memory the first chunk actually used.
+broadcast. A bool family over one index that holds for one symbol at most at each position (`Q(s)`,
+`s = a`, UF's output) is a `OneHot` value instead: its key, (B, T), with the array built only for a
+rule that reads one (crasp.onehot_keys); `and`, `or` and `any` keep keys where the result is one-hot.
+Values are memoized per node over the DAG, and the batch is evaluated in chunks whose size is chosen
+from the memory the first chunk actually used.
 
-Four rewrites keep families over large alphabets cheap, each exact:
+Five rewrites keep families over large alphabets cheap, each exact:
 - `any t: Q(t) and X[t]` binds t to the symbol at position i (only it can satisfy Q(t)) instead
   of materializing X for every t. Any conjunct that is "one-hot" in t (a Q(t), possibly seen c
   positions ago through a local count) binds t this way.
@@ -20,6 +23,8 @@ Four rewrites keep families over large alphabets cheap, each exact:
 - a count of a comparison of two one-hot prefix counts, `#[j <= i] (#[k <= j] Q(s) < #[k <= j] Q(t))`
   with t bound, is summed segment by segment between the occurrences of t (crasp.compared_counts),
   never as a (T, V, V) tensor.
+- `#[j <= i] (R(s) and K[t]) op n` with R and K one-hot, t bound and `0 op n` false is one-hot in s
+  where each (string, t) group of j holds one symbol: a count of positions per group, not of symbols.
 Anything else falls back to dense evaluation. Prefix sums along the positions are whole-row
 additions (crasp.prefix_sums). With chosen positions, `evaluate` runs everything above the counts at
 those positions only (crasp.selected_positions): a teacher-forced check reads few of them.
