@@ -13,7 +13,9 @@ memory grows by more than LINEAR_SLACK times the ratio of the lengths. With --ag
 REV's evaluator (revisions.py) evaluates the same programs on the same long input, interleaved with
 this checkout's, and the table gives REV's time and memory over this checkout's.
 
-    python benchmarks/long_inputs.py [--lengths 100000 1000000] [--symbols 8] [--against REV]
+    python benchmarks/long_inputs.py [--lengths 100000 1000000] [--symbols 8] [--against REV] [--only TEXT ...]
+
+--only keeps the programs whose name contains one of the texts (e.g. `--only UF "found by search"`).
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ def main() -> None:
     )
     parser.add_argument("--symbols", type=int, default=8, help="task symbols of the witnesses (default 8)")
     parser.add_argument("--against", metavar="REV", help="also measure commit REV's evaluator at the long length")
+    parser.add_argument("--only", nargs="+", metavar="TEXT", help="only the programs whose name contains a TEXT")
     parser.add_argument("--serve", metavar="SYMBOLS", help=argparse.SUPPRESS)  # a worker
     args = parser.parse_args()
     if args.serve:
@@ -108,13 +111,19 @@ def main() -> None:
     short, long = args.lengths
     if not 0 < short < long:
         parser.error(f"--lengths must be two lengths, the shorter first, got {short} {long}")
+    programs = shipped_programs(args.symbols)
+    if args.only:
+        programs = {name: p for name, p in programs.items() if any(text in name for text in args.only)}
+        if not programs:
+            known = ", ".join(shipped_programs(args.symbols))
+            parser.error(f"--only {' '.join(args.only)} names no shipped program; they are: {known}")
     with tempfile.TemporaryDirectory(prefix="crasp-against-") as scratch:
         roots = {"this checkout": REPOSITORY}
         if args.against:
             roots[args.against] = checkout_of(args.against, Path(scratch))
         workers = {side: Worker(__file__, root, [str(args.symbols)]) for side, root in roots.items()}
         try:
-            _table(workers, shipped_programs(args.symbols), short, long, args.against)
+            _table(workers, programs, short, long, args.against)
         finally:
             for worker in workers.values():
                 worker.close()

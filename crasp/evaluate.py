@@ -5,10 +5,13 @@ Strings are int arrays `tokens_BxT` of symbol ids in the program's alphabet, rig
 
 A node's value is an array of shape (B, T, V, ..., V), one trailing axis of size V (the alphabet
 size) per free index variable of the node, named in `Value.axes`; any axis may have size 1 and
-broadcast. Values are memoized per node over the DAG, and the batch is evaluated in chunks whose
-size is chosen from the memory the first chunk actually used.
+broadcast. A bool family over one index that holds for one symbol at most at each position (`Q(s)`,
+`s = a`, UF's output) is a `OneHot` value instead: its key, (B, T), with the array built only for a
+rule that reads one (crasp.onehot_keys); `and`, `or` and `any` keep keys where the result is one-hot.
+Values are memoized per node over the DAG, and the batch is evaluated in chunks whose size is chosen
+from the memory the first chunk actually used.
 
-Four rewrites keep families over large alphabets cheap, each exact:
+Five rewrites keep families over large alphabets cheap, each exact:
 - `any t: Q(t) and X[t]` binds t to the symbol at position i (only it can satisfy Q(t)) instead
   of materializing X for every t. Any conjunct that is "one-hot" in t (a Q(t), possibly seen c
   positions ago through a local count) binds t this way.
@@ -20,6 +23,8 @@ Four rewrites keep families over large alphabets cheap, each exact:
 - a count of a comparison of two one-hot prefix counts, `#[j <= i] (#[k <= j] Q(s) < #[k <= j] Q(t))`
   with t bound, is summed segment by segment between the occurrences of t (crasp.compared_counts),
   never as a (T, V, V) tensor.
+- `#[j <= i] (R(s) and K[t]) op n` with R and K one-hot, t bound and `0 op n` false is one-hot in s
+  where each (string, t) group of j holds one symbol: a count of positions per group, not of symbols.
 Anything else falls back to dense evaluation. Prefix sums along the positions are whole-row
 additions (crasp.prefix_sums). With chosen positions, `evaluate` runs everything above the counts at
 those positions only (crasp.selected_positions): a teacher-forced check reads few of them.
@@ -42,10 +47,12 @@ recursion limit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from crasp import expr as E
+from crasp import onehot_keys
 from crasp.compared_counts import COMPARISON_OPS, compared_count
 from crasp.prefix_sums import last_occurrence, prefix_sum, sorted_occurrences
 from crasp.program import Program
@@ -60,6 +67,36 @@ DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of intermediate values per chunk
 class Value:
     array: np.ndarray  # (B or 1, T or 1, *[V or 1] * len(axes))
     axes: tuple[str, ...]  # index variable of each trailing axis, sorted
+
+    @property
+    def nbytes(self) -> int:
+        return self.array.nbytes
+
+    @property
+    def rows(self) -> int:
+        return self.array.shape[0]
+
+
+class OneHot(Value):
+    """A bool family over one index, true at each position for the symbol `key` names alone (none where
+    key < 0): kept as the key (B or 1, T or 1); `array`, the (.., V) mask, is built for a rule that reads it."""
+
+    def __init__(self, key: np.ndarray, name: str, V: int):
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "axes", (name,))
+        object.__setattr__(self, "V", V)
+
+    @cached_property
+    def array(self) -> np.ndarray:
+        return onehot_keys.dense(self.key, self.V)
+
+    @property
+    def nbytes(self) -> int:
+        return self.key.nbytes + (self.__dict__["array"].nbytes if "array" in self.__dict__ else 0)
+
+    @property
+    def rows(self) -> int:
+        return self.key.shape[0]
 
 
 def _align(value: Value, axes: tuple[str, ...]) -> np.ndarray:
@@ -153,9 +190,13 @@ class BatchEvaluator:
         self.B, self.T = tokens_BxT.shape
         self.symbol_ids = symbol_ids
         self.V = len(symbol_ids)
+        # One-hot keys in the narrowest type that holds -1 and every symbol id (int8 up to 128 symbols): an
+        # int64 key took more memory than the bool mask it replaces over a small alphabet.
+        self.key_dtype = np.min_scalar_type(-max(self.V, 1))
         self.memo: dict[tuple, Value] = {}
         self.keep_alive: list[np.ndarray] = []  # key arrays whose id() is part of a memo key
         self.conjunctions: dict[tuple[int, ...], E.Expr] = {}  # built by conjunction(), by their parts' ids
+        self.found_keys: dict[tuple, np.ndarray | None] = {}  # onehot_key's answers by node, index and keys' ids
 
     # ------------------------------------------------------------ entry
     def value(self, node: E.Expr, env: dict[str, np.ndarray]) -> Computation[Value]:
@@ -198,12 +239,25 @@ class BatchEvaluator:
         if symbol.name in env:
             key = env[symbol.name]
             return Value((self.tokens == key) & (key >= 0), ())
-        return Value(self.tokens[:, :, None] == np.arange(self.V), (symbol.name,))
+        return self.onehot(self.token_keys, symbol.name)
+
+    @cached_property
+    def token_keys(self) -> np.ndarray:
+        return self.tokens.astype(self.key_dtype)
+
+    def onehot(self, key_BxT: np.ndarray, name: str) -> Value:
+        """The family over `name` true for the symbol key(i) alone at each position, kept as its key."""
+        return OneHot(key_BxT.astype(self.key_dtype, copy=False), name, self.V)
 
     def symbol_id(self, symbol: str) -> int:
         return self.symbol_ids[symbol]
 
     def _symbol_relation(self, node: E.SymbolRelation, env) -> Value:
+        free = [side.name for side in (node.left, node.right) if isinstance(side, E.Var) and side.name not in env]
+        if node.op == "=" and len(free) == 1:  # `s = a` or `s = t` with t bound: one-hot in s
+            other = node.right if node.left == E.Var(free[0]) else node.left
+            key = np.full((1, 1), self.symbol_id(other)) if isinstance(other, str) else env[other.name]
+            return self.onehot(key, free[0])
         sides, known = [], np.ones((1, 1), bool)
         for side in (node.left, node.right):
             if isinstance(side, str):
@@ -232,8 +286,17 @@ class BatchEvaluator:
         return Value(~inner.array, inner.axes)
 
     def _binary(self, node, env) -> Computation[Value]:
-        axes, (left, right) = _joint((yield self.value(node.left, env)), (yield self.value(node.right, env)))
+        if isinstance(node, E.Compare):
+            counted = yield self._onehot_count_compared(node, env)
+            if counted is not None:
+                return counted
+        left, right = (yield self.value(node.left, env)), (yield self.value(node.right, env))
         op = node.op if hasattr(node, "op") else node.word
+        if op in ("and", "or"):
+            combined = self._onehot_logic(op, left, right)
+            if combined is not None:
+                return combined
+        axes, (left, right) = _joint(left, right)
         result = _BINARY_OPS[op](left, right)
         if op in ("+", "-") and self.count_dtype == np.int64:
             self._check_range(node, left, right, result)
@@ -290,6 +353,8 @@ class BatchEvaluator:
         body = yield self.value(node.body, env)
         if name not in body.axes:
             return body
+        if isinstance(body, OneHot) and node.kind == "any":
+            return Value(body.key >= 0, ())
         axis = 2 + body.axes.index(name)
         reduce = np.any if node.kind == "any" else np.all
         array = body.array
@@ -309,9 +374,97 @@ class BatchEvaluator:
             if not rest:
                 return Value(found, ())
             inner = yield self.value(self.conjunction(rest), {**env, name: self.bind(key)})
+            combined = self._onehot_logic("and", inner, Value(found, ()))
+            if combined is not None:
+                return combined
             axes, (r,) = _joint(inner)
             return Value(r & found.reshape(found.shape + (1,) * len(axes)), axes)
         return None
+
+    # ------------------------------------------------------------ one-hot families (crasp.onehot_keys)
+    def _onehot_logic(self, op: str, left: Value, right: Value) -> Value | None:
+        """`and` / `or` with a one-hot family, kept as a key where the result is one-hot; None: use masks."""
+        if not isinstance(left, OneHot):
+            left, right = right, left
+        if not isinstance(left, OneHot):
+            return None
+        if isinstance(right, OneHot) and right.axes == left.axes:
+            combine = onehot_keys.and_keys if op == "and" else onehot_keys.or_keys
+            key = combine(left.key, right.key)
+        elif op == "or":
+            return None  # true for every symbol where the other side holds: not one-hot
+        elif right.axes == ():
+            key = onehot_keys.masked_key(left.key, right.array)
+        elif right.axes == left.axes:
+            key = onehot_keys.key_where_family_holds(left.key, right.array)
+        else:
+            return None
+        return None if key is None else self.onehot(key, left.axes[0])
+
+    def _onehot_count_compared(self, node: E.Compare, env) -> Computation[Value | None]:
+        """`#[j <= i] (R(s) and K[t]) op n` with `0 op n` false, R one-hot in the free index s and K in the
+        index t bound at i (or no K). Where every (string, t) group's j hold one symbol, the count of any
+        other s is 0, so `op n` fails for it: the family is one-hot, true for the group's symbol where the
+        group's count op n holds. That count is one per position, (B, T), not one per symbol."""
+        compared = _count_against_number(node)
+        if compared is None or compared[0].offset is not None:
+            return None
+        count, number, op = compared
+        parts = self.onehot_count_parts(count.body, env)
+        if parts is None or E.COMPARISONS[op](0, number.value):
+            return None
+        name, keyed, rest = parts
+        strings = self.over_strings()
+        # Without K the body itself: a key found by evaluating it is then the dense count's memoized body.
+        key = yield strings.onehot_key(strings.conjunction(rest) if keyed else count.body, name, {})
+        groups, queries = None, None
+        if keyed:
+            (bound,) = count.body.free & set(env)
+            groups = yield strings.onehot_key(strings.conjunction(keyed), bound, {})
+            queries = env[bound]
+        if key is None or (keyed and groups is None):
+            return None
+        n_groups = 1 if groups is None else int(max(groups.max(initial=-1), np.max(queries, initial=-1))) + 1
+        symbols = onehot_keys.symbol_per_group(key, groups, max(n_groups, 1))
+        if symbols is None:
+            return None
+        counts, symbol = self.group_counts(key >= 0, groups, queries, symbols)
+        return self.onehot(np.where(E.COMPARISONS[op](counts, number.value), symbol, -1), name)
+
+    def onehot_count_parts(self, body: E.Expr, env) -> tuple[str, list[E.Expr], list[E.Expr]] | None:
+        """A count's body `R(s) and K[t]`: its one free index s, the conjuncts that read the one index bound
+        here (K, without s), and the others (R, which must read s); None for a body of another shape."""
+        free = body.free - set(env)
+        if len(free) != 1 or len(body.free & set(env)) > 1:
+            return None
+        (name,) = free
+        keyed, rest = [], []
+        for part in conjuncts(body):
+            if part.free & set(env):
+                if name in part.free:
+                    return None
+                keyed.append(part)
+            else:
+                rest.append(part)
+        if not any(name in part.free for part in rest):
+            return None
+        return name, keyed, rest
+
+    def over_strings(self) -> BatchEvaluator:
+        """The evaluator of whole strings, where keys that j ranges over are found."""
+        return self
+
+    def group_counts(
+        self, occurs_BxT: np.ndarray, groups_BxT: np.ndarray | None, queries: np.ndarray | None, symbols: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """At each position i of string b: #{j <= i : occurs(j), groups(j) = queries(i)} and the group's
+        symbol, symbols[b, queries(i)] (no groups: every j counts, symbols[b, 0]); 0 and -1 where queries < 0."""
+        if groups_BxT is None:
+            return prefix_sum(occurs_BxT, self.count_dtype), symbols[:, :1]
+        queries = np.broadcast_to(queries, (self.B, self.T))
+        counts = keyed_prefix_sum(np.where(occurs_BxT, groups_BxT, -1), occurs_BxT, queries, self.count_dtype)
+        symbol = symbols[np.arange(self.B)[:, None], np.maximum(queries, 0)]
+        return counts, np.where(queries >= 0, symbol, -1)
 
     def _monotone_reduction(self, node: E.Quantified, env) -> Computation[Value | None]:
         """`all u: A >= B[u]` = `A >= max_u B[u]`, and the other one-sided order comparisons."""
@@ -326,14 +479,15 @@ class BatchEvaluator:
         # `left op right[u]` for all u holds iff it holds for the extreme right[u] in op's direction.
         wants_large = op in (">", ">=")
         use_max = wants_large if node.kind == "all" else not wants_large
-        values = yield self.value(right, env)
-        axis = 2 + values.axes.index(name)
-        array = values.array
-        if array.shape[axis] == 1:
-            extreme = np.squeeze(array, axis=axis)
-        else:
-            extreme = array.max(axis=axis) if use_max else array.min(axis=axis)
-        reduced = Value(extreme, tuple(a for a in values.axes if a != name))
+        reduced = values = yield self.value(right, env)
+        if name in values.axes:  # else a family that ignores its argument (`d[p] := 0`): the same for every u
+            axis = 2 + values.axes.index(name)
+            array = values.array
+            if array.shape[axis] == 1:
+                extreme = np.squeeze(array, axis=axis)
+            else:
+                extreme = array.max(axis=axis) if use_max else array.min(axis=axis)
+            reduced = Value(extreme, tuple(a for a in values.axes if a != name))
         axes, (a, b) = _joint((yield self.value(left, env)), reduced)
         return Value(E.COMPARISONS[op](a, b), axes)
 
@@ -363,22 +517,27 @@ class BatchEvaluator:
             if len(uses) > 1:
                 return None
             (by_index[uses[0]] if uses else rest).append(part)
+        strings = self.over_strings()
         keys, queries = [], []
         for name in depends:
-            key = yield self.onehot_key(self.conjunction(by_index[name]), name, {})
+            key = yield strings.onehot_key(strings.conjunction(by_index[name]), name, {})
             if key is None:
                 return None
             keys.append(key)
             queries.append(env[name])
-        code = np.zeros((self.B, self.T), np.int64)
+        code = np.zeros((strings.B, strings.T), np.int64)
         query = np.zeros((self.B, self.T), np.int64)
         for key, q in zip(keys, queries):
             code = np.where((code >= 0) & (key >= 0), code * self.V + key, -1)
             query = np.where((query >= 0) & (q >= 0), query * self.V + q, -1)
-        weights = (yield self.value(self.conjunction(rest), {})) if rest else Value(np.ones((1, 1), bool), ())
+        weights = (yield strings.value(strings.conjunction(rest), {})) if rest else Value(np.ones((1, 1), bool), ())
+        return self.keyed_counts(code, weights, query)
+
+    def keyed_counts(self, code_BxT: np.ndarray, weights: Value, query_BxT: np.ndarray) -> Value | None:
+        """At each position i: the sum of weights(j) over the j <= i with code(j) = query(i) (code < 0: none)."""
         axes, (w,) = _joint(weights)
         w = np.broadcast_to(w, (self.B, self.T) + w.shape[2:])
-        return Value(keyed_prefix_sum(code, w, query, self.count_dtype), axes)
+        return Value(keyed_prefix_sum(code_BxT, w, query_BxT, self.count_dtype), axes)
 
     def _compared_count(self, body: E.Expr, depends: list[str], env) -> Computation[Value | None]:
         """`#[j <= i] (#[k <= j] X(s) op #[k <= j] Y(t))` with X, Y one-hot and t bound: counted from the
@@ -421,26 +580,30 @@ class BatchEvaluator:
     # ------------------------------------------------------------ one-hot keys
     def onehot_key(self, node: E.Expr, name: str, env) -> Computation[np.ndarray | None]:
         """If node, as a family over `name`, is [key(i) == name] (key -1: false for every symbol),
-        return key as a (B, T) array; else None. Other indices of node must be bound in env."""
+        return key as a (B, T) array; else None. Other indices of node must be bound in env.
+        Memoized, in the key type: a count's rules each ask for the keys of its parts, and finding one may
+        evaluate it."""
+        found_key = (id(node), name, tuple(sorted((n, id(k)) for n, k in env.items())))
+        if found_key not in self.found_keys:
+            key = yield self._onehot_key(node, name, env)
+            self.found_keys[found_key] = None if key is None else key.astype(self.key_dtype, copy=False)
+        return self.found_keys[found_key]
+
+    def _onehot_key(self, node: E.Expr, name: str, env) -> Computation[np.ndarray | None]:
         if not (node.free - {name}) <= set(env) or name not in node.free:
             return None
         if isinstance(node, E.Token) and node.symbol == E.Var(name):
-            return self.tokens
+            return self.token_keys
         if isinstance(node, E.SymbolRelation) and node.op == "=":
             other = node.right if node.left == E.Var(name) else node.left
             if isinstance(other, str):
                 return np.full((self.B, self.T), self.symbol_id(other))
             return env.get(other.name)
-        if (
-            isinstance(node, E.Compare)
-            and isinstance(node.right, E.Number)
-            and isinstance(node.left, E.CountOf)
-            and node.left.offset is not None
-            and (node.op, node.right.value) in _MEANS_ONE
-        ):
-            offset = node.left.offset
+        local = _count_against_number(node)
+        if local is not None and local[0].offset is not None and (local[2], local[1].value) in _MEANS_ONE:
+            offset = local[0].offset
             shifted_env = {n: self.bind(_shift_left(k, offset, -1)) for n, k in env.items()}
-            inner = yield self.onehot_key(node.left.body, name, shifted_env)
+            inner = yield self.onehot_key(local[0].body, name, shifted_env)
             return None if inner is None else _shift_right(inner, offset, -1)
         if isinstance(node, E.And):
             left = (yield self.onehot_key(node.left, name, env)) if name in node.left.free else None
@@ -448,10 +611,12 @@ class BatchEvaluator:
             if left is not None and right is not None:
                 return np.where(left == right, left, -1)
             key, other = (left, node.right) if left is not None else (right, node.left)
-            if key is None or name in other.free or (other.free - set(env)):
+            if key is None or (other.free - {name} - set(env)):
                 return None
-            mask = np.broadcast_to((yield self.value(other, env)).array, key.shape)
-            return np.where(mask, key, -1)
+            value = yield self.value(other, env)
+            if name in other.free:  # a family over name, `"<eos>" < s`: the key where it holds for the key's symbol
+                return None if value.axes != (name,) else onehot_keys.key_where_family_holds(key, value.array)
+            return np.where(np.broadcast_to(value.array, key.shape), key, -1)
         if isinstance(node, E.Named):
             inner_env, renames = self._body_scope(node, env)
             if list(renames.values()) == [name]:
@@ -469,10 +634,22 @@ class BatchEvaluator:
         value = yield self.value(node, env)
         if value.axes != (name,):
             return None
-        array = np.broadcast_to(value.array, (self.B, self.T, self.V))
+        if isinstance(value, OneHot):
+            return np.broadcast_to(value.key, (self.B, self.T))
+        array = np.broadcast_to(value.array, value.array.shape[:2] + (self.V,))  # (1, 1, V) for `"<eos>" < s`
         if (array.sum(axis=2) > 1).any():
             return None
-        return np.where(array.any(axis=2), array.argmax(axis=2), -1)
+        return np.broadcast_to(np.where(array.any(axis=2), array.argmax(axis=2), -1), (self.B, self.T))
+
+
+def _count_against_number(node: E.Expr) -> tuple[E.CountOf, E.Number, str] | None:
+    """`count op n` or `n op count` as (count, n, op) with the count on the left; None for other nodes."""
+    if not isinstance(node, E.Compare):
+        return None
+    count, number, op = node.left, node.right, node.op
+    if isinstance(count, E.Number):
+        count, number, op = number, count, _MIRRORED[op]
+    return (count, number, op) if isinstance(count, E.CountOf) and isinstance(number, E.Number) else None
 
 
 def _select(array: np.ndarray, k: int, key_BxT: np.ndarray, V: int) -> np.ndarray:
@@ -489,6 +666,8 @@ def _rename(value: Value, renames: dict[str, str]) -> Value:
     """Rename parameter axes to the caller's index names (merging two onto one takes the diagonal)."""
     if not renames:
         return value
+    if isinstance(value, OneHot):
+        return OneHot(value.key, renames.get(value.axes[0], value.axes[0]), value.V)
     array, axes = value.array, [renames.get(a, a) for a in value.axes]
     while len(set(axes)) < len(axes):
         name = next(a for a in axes if axes.count(a) > 1)
@@ -564,7 +743,7 @@ def _at_positions(whole: BatchEvaluator, positions_BxT: np.ndarray) -> BatchEval
 
 
 def _memo_bytes(evaluator: BatchEvaluator) -> int:
-    return sum(v.array.nbytes for v in evaluator.memo.values() if v.array.shape[0] == evaluator.B)
+    return sum(v.nbytes for v in evaluator.memo.values() if v.rows == evaluator.B)
 
 
 def evaluate(
@@ -590,6 +769,8 @@ def evaluate(
             f"positions must be a bool mask of the tokens' shape {tokens_BxT.shape}, got {np.shape(positions_BxT)}"
         )
     chosen = [program.definition(n) for n in (names or program.names)]
+    # Values are memoized by node id: each definition's use is built once and kept alive throughout.
+    uses = [(d, d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params))) for d in chosen]
     # Each chunk's values are written into arrays for the whole batch (a concatenation of UF's output at
     # the positions a check reads, 231 MB for 10,000 strings, took a fifth of the check).
     results: dict[str, np.ndarray] = {}
@@ -601,14 +782,27 @@ def evaluate(
     while start < len(tokens_BxT):
         whole = BatchEvaluator(tokens_BxT[start : start + chunk], ids, first_string=start, count_dtype=dtype)
         evaluator = whole if positions_BxT is None else _at_positions(whole, positions_BxT[start : start + chunk])
-        for d in chosen:
-            value = evaluator.full(d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params)))
-            array = value.array if positions_BxT is None else value.array[:, 0]
-            if d.name not in results:
+        for d, use, params in uses:
+            value = trampoline(evaluator.value(use, {}))
+            key = None
+            if isinstance(value, OneHot) and value.axes == params:  # written from its key, never as a mask
+                key = np.broadcast_to(value.key, (evaluator.B, evaluator.T))
+                key = key if positions_BxT is None else key[:, 0]
+                shape, kind = key.shape + (V,), np.dtype(bool)
+            else:
+                value = evaluator.full(use, params)
+                array = value.array if positions_BxT is None else value.array[:, 0]
                 # Counts leave as int64 whatever type computed them: callers do arithmetic on them.
-                wanted = np.int64 if d.body.type == E.COUNT else array.dtype
-                results[d.name] = np.empty((rows,) + array.shape[1:], wanted)
-            results[d.name][done : done + len(array)] = array
+                shape, kind = array.shape, np.dtype(np.int64) if d.body.type == E.COUNT else array.dtype
+            if d.name not in results:
+                results[d.name] = np.empty((rows,) + shape[1:], kind)
+            out = results[d.name][done : done + shape[0]]
+            if key is None:
+                out[...] = array
+            else:
+                out[...] = False
+                hit = np.nonzero(key >= 0)
+                out[hit + (key[hit],)] = True
             axes[d.name] = value.axes
         done += evaluator.B
         start += chunk

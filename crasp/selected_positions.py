@@ -18,11 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from crasp import expr as E
-from crasp.evaluate import BatchEvaluator, Value, conjuncts
+from crasp.evaluate import BatchEvaluator, Value
 from crasp.prefix_sums import prefix_sum
 from crasp.trampoline import Computation
 
 RANKS_ADDED_IN_TURN = 32  # rows per (string, group) up to which counts_at adds rows in turns
+SINGLE_OCCURRENCE_TABLE = 4  # a table of (string, group) cells up to this many times the positions: no sort
 
 
 def counts_at(
@@ -35,28 +36,41 @@ def counts_at(
     row_groups: np.ndarray | None = None,
 ) -> np.ndarray:
     """out[r, s] = #{j <= rows_i[r] : keys[b, j] = s and groups[b, j] = row_groups[r]} with b = rows_b[r]:
-    without groups every j of the string counts; a row of group < 0 counts none (keys < 0 never count)."""
+    without groups every j of the string counts (rows in (string, position) order, as np.nonzero lists them);
+    a row of group < 0 counts none (keys < 0 never count)."""
     B, T = keys_BxT.shape
     # Each occurrence is counted at the first row of its (string, group) at or after it, if any; then the
     # rows of a group add up: the row before is added to each row of rank 1, 2, ... in its group.
-    if groups_BxT is None:  # one group per string, rows already in order: a running count of rows finds it
+    if groups_BxT is None:  # one group per string, rows in (string, position) order: each row takes the
+        # positions since its string's row before it; the strings' positions up to their last rows are
+        # those rows' positions in order. (A running count of rows over every position took twice the time.)
         row_codes, order = rows_b.astype(np.int64) * T + rows_i, None
-        marks = np.zeros((B, T), np.int32)
-        marks[rows_b, rows_i] = 1
-        earlier = np.cumsum(marks, axis=1) - marks  # the string's rows before each position
-        per_string = np.bincount(rows_b, minlength=B)
-        counted = (keys_BxT >= 0) & (earlier < per_string[:, None])
-        row = ((np.cumsum(per_string) - per_string)[:, None] + earlier)[counted]
-        cells = row * V + keys_BxT[counted]
+        new_string = np.r_[True, rows_b[1:] != rows_b[:-1]] if len(rows_b) else np.zeros(0, bool)
+        last_of_string = np.r_[new_string[1:], True] if len(rows_b) else new_string
+        last = np.full(B, -1)
+        last[rows_b[last_of_string]] = rows_i[last_of_string]
+        keys = keys_BxT[np.arange(T) <= last[:, None]]
+        lengths = rows_i + 1 - np.where(new_string, 0, np.r_[0, rows_i[:-1] + 1])
+        index = np.int32 if len(rows_b) * V < 2**31 else np.int64
+        cells = np.repeat(np.arange(len(rows_b), dtype=index) * V, lengths) + keys
+        if keys.min(initial=0) < 0:
+            cells = cells[keys >= 0]
     else:
-        n_groups = int(max(groups_BxT.max(initial=-1), row_groups.max(initial=-1))) + 1
-        row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
-        order = np.argsort(row_codes, kind="stable")
-        row_codes = row_codes[order]
+        n_groups = int(max(groups_BxT.max(initial=0), row_groups.max(initial=0))) + 1
         keys = keys_BxT.ravel()
         flat = np.flatnonzero((keys >= 0) & (groups_BxT.ravel() >= 0))
         batch, position = np.divmod(flat, T)
-        codes = (batch * n_groups + groups_BxT.ravel()[flat]) * T + position
+        group_cells = batch * n_groups + groups_BxT.ravel()[flat]
+        if B * n_groups <= SINGLE_OCCURRENCE_TABLE * keys.size:
+            single = _counts_of_single_occurrences(
+                B * n_groups, group_cells, position, keys[flat], rows_b * n_groups, rows_i, row_groups, V, dtype
+            )
+            if single is not None:
+                return single
+        row_codes = np.where(row_groups >= 0, (rows_b.astype(np.int64) * n_groups + row_groups) * T + rows_i, -1)
+        order = np.argsort(row_codes, kind="stable")
+        row_codes = row_codes[order]
+        codes = group_cells * T + position
         row = np.searchsorted(row_codes, codes, side="left")
         counted = row < len(row_codes)
         counted[counted] = row_codes[row[counted]] // T == codes[counted] // T
@@ -87,6 +101,27 @@ def counts_at(
     out = np.empty_like(histogram)
     out[order] = histogram
     return out
+
+
+def _counts_of_single_occurrences(
+    cells: int, group_cells, position, keys, row_strings, rows_i, row_groups, V: int, dtype
+) -> np.ndarray | None:
+    """counts_at with groups where no (string, group) occurs twice (UF's input tokens are distinct, so the
+    positions right after a symbol form a group of one): a row counts its group's one key if that position
+    is at or before the row, found in a table of the `cells` (string, group) pairs, not by sorting. None
+    if some (string, group) occurs twice. An occurrence's cell is group_cells, a row's row_strings + group
+    (string * groups + group)."""
+    first = np.full(cells, -1)
+    first[group_cells] = position
+    if not np.array_equal(first[group_cells], position):  # two occurrences of a group: one overwrote the other
+        return None
+    symbol = np.zeros(cells, keys.dtype)
+    symbol[group_cells] = keys
+    row_cells = row_strings + np.maximum(row_groups, 0)
+    seen = np.flatnonzero((row_groups >= 0) & (first[row_cells] >= 0) & (first[row_cells] <= rows_i))
+    histogram = np.zeros((len(rows_i), V), dtype)
+    histogram[seen, symbol[row_cells[seen]]] = 1
+    return histogram
 
 
 class SelectedEvaluator(BatchEvaluator):
@@ -123,26 +158,30 @@ class SelectedEvaluator(BatchEvaluator):
         return Value(self.at_rows(value.array), value.axes)
 
     def _count(self, node: E.CountOf, env) -> Computation[Value]:
-        counted = (yield self._onehot_count(node.body, env)) if node.offset is None else None
+        counted = None
+        if node.offset is None:
+            counted = yield self._onehot_count(node.body, env)
+            if counted is None and node.body.free and node.body.free <= set(env):
+                counted = yield self._keyed_count(node.body, sorted(node.body.free), env)
         return counted if counted is not None else (yield self._from_whole(node, env))
+
+    def keyed_counts(self, code_BxT: np.ndarray, weights: Value, query_BxT: np.ndarray) -> Value | None:
+        """BatchEvaluator.keyed_counts at the chosen rows (code over whole strings, queries at the rows), for
+        bool weights without index axes (else None: counted over whole strings)."""
+        if weights.axes:
+            return None
+        occurs = np.where(np.broadcast_to(weights.array, code_BxT.shape), 0, -1)
+        row_codes = np.broadcast_to(query_BxT, (self.B, 1))[:, 0]
+        counts = counts_at(occurs, self.rows_b, self.rows_i, 1, self.count_dtype, code_BxT, row_codes)
+        return Value(counts, ())
 
     def _onehot_count(self, body: E.Expr, env) -> Computation[Value | None]:
         """`#[j <= i] (K[t] and R[s])` with R one-hot in the free index s and K one-hot in the index t
         bound at i (or no K): for every s, the j <= i where R's key is s and K's key is t(i)."""
-        free = body.free - set(env)
-        if len(free) != 1 or len(body.free & set(env)) > 1:
+        parts = self.onehot_count_parts(body, env)
+        if parts is None:
             return None
-        (name,) = free
-        keyed, rest = [], []
-        for part in conjuncts(body):
-            if part.free & set(env):
-                if name in part.free:
-                    return None
-                keyed.append(part)
-            else:
-                rest.append(part)
-        if not any(name in part.free for part in rest):
-            return None
+        name, keyed, rest = parts
         key = yield self.whole.onehot_key(self.whole.conjunction(rest), name, {})
         group_key, row_groups = None, None
         if keyed:
@@ -158,6 +197,22 @@ class SelectedEvaluator(BatchEvaluator):
                 key, self.rows_b, self.rows_i, self.V, self.count_dtype, group_key, row_groups
             )
         return Value(self.counted[memo_key][:, None], (name,))
+
+    def over_strings(self) -> BatchEvaluator:
+        return self.whole
+
+    def group_counts(
+        self, occurs_BxT: np.ndarray, groups_BxT: np.ndarray | None, queries: np.ndarray | None, symbols: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """BatchEvaluator.group_counts at the chosen rows, from the whole strings' occurrences and groups."""
+        ones = np.where(occurs_BxT, 0, -1)  # every occurrence counts as the one symbol 0
+        if groups_BxT is None:
+            counts = counts_at(ones, self.rows_b, self.rows_i, 1, self.count_dtype)
+            return counts, symbols[self.rows_b, :1]
+        row_groups = np.broadcast_to(queries, (self.B, 1))[:, 0]
+        counts = counts_at(ones, self.rows_b, self.rows_i, 1, self.count_dtype, groups_BxT, row_groups)
+        symbol = symbols[self.rows_b, np.maximum(row_groups, 0)]
+        return counts, np.where(row_groups >= 0, symbol, -1)[:, None]
 
     def _periodic(self, node: E.Periodic, env) -> Value:
         return Value(((self.rows_i + 1) % node.modulus == node.residue)[:, None], ())
