@@ -1,0 +1,364 @@
+"""The rules by which crasp.lowered turns a program's nodes into JAX array operations.
+
+A `Lowering` walks the program DAG inside a `jax.jit` trace and emits, for each node, the operations
+that compute its value on a whole batch: a node's value is an array (B, T, V, ..., V) with one axis
+per free index variable (named in `Value.axes`, sorted; an axis may have size 1 and broadcast), as in
+crasp.evaluate. The walk runs once per compiled shape; what it leaves is one XLA program.
+
+Dense evaluation is the baseline: a node costs (B, T) times V per free index variable. Three rewrites of
+crasp.evaluate carry over, because they follow from the program's structure alone (evaluate's others
+sort positions or read the batch's values, which a traced function cannot branch on):
+- `any t: K(t) and rest` with K one-hot in t (`Q(t)`, `t = x`, `prev[t]`-style local counts, their
+  conjunctions): rest is evaluated with t bound to K's key, a (B, T) array of symbol ids (-1: none),
+  so rest's arrays lose their t axis: `Q(t)` becomes a comparison with the key, not a (B, T, V) table.
+- a count whose body reads an index bound at i is counted densely over that index, (B, T, V), and
+  read at the bound symbol by a gather: a keyed prefix sum as a cumulative sum then a gather.
+- `all u: A >= B[u]` (and the other one-sided comparisons) is `A >= max_u B[u]`.
+
+Counts are in the count type crasp.lowered picks (int32, or int64 under a scoped jax.enable_x64);
+in int64, each `+` and `-` records where it wrapped around (`wraps`), so the caller can refuse the
+value as crasp.evaluate does. Rules that need other values are generators run by crasp.trampoline,
+so programs nested deeper than Python's recursion limit lower too.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from crasp import expr as E
+from crasp.evaluate import Value, conjuncts
+from crasp.trampoline import Computation, trampoline
+
+_MEANS_ONE = {(">=", 1), (">", 0), ("!=", 0), ("=", 1)}  # a 0/1 local count compared so: "it is 1"
+_MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}  # a op b == b _MIRRORED[op] a
+
+
+def _aligned(value: Value, axes: tuple[str, ...]):
+    """The value's array with one trailing axis per name in `axes`, in that order (size 1 where absent)."""
+    present = [a for a in axes if a in value.axes]
+    array = jnp.transpose(value.array, (0, 1, *(2 + value.axes.index(a) for a in present)))
+    sizes = iter(array.shape[2:])
+    return array.reshape(array.shape[:2] + tuple(next(sizes) if a in value.axes else 1 for a in axes))
+
+
+def _together(*values: Value) -> tuple[tuple[str, ...], list]:
+    axes = tuple(sorted(set().union(*(v.axes for v in values))))
+    return axes, [_aligned(v, axes) for v in values]
+
+
+def _shifted(array, offset: int, fill, later: bool):
+    """Along positions: out[:, i] = array[:, i - offset] if `later`, else array[:, i + offset]; `fill`
+    where that position lies outside the string. Offsets reach 2**40: never pad by more than T."""
+    T = array.shape[1]
+    step = min(offset, T)
+    if step == 0:
+        return array
+    filler = jnp.full((array.shape[0], step) + array.shape[2:], fill, array.dtype)
+    if later:
+        return jnp.concatenate([filler, array[:, : T - step]], axis=1)
+    return jnp.concatenate([array[:, step:], filler], axis=1)
+
+
+def _merge_renamed(value: Value, renames: dict[str, str]) -> Value:
+    """A definition's value with its parameter axes named by the caller's indices; two parameters
+    given the same index read the diagonal."""
+    array, axes = value.array, [renames.get(a, a) for a in value.axes]
+    while len(set(axes)) < len(axes):
+        first = next(k for k, a in enumerate(axes) if axes.count(a) > 1)
+        second = axes.index(axes[first], first + 1)
+        array = jnp.moveaxis(jnp.diagonal(array, axis1=2 + first, axis2=2 + second), -1, 2 + first)
+        del axes[second]
+    return Value(_aligned(Value(array, tuple(axes)), tuple(sorted(axes))), tuple(sorted(axes)))
+
+
+_COMBINE = {
+    "and": jnp.logical_and,
+    "or": jnp.logical_or,
+    "+": jnp.add,
+    "-": jnp.subtract,
+    "min": jnp.minimum,
+    "max": jnp.maximum,
+    **E.COMPARISONS,
+}
+
+
+class Lowering:
+    """Emits the operations of a program's nodes on one traced batch `tokens_BxT` (int32 symbol ids, -1 padding)."""
+
+    def __init__(self, tokens_BxT, V: int, symbol_ids: dict[str, int], count_dtype, check_wraps: bool):
+        self.tokens = tokens_BxT
+        self.B, self.T = tokens_BxT.shape
+        self.V = V
+        self.symbol_ids = symbol_ids
+        self.count_dtype = count_dtype
+        self.check_wraps = check_wraps
+        self.wraps: list[tuple[E.Arith, object]] = []  # (node, (B, T) bool: wrapped there), in lowering order
+        self.memo: dict[tuple, Value] = {}
+        self.keys_alive: list = []  # bound keys whose id() is part of a memo key
+        self.constants: dict[str, object] = {}  # the key of each literal symbol, shared by every use
+        self.built: dict[tuple[int, ...], E.Expr] = {}  # conjunctions built here, kept alive for their ids
+
+    def output(self, node: E.Expr, axes: tuple[str, ...]):
+        """The node's value as a (B, T, V, ...) array, one axis per name in `axes`."""
+        array = _aligned(trampoline(self.value(node, {})), axes)
+        return jnp.broadcast_to(array, (self.B, self.T) + (self.V,) * len(axes))
+
+    def value(self, node: E.Expr, env: dict) -> Computation[Value]:
+        used = {name: env[name] for name in sorted(node.free) if name in env}
+        key = (id(node), tuple((name, id(k)) for name, k in used.items()))
+        found = self.memo.get(key)
+        if found is None:
+            found = getattr(self, _RULES[type(node)])(node, used)
+            if not isinstance(found, Value):  # the rule needs other values: a generator
+                found = yield found
+            self.memo[key] = found
+        return found
+
+    def bound(self, key_BxT):
+        """A key that an index is bound to, kept alive for its id. A key is -1 (no symbol) only where
+        nothing reads what it selects: where the one-hot conjunct that bound it is false (the value is
+        masked), or past the end of the positions a local count reads."""
+        key_BxT = jnp.broadcast_to(key_BxT, (self.B, self.T))
+        self.keys_alive.append(key_BxT)
+        return key_BxT
+
+    def constant_key(self, symbol: str):
+        if symbol not in self.constants:
+            self.constants[symbol] = self.bound(jnp.full((self.B, self.T), self.symbol_ids[symbol], jnp.int32))
+        return self.constants[symbol]
+
+    def conjunction(self, parts: list[E.Expr]) -> E.Expr:
+        key = tuple(id(part) for part in parts)
+        if key not in self.built:
+            result = parts[0]
+            for part in parts[1:]:
+                result = E.And(result, part)
+            self.built[key] = result
+        return self.built[key]
+
+    # ------------------------------------------------------------ leaves
+    def _const(self, node: E.BoolConst, env) -> Value:
+        return Value(jnp.full((1, 1), node.value), ())
+
+    def _number(self, node: E.Number, env) -> Value:
+        return Value(jnp.full((1, 1), node.value, self.count_dtype), ())
+
+    def _periodic(self, node: E.Periodic, env) -> Value:
+        # A constant of the compiled shape, computed here in int64: m and r reach 2**40, past int32.
+        positions = np.arange(1, self.T + 1)  # BOS is position 1
+        return Value(jnp.asarray(positions % node.modulus == node.residue)[None, :], ())
+
+    def _token(self, node: E.Token, env) -> Value:
+        symbol = node.symbol
+        if isinstance(symbol, str):
+            return Value(self.tokens == self.symbol_ids[symbol], ())
+        if symbol.name in env:
+            return Value(self.tokens == env[symbol.name], ())
+        return Value(self.tokens[:, :, None] == jnp.arange(self.V), (symbol.name,))
+
+    def _symbol_relation(self, node: E.SymbolRelation, env) -> Value:
+        sides = []
+        for side in (node.left, node.right):
+            if isinstance(side, str):
+                sides.append(Value(jnp.full((1, 1), self.symbol_ids[side]), ()))
+            elif side.name in env:
+                sides.append(Value(env[side.name], ()))
+            else:
+                sides.append(Value(jnp.arange(self.V).reshape(1, 1, self.V), (side.name,)))
+        axes, (left, right) = _together(*sides)
+        return Value(left == right if node.op == "=" else left < right, axes)
+
+    # ------------------------------------------------------------ operators
+    def _not(self, node: E.Not, env) -> Computation[Value]:
+        inner = yield self.value(node.operand, env)
+        return Value(~inner.array, inner.axes)
+
+    def _binary(self, node, env) -> Computation[Value]:
+        left, right = (yield self.value(node.left, env)), (yield self.value(node.right, env))
+        axes, (a, b) = _together(left, right)
+        op = getattr(node, "op", None) or node.word
+        result = _COMBINE[op](a, b)
+        if self.check_wraps and op in ("+", "-"):
+            self._record_wraps(node, a, b, result)
+        return Value(result, axes)
+
+    def _record_wraps(self, node: E.Arith, a, b, result) -> None:
+        """Where an int64 sum left the range: its sign differs from both addends' (a - b: from a's and
+        from that of ~b). Only the real positions of strings count."""
+        other = b if node.op == "+" else ~b
+        wrapped = jnp.broadcast_to(((a ^ result) & (other ^ result)) < 0, (self.B, self.T) + result.shape[2:])
+        wrapped = wrapped.reshape(self.B, self.T, -1).any(axis=2) & (self.tokens >= 0)
+        self.wraps.append((node, wrapped))
+
+    def _conditional(self, node: E.Conditional, env) -> Computation[Value]:
+        parts = []
+        for part in (node.condition, node.if_true, node.if_false):
+            parts.append((yield self.value(part, env)))
+        axes, (c, a, b) = _together(*parts)
+        return Value(jnp.where(c, a, b), axes)
+
+    def _named(self, node: E.Named, env) -> Computation[Value]:
+        inner_env, renames = self.body_scope(node, env)
+        return _merge_renamed((yield self.value(node.body, inner_env)), renames)
+
+    def body_scope(self, node: E.Named, env) -> tuple[dict, dict[str, str]]:
+        """A definition's parameters given a symbol or a bound index are bound in its body; the others
+        stay free, renamed to the caller's index names."""
+        inner_env, renames = {}, {}
+        for param, arg in zip(node.params, node.args):
+            if isinstance(arg, str):
+                inner_env[param] = self.constant_key(arg)
+            elif arg.name in env:
+                inner_env[param] = env[arg.name]
+            else:
+                renames[param] = arg.name
+        return inner_env, renames
+
+    # ------------------------------------------------------------ quantifiers
+    def _quantified(self, node: E.Quantified, env) -> Computation[Value]:
+        name = node.index.name
+        if node.kind == "any":
+            bound = yield self._bound_by_conjunct(node.body, name, env)
+            if bound is not None:
+                return bound
+        reduced = yield self._extreme_compared(node, env)
+        if reduced is not None:
+            return reduced
+        body = yield self.value(node.body, env)
+        if name not in body.axes:
+            return body
+        axis = 2 + body.axes.index(name)
+        if body.array.shape[axis] == 1:  # the same value for every symbol: any/all of it is itself
+            return Value(jnp.squeeze(body.array, axis), tuple(a for a in body.axes if a != name))
+        reduce = jnp.any if node.kind == "any" else jnp.all
+        return Value(reduce(body.array, axis=axis), tuple(a for a in body.axes if a != name))
+
+    def _bound_by_conjunct(self, body: E.Expr, name: str, env) -> Computation[Value | None]:
+        parts = conjuncts(body)
+        for k, part in enumerate(parts):
+            key = yield self.onehot_key(part, name, env)
+            if key is None:
+                continue
+            found = key >= 0
+            rest = parts[:k] + parts[k + 1 :]
+            if not rest:
+                return Value(found, ())
+            inner = yield self.value(self.conjunction(rest), {**env, name: self.bound(key)})
+            return Value(inner.array & found.reshape(found.shape + (1,) * len(inner.axes)), inner.axes)
+        return None
+
+    def _extreme_compared(self, node: E.Quantified, env) -> Computation[Value | None]:
+        """`all u: A >= B[u]` is `A >= max_u B[u]`; likewise the other one-sided comparisons and `any`."""
+        body, name = node.body, node.index.name
+        if not isinstance(body, E.Compare) or body.op not in _MIRRORED:
+            return None
+        op, left, right = body.op, body.left, body.right
+        if name in left.free and name not in right.free:
+            op, left, right = _MIRRORED[op], right, left
+        if name in left.free or name not in right.free:
+            return None
+        values = yield self.value(right, env)
+        axis = 2 + values.axes.index(name)
+        wants_large = op in (">", ">=")
+        reduce = jnp.max if wants_large == (node.kind == "all") else jnp.min
+        extreme = Value(reduce(values.array, axis=axis), tuple(a for a in values.axes if a != name))
+        axes, (a, b) = _together((yield self.value(left, env)), extreme)
+        return Value(E.COMPARISONS[op](a, b), axes)
+
+    # ------------------------------------------------------------ counts
+    def _count(self, node: E.CountOf, env) -> Computation[Value]:
+        if node.offset is not None:
+            # The body at j = i - c, with the indices bound at i: the keys move c later, then the value back.
+            moved = {n: self.bound(_shifted(k, node.offset, -1, later=False)) for n, k in env.items()}
+            body = yield self.value(node.body, moved)
+            array = jnp.broadcast_to(body.array, body.array.shape[:1] + (self.T,) + body.array.shape[2:])
+            return Value(_shifted(array.astype(self.count_dtype), node.offset, 0, later=True), body.axes)
+        # Indices bound at i are counted densely over j, then read at i's symbol: (B, T, V) per index.
+        body = yield self.value(node.body, {})
+        array = jnp.broadcast_to(body.array, (self.B, self.T) + body.array.shape[2:])
+        counts, axes = jnp.cumsum(array, axis=1, dtype=self.count_dtype), body.axes
+        for name, key in env.items():
+            axis = 2 + axes.index(name)
+            index = key.reshape(key.shape + (1,) * (counts.ndim - 2))
+            picked = jnp.take_along_axis(
+                jnp.broadcast_to(counts, counts.shape[:axis] + (self.V,) + counts.shape[axis + 1 :]), index, axis=axis
+            )
+            counts = jnp.squeeze(picked, axis)
+            axes = tuple(a for a in axes if a != name)
+        return Value(counts, axes)
+
+    # ------------------------------------------------------------ one-hot keys
+    def onehot_key(self, node: E.Expr, name: str, env) -> Computation[object | None]:
+        """If node, as a family over `name`, is true for t = key(i) alone (for none where key < 0), by its
+        structure: key as a (B, T) array; else None. Its other indices must be bound in env."""
+        if name not in node.free or not (node.free - {name}) <= set(env):
+            return None
+        if isinstance(node, E.Token):
+            return self.tokens
+        if isinstance(node, E.SymbolRelation):
+            if node.op != "=" or node.left == node.right:
+                return None
+            other = node.right if node.left == E.Var(name) else node.left
+            return self.constant_key(other) if isinstance(other, str) else env[other.name]
+        if isinstance(node, E.Compare):
+            return (yield self._seen_key(node, name, env))
+        if isinstance(node, E.And):
+            return (yield self._conjoined_key(node, name, env))
+        if isinstance(node, E.Named):
+            inner_env, renames = self.body_scope(node, env)
+            if list(renames.values()) == [name]:
+                return (yield self.onehot_key(node.body, next(iter(renames)), inner_env))
+        return None
+
+    def _seen_key(self, node: E.Compare, name: str, env) -> Computation[object | None]:
+        """`#[j <= i, j = i - c] K(t) >= 1` (or = 1, ...): K's key c positions back."""
+        count, constant = node.left, node.right
+        if not (
+            isinstance(count, E.CountOf)
+            and count.offset is not None
+            and isinstance(constant, E.Number)
+            and (node.op, constant.value) in _MEANS_ONE
+        ):
+            return None
+        moved = {n: self.bound(_shifted(k, count.offset, -1, later=False)) for n, k in env.items()}
+        key = yield self.onehot_key(count.body, name, moved)
+        return None if key is None else _shifted(key, count.offset, -1, later=True)
+
+    def _conjoined_key(self, node: E.And, name: str, env) -> Computation[object | None]:
+        """`K(t) and L(t)`: both keys where they agree; `K(t) and R` with R free of t: K's key where R holds."""
+        keys = []
+        for side in (node.left, node.right):
+            keys.append((yield self.onehot_key(side, name, env)) if name in side.free else None)
+        left, right = keys
+        if left is not None and right is not None:
+            return jnp.where(left == right, left, -1)
+        key, other = (left, node.right) if left is not None else (right, node.left)
+        if key is None or name in other.free or not other.free <= set(env):
+            return None
+        holds = jnp.broadcast_to((yield self.value(other, env)).array, key.shape)
+        return jnp.where(holds, key, -1)
+
+
+_RULES = {
+    E.BoolConst: "_const",
+    E.Token: "_token",
+    E.SymbolRelation: "_symbol_relation",
+    E.Not: "_not",
+    E.And: "_binary",
+    E.Or: "_binary",
+    E.Compare: "_binary",
+    E.Periodic: "_periodic",
+    E.Quantified: "_quantified",
+    E.CountOf: "_count",
+    E.Number: "_number",
+    E.Arith: "_binary",
+    E.Conditional: "_conditional",
+    E.NamedBool: "_named",
+    E.NamedCount: "_named",
+}
+
+
+def value_bytes(lowering: Lowering) -> int:
+    """The bytes of every value the lowering made (an upper bound on what its compiled function holds)."""
+    return sum(int(np.prod(v.array.shape)) * v.array.dtype.itemsize for v in lowering.memo.values())
