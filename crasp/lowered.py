@@ -66,7 +66,7 @@ class LoweredProgram:
         self.wrapping: dict[tuple[int, int], list[E.Arith]] = {}  # the `+` and `-` checked in each shape
         self.compiled = jax.jit(self._values, static_argnums=1)
 
-    def _lowered(self, tokens_BxT, wide: bool):
+    def lowering_of(self, tokens_BxT, wide: bool):
         """The operations of every chosen definition on the traced batch, and the lowering that emitted them."""
         import jax.numpy as jnp
 
@@ -79,7 +79,7 @@ class LoweredProgram:
 
     def _values(self, tokens_BxT, wide: bool):
         """The traced function: every chosen definition's array, and where each checked sum wrapped."""
-        lowering, arrays = self._lowered(tokens_BxT, wide)
+        lowering, arrays = self.lowering_of(tokens_BxT, wide)
         self.wrapping[tokens_BxT.shape] = [node for node, _ in lowering.wraps]
         return arrays, tuple(wrapped for _, wrapped in lowering.wraps)
 
@@ -94,7 +94,7 @@ class LoweredProgram:
             held = []
 
             def one_string(tokens):
-                lowering, arrays = self._lowered(tokens, wide)
+                lowering, arrays = self.lowering_of(tokens, wide)
                 held.append(value_bytes(lowering))
                 return arrays
 

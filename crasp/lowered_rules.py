@@ -7,12 +7,14 @@ crasp.evaluate. The walk runs once per compiled shape; what it leaves is one XLA
 
 Dense evaluation is the baseline: a node costs (B, T) times V per free index variable. Three rewrites of
 crasp.evaluate carry over, because they follow from the program's structure alone (evaluate's others
-sort positions or read the batch's values, which a traced function cannot branch on):
+read the batch's values, or walk segments between occurrences, which a traced function cannot do):
 - `any t: K(t) and rest` with K one-hot in t (`Q(t)`, `t = x`, `prev[t]`-style local counts, their
   conjunctions): rest is evaluated with t bound to K's key, a (B, T) array of symbol ids (-1: none),
   so rest's arrays lose their t axis: `Q(t)` becomes a comparison with the key, not a (B, T, V) table.
-- a count whose body reads an index bound at i is counted densely over that index, (B, T, V), and
-  read at the bound symbol by a gather: a keyed prefix sum as a cumulative sum then a gather.
+- a count whose body is `K(t) and R` with K one-hot in t, t bound at i, is a keyed prefix sum: the
+  R(j) of the j whose key is t(i), summed in sorted order (crasp.lowered_arrays), (B, T) times R's size.
+  Any other count whose body reads an index bound at i is counted densely over that index, then
+  read at the bound symbol by a gather: (B, T, V) per bound index.
 - `all u: A >= B[u]` (and the other one-sided comparisons) is `A >= max_u B[u]`.
 
 Counts are in the count type crasp.lowered picks (int32, or int64 under a scoped jax.enable_x64);
@@ -28,48 +30,12 @@ import numpy as np
 
 from crasp import expr as E
 from crasp.evaluate import Value, conjuncts
+from crasp.lowered import INT32_MAX
+from crasp.lowered_arrays import aligned, keyed_prefix_sum, merge_renamed, shifted, together
 from crasp.trampoline import Computation, trampoline
 
 _MEANS_ONE = {(">=", 1), (">", 0), ("!=", 0), ("=", 1)}  # a 0/1 local count compared so: "it is 1"
 _MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}  # a op b == b _MIRRORED[op] a
-
-
-def _aligned(value: Value, axes: tuple[str, ...]):
-    """The value's array with one trailing axis per name in `axes`, in that order (size 1 where absent)."""
-    present = [a for a in axes if a in value.axes]
-    array = jnp.transpose(value.array, (0, 1, *(2 + value.axes.index(a) for a in present)))
-    sizes = iter(array.shape[2:])
-    return array.reshape(array.shape[:2] + tuple(next(sizes) if a in value.axes else 1 for a in axes))
-
-
-def _together(*values: Value) -> tuple[tuple[str, ...], list]:
-    axes = tuple(sorted(set().union(*(v.axes for v in values))))
-    return axes, [_aligned(v, axes) for v in values]
-
-
-def _shifted(array, offset: int, fill, later: bool):
-    """Along positions: out[:, i] = array[:, i - offset] if `later`, else array[:, i + offset]; `fill`
-    where that position lies outside the string. Offsets reach 2**40: never pad by more than T."""
-    T = array.shape[1]
-    step = min(offset, T)
-    if step == 0:
-        return array
-    filler = jnp.full((array.shape[0], step) + array.shape[2:], fill, array.dtype)
-    if later:
-        return jnp.concatenate([filler, array[:, : T - step]], axis=1)
-    return jnp.concatenate([array[:, step:], filler], axis=1)
-
-
-def _merge_renamed(value: Value, renames: dict[str, str]) -> Value:
-    """A definition's value with its parameter axes named by the caller's indices; two parameters
-    given the same index read the diagonal."""
-    array, axes = value.array, [renames.get(a, a) for a in value.axes]
-    while len(set(axes)) < len(axes):
-        first = next(k for k, a in enumerate(axes) if axes.count(a) > 1)
-        second = axes.index(axes[first], first + 1)
-        array = jnp.moveaxis(jnp.diagonal(array, axis1=2 + first, axis2=2 + second), -1, 2 + first)
-        del axes[second]
-    return Value(_aligned(Value(array, tuple(axes)), tuple(sorted(axes))), tuple(sorted(axes)))
 
 
 _COMBINE = {
@@ -101,7 +67,7 @@ class Lowering:
 
     def output(self, node: E.Expr, axes: tuple[str, ...]):
         """The node's value as a (B, T, V, ...) array, one axis per name in `axes`."""
-        array = _aligned(trampoline(self.value(node, {})), axes)
+        array = aligned(trampoline(self.value(node, {})), axes)
         return jnp.broadcast_to(array, (self.B, self.T) + (self.V,) * len(axes))
 
     def value(self, node: E.Expr, env: dict) -> Computation[Value]:
@@ -166,7 +132,7 @@ class Lowering:
                 sides.append(Value(env[side.name], ()))
             else:
                 sides.append(Value(jnp.arange(self.V).reshape(1, 1, self.V), (side.name,)))
-        axes, (left, right) = _together(*sides)
+        axes, (left, right) = together(*sides)
         return Value(left == right if node.op == "=" else left < right, axes)
 
     # ------------------------------------------------------------ operators
@@ -176,7 +142,7 @@ class Lowering:
 
     def _binary(self, node, env) -> Computation[Value]:
         left, right = (yield self.value(node.left, env)), (yield self.value(node.right, env))
-        axes, (a, b) = _together(left, right)
+        axes, (a, b) = together(left, right)
         op = getattr(node, "op", None) or node.word
         result = _COMBINE[op](a, b)
         if self.check_wraps and op in ("+", "-"):
@@ -195,12 +161,12 @@ class Lowering:
         parts = []
         for part in (node.condition, node.if_true, node.if_false):
             parts.append((yield self.value(part, env)))
-        axes, (c, a, b) = _together(*parts)
+        axes, (c, a, b) = together(*parts)
         return Value(jnp.where(c, a, b), axes)
 
     def _named(self, node: E.Named, env) -> Computation[Value]:
         inner_env, renames = self.body_scope(node, env)
-        return _merge_renamed((yield self.value(node.body, inner_env)), renames)
+        return merge_renamed((yield self.value(node.body, inner_env)), renames)
 
     def body_scope(self, node: E.Named, env) -> tuple[dict, dict[str, str]]:
         """A definition's parameters given a symbol or a bound index are bound in its body; the others
@@ -263,17 +229,21 @@ class Lowering:
         wants_large = op in (">", ">=")
         reduce = jnp.max if wants_large == (node.kind == "all") else jnp.min
         extreme = Value(reduce(values.array, axis=axis), tuple(a for a in values.axes if a != name))
-        axes, (a, b) = _together((yield self.value(left, env)), extreme)
+        axes, (a, b) = together((yield self.value(left, env)), extreme)
         return Value(E.COMPARISONS[op](a, b), axes)
 
     # ------------------------------------------------------------ counts
     def _count(self, node: E.CountOf, env) -> Computation[Value]:
         if node.offset is not None:
             # The body at j = i - c, with the indices bound at i: the keys move c later, then the value back.
-            moved = {n: self.bound(_shifted(k, node.offset, -1, later=False)) for n, k in env.items()}
+            moved = {n: self.bound(shifted(k, node.offset, -1, later=False)) for n, k in env.items()}
             body = yield self.value(node.body, moved)
             array = jnp.broadcast_to(body.array, body.array.shape[:1] + (self.T,) + body.array.shape[2:])
-            return Value(_shifted(array.astype(self.count_dtype), node.offset, 0, later=True), body.axes)
+            return Value(shifted(array.astype(self.count_dtype), node.offset, 0, later=True), body.axes)
+        if env:
+            keyed = yield self._keyed_count(node.body, env)
+            if keyed is not None:
+                return keyed
         # Indices bound at i are counted densely over j, then read at i's symbol: (B, T, V) per index.
         body = yield self.value(node.body, {})
         array = jnp.broadcast_to(body.array, (self.B, self.T) + body.array.shape[2:])
@@ -287,6 +257,30 @@ class Lowering:
             counts = jnp.squeeze(picked, axis)
             axes = tuple(a for a in axes if a != name)
         return Value(counts, axes)
+
+    def _keyed_count(self, body: E.Expr, env) -> Computation[Value | None]:
+        """`#[j <= i] (K(t) and R)` with K one-hot in t (t bound at i) and R free of the bound indices:
+        the R(j) of the j whose key is t(i), summed in sorted order (crasp.lowered_arrays)."""
+        keyed: dict[str, list[E.Expr]] = {name: [] for name in env}
+        rest: list[E.Expr] = []
+        for part in conjuncts(body):
+            uses = [name for name in env if name in part.free]
+            if len(uses) > 1:
+                return None
+            (keyed[uses[0]] if uses else rest).append(part)
+        groups = self.V ** len(env)
+        if (groups + 1) * self.T > INT32_MAX:  # the sort codes (key, position) are int32
+            return None
+        code, query = jnp.zeros((self.B, self.T), jnp.int32), jnp.zeros((self.B, self.T), jnp.int32)
+        for name, parts in keyed.items():
+            key = yield self.onehot_key(self.conjunction(parts), name, {})
+            if key is None:
+                return None
+            code = jnp.where((code >= 0) & (key >= 0), code * self.V + key, -1)
+            query = query * self.V + env[name]  # a bound key < 0 is read nowhere (see bound())
+        weights = (yield self.value(self.conjunction(rest), {})) if rest else Value(jnp.ones((1, 1), bool), ())
+        array = jnp.broadcast_to(weights.array, (self.B, self.T) + weights.array.shape[2:])
+        return Value(keyed_prefix_sum(code, array, query, groups, self.count_dtype), weights.axes)
 
     # ------------------------------------------------------------ one-hot keys
     def onehot_key(self, node: E.Expr, name: str, env) -> Computation[object | None]:
@@ -321,9 +315,9 @@ class Lowering:
             and (node.op, constant.value) in _MEANS_ONE
         ):
             return None
-        moved = {n: self.bound(_shifted(k, count.offset, -1, later=False)) for n, k in env.items()}
+        moved = {n: self.bound(shifted(k, count.offset, -1, later=False)) for n, k in env.items()}
         key = yield self.onehot_key(count.body, name, moved)
-        return None if key is None else _shifted(key, count.offset, -1, later=True)
+        return None if key is None else shifted(key, count.offset, -1, later=True)
 
     def _conjoined_key(self, node: E.And, name: str, env) -> Computation[object | None]:
         """`K(t) and L(t)`: both keys where they agree; `K(t) and R` with R free of t: K's key where R holds."""

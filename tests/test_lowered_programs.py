@@ -8,6 +8,7 @@ import itertools
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -24,7 +25,7 @@ from crasp.program import Definition, Program, print_program
 from crasp.reference import reference_value
 from crasp.syntax import parse
 from crasp.tasks import get_task
-from crasp.witnesses import WITNESSES
+from crasp.witnesses import WITNESSES, copy_backward, copy_forward
 
 from tests.crasp_strategies import ALPHABET, bool_expr, programs, strings
 
@@ -93,37 +94,58 @@ ONE_HOT_IN_T = [
 ]
 
 
+def _program_of(bodies: dict[str, E.Expr]) -> Program:
+    """A program over ALPHABET defining the families above and then `bodies`."""
+    used = [Definition(f.__name__, ("p",), f(E.Var("p")).body) for f in (prev, a_seen_twice, again)]
+    defined = [Definition(name, (), body) for name, body in bodies.items()]
+    return Program(ALPHABET, (*used, *defined, Definition("top", (), E.TRUE)), accept="top")
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(ONE_HOT_IN_T), bool_expr(("t",), 2, ()), st.lists(strings(), min_size=1, max_size=4))
 def test_every_one_hot_conjunct_binds_its_index_exactly(key, rest, batch):
-    used = [Definition(f.__name__, ("p",), f(E.Var("p")).body) for f in (prev, a_seen_twice, again)]
-    definitions = (
-        *used,
-        Definition("bound", (), E.any_(t, key & rest)),
-        Definition("counted", (), E.any_(t, key & (E.count(E.Q(t) & rest) >= 2))),
-        Definition("top", (), E.TRUE),
-    )
-    program = Program(ALPHABET, definitions, accept="top")
+    program = _program_of({"bound": E.any_(t, key & rest), "counted": E.any_(t, key & (E.count(E.Q(t) & rest) >= 2))})
     tokens = encode(program, batch)
     values = lower(program)(tokens)
     _assert_equal_to_evaluate(program, tokens, values)
     _assert_equal_to_reference(program, batch, values)
 
 
+def _values_made(program: Program, names: list[str] | None = None, shape=(2, 9)) -> list:
+    """Every value the lowering of the named definitions makes on strings of `shape` (traced, not compiled)."""
+    lowered, made = lower(program, names), []
+    jax.eval_shape(
+        lambda tokens: made.append(lowered.lowering_of(tokens, False)[0]), jax.ShapeDtypeStruct(shape, np.int32)
+    )
+    return list(made[0].memo.values())
+
+
 @pytest.mark.parametrize("key", ONE_HOT_IN_T, ids=E.show)
 def test_a_one_hot_conjunct_makes_no_table_over_the_alphabet(key):
-    import jax
+    program = _program_of({"bound": E.any_(t, key & ~prev(t))})  # the rest has no one-hot conjunct of its own
+    assert all(value.axes == () for value in _values_made(program, ["bound"]))
 
-    from crasp.lowered_rules import Lowering
 
-    lowerings = []
+@pytest.mark.parametrize("make", [copy_forward, copy_backward])
+def test_a_count_keyed_by_the_previous_symbol_makes_no_table_over_two_alphabets(make):
+    # UF's `any t: Q(t) and #[j <= i] (Q(s) and prev[t] ...) >= 1`: counted densely, (B, T, V, V).
+    program = make(get_task("UF").symbols)
+    assert max(len(value.axes) for value in _values_made(program)) == 1
 
-    def lowered(tokens):
-        lowerings.append(Lowering(tokens, len(ALPHABET), {a: k for k, a in enumerate(ALPHABET)}, np.int32, False))
-        return lowerings[0].output(E.any_(t, key & ~prev(t)), ())  # the rest: no one-hot conjunct
 
-    jax.eval_shape(lowered, jax.ShapeDtypeStruct((2, 5), np.int32))
-    assert lowerings[0].memo and all(value.axes == () for value in lowerings[0].memo.values())
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_keyed_prefix_sum_equals_its_definition(data):
+    from crasp.lowered_arrays import keyed_prefix_sum
+
+    B, T, groups = 2, 8, data.draw(st.integers(1, 4))  # few shapes, each compiled once
+    draw_keys = st.lists(st.integers(-1, groups - 1), min_size=B * T, max_size=B * T)
+    keys, queries = (np.array(data.draw(draw_keys), np.int32).reshape(B, T) for _ in range(2))
+    values = np.array(data.draw(st.lists(st.integers(0, 5), min_size=B * T * 2, max_size=B * T * 2))).reshape(B, T, 2)
+    got = np.asarray(jax.jit(keyed_prefix_sum, static_argnums=(3, 4))(keys, values, queries, groups, np.int32))
+    for b, i in itertools.product(range(B), range(T)):
+        matching = [values[b, j] for j in range(i + 1) if queries[b, i] >= 0 and keys[b, j] == queries[b, i]]
+        assert (got[b, i] == sum(matching, np.zeros(2, int))).all(), (b, i)
 
 
 def test_one_compiled_shape_serves_batches_of_several_sizes():
