@@ -11,8 +11,9 @@ values are dropped), sized so that the values of one chunk stay under a memory b
 first run on one string without compiling (`jax.eval_shape`), which gives the bytes of every value
 per string.
 
-Counts are int32 where `crasp.evaluate.count_bound` proves every count of the program fits in it on
-strings of the batch's length. Where it does not (constants near 2**40, definitions that double
+Counts are in the narrowest of int16 and int32 that `crasp.evaluate.count_dtype` proves holds every
+count of the program on strings of the batch's length (int16 where it can: XLA's prefix sums on a
+CPU run at about the speed of the bytes they write). Where neither does (constants near 2**40, definitions that double
 their operands), the function is traced and run in int64 inside a scoped `jax.enable_x64`, and each
 `+` and `-` reports where it wrapped around: such a sum is refused with CraspRangeError, as
 crasp.evaluate refuses it, never returned wrapped. Counts leave as int64 and Booleans as bool, in
@@ -29,11 +30,10 @@ import contextlib
 import numpy as np
 
 from crasp import expr as E
-from crasp.evaluate import DEFAULT_MEMORY_BUDGET, Value, count_bound
+from crasp.evaluate import DEFAULT_MEMORY_BUDGET, Value, count_dtype
 from crasp.program import Program
 
 LARGEST_CHUNK = 4096  # strings per compiled call
-INT32_MAX = 2**31 - 1
 
 
 def lower(program: Program, names: list[str] | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET):
@@ -41,10 +41,13 @@ def lower(program: Program, names: list[str] | None = None, memory_budget: int =
     return LoweredProgram(program, names, memory_budget)
 
 
-def _x64():
-    """A scope in which JAX computes in 64 bits (jax.enable_x64 since 0.6, jax.experimental's before)."""
+def _in_width(dtype):
+    """A scope in which JAX computes in 64 bits where counts need int64 (jax.enable_x64 since 0.6,
+    jax.experimental's before); no scope otherwise."""
     import jax
 
+    if dtype is not np.int64:
+        return contextlib.nullcontext()
     if hasattr(jax, "enable_x64"):
         return jax.enable_x64(True)
     from jax.experimental import enable_x64
@@ -62,31 +65,29 @@ class LoweredProgram:
         self.definitions = [program.definition(n) for n in (names or program.names)]
         self.memory_budget = memory_budget
         self.symbol_ids = program.symbol_ids()
-        self.chunks: dict[tuple[int, bool], int] = {}  # (length, in int64) -> strings per call
+        self.chunks: dict[tuple[int, type], int] = {}  # (length, count type) -> strings per call
         self.wrapping: dict[tuple[int, int], list[E.Arith]] = {}  # the `+` and `-` checked in each shape
         self.compiled = jax.jit(self._values, static_argnums=1)
 
-    def lowering_of(self, tokens_BxT, wide: bool):
+    def lowering_of(self, tokens_BxT, dtype):
         """The operations of every chosen definition on the traced batch, and the lowering that emitted them."""
-        import jax.numpy as jnp
-
         from crasp.lowered_rules import Lowering
 
-        dtype = jnp.int64 if wide else jnp.int32
+        wide = dtype is np.int64
         lowering = Lowering(tokens_BxT, len(self.program.alphabet), self.symbol_ids, dtype, check_wraps=wide)
         uses = [(d.use(*(E.Var(p) for p in d.params)), tuple(sorted(d.params))) for d in self.definitions]
         return lowering, tuple(lowering.output(use, axes) for use, axes in uses)
 
-    def _values(self, tokens_BxT, wide: bool):
+    def _values(self, tokens_BxT, dtype):
         """The traced function: every chosen definition's array, and where each checked sum wrapped."""
-        lowering, arrays = self.lowering_of(tokens_BxT, wide)
+        lowering, arrays = self.lowering_of(tokens_BxT, dtype)
         self.wrapping[tokens_BxT.shape] = [node for node, _ in lowering.wraps]
         return arrays, tuple(wrapped for _, wrapped in lowering.wraps)
 
-    def chunk_size(self, B: int, T: int, wide: bool) -> int:
+    def chunk_size(self, B: int, T: int, dtype) -> int:
         """Strings per call at length T: the largest power of two whose values fit the memory budget
         (4x the bytes of the values, as crasp.evaluate sizes its chunks), and no more than B needs."""
-        if (T, wide) not in self.chunks:
+        if (T, dtype) not in self.chunks:
             import jax
 
             from crasp.lowered_rules import value_bytes
@@ -94,34 +95,34 @@ class LoweredProgram:
             held = []
 
             def one_string(tokens):
-                lowering, arrays = self.lowering_of(tokens, wide)
+                lowering, arrays = self.lowering_of(tokens, dtype)
                 held.append(value_bytes(lowering))
                 return arrays
 
-            with _x64() if wide else contextlib.nullcontext():
+            with _in_width(dtype):
                 jax.eval_shape(one_string, jax.ShapeDtypeStruct((1, T), np.int32))
             fitting = max(1, min(self.memory_budget // (4 * held[0] + 1), LARGEST_CHUNK))
-            self.chunks[T, wide] = 1 << (int(fitting).bit_length() - 1)
-        return min(self.chunks[T, wide], 1 << max(B - 1, 0).bit_length())
+            self.chunks[T, dtype] = 1 << (int(fitting).bit_length() - 1)
+        return min(self.chunks[T, dtype], 1 << max(B - 1, 0).bit_length())
 
     def __call__(self, tokens_BxT: np.ndarray) -> dict[str, Value]:
         tokens_BxT = _checked_tokens(tokens_BxT, len(self.program.alphabet))
         B, T = tokens_BxT.shape
         if B == 0:  # as crasp.evaluate answers an empty batch
             return {d.name: Value(np.zeros((0,)), ()) for d in self.definitions}
-        wide = count_bound(self.program, T) > INT32_MAX
-        chunk = self.chunk_size(B, T, wide)
+        dtype = count_dtype(self.program, T)
+        chunk = self.chunk_size(B, T, dtype)
         V = len(self.program.alphabet)
         results = {
             d.name: np.empty((B, T) + (V,) * len(d.params), np.int64 if d.body.type == E.COUNT else bool)
             for d in self.definitions
         }
-        with _x64() if wide else contextlib.nullcontext():
+        with _in_width(dtype):
             for start in range(0, B, chunk):
                 rows = min(chunk, B - start)
                 part = np.full((chunk, T), -1, np.int32)
                 part[:rows] = tokens_BxT[start : start + rows]
-                arrays, wraps = self.compiled(part, wide)
+                arrays, wraps = self.compiled(part, dtype)
                 self._refuse_wrapped(wraps, (chunk, T), rows, start)
                 for d, array in zip(self.definitions, arrays):
                     results[d.name][start : start + rows] = np.asarray(array)[:rows]

@@ -17,7 +17,7 @@ read the batch's values, or walk segments between occurrences, which a traced fu
   read at the bound symbol by a gather: (B, T, V) per bound index.
 - `all u: A >= B[u]` (and the other one-sided comparisons) is `A >= max_u B[u]`.
 
-Counts are in the count type crasp.lowered picks (int32, or int64 under a scoped jax.enable_x64);
+Counts are in the count type crasp.lowered picks (int16, int32, or int64 under a scoped jax.enable_x64);
 in int64, each `+` and `-` records where it wrapped around (`wraps`), so the caller can refuse the
 value as crasp.evaluate does. Rules that need other values are generators run by crasp.trampoline,
 so programs nested deeper than Python's recursion limit lower too.
@@ -30,10 +30,10 @@ import numpy as np
 
 from crasp import expr as E
 from crasp.evaluate import Value, conjuncts
-from crasp.lowered import INT32_MAX
-from crasp.lowered_arrays import aligned, keyed_prefix_sum, merge_renamed, shifted, together
+from crasp.lowered_arrays import aligned, keyed_prefix_sum, merge_renamed, prefix_sum, shifted, together
 from crasp.trampoline import Computation, trampoline
 
+INT32_MAX = int(np.iinfo(np.int32).max)
 _MEANS_ONE = {(">=", 1), (">", 0), ("!=", 0), ("=", 1)}  # a 0/1 local count compared so: "it is 1"
 _MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}  # a op b == b _MIRRORED[op] a
 
@@ -247,7 +247,7 @@ class Lowering:
         # Indices bound at i are counted densely over j, then read at i's symbol: (B, T, V) per index.
         body = yield self.value(node.body, {})
         array = jnp.broadcast_to(body.array, (self.B, self.T) + body.array.shape[2:])
-        counts, axes = jnp.cumsum(array, axis=1, dtype=self.count_dtype), body.axes
+        counts, axes = prefix_sum(array, self.count_dtype), body.axes
         for name, key in env.items():
             axis = 2 + axes.index(name)
             index = key.reshape(key.shape + (1,) * (counts.ndim - 2))

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from crasp import expr as E
 from crasp.check import to_program_ids
-from crasp.evaluate import count_bound, evaluate
+from crasp.evaluate import count_dtype, evaluate
 from crasp.expr import MAX_CONSTANT, CraspRangeError
 from crasp.library import example_names, load_program
-from crasp.lowered import INT32_MAX, lower
+from crasp.lowered import lower
 from crasp.nexttoken import encode
 from crasp.program import Definition, Program, print_program
 from crasp.reference import reference_value
@@ -115,7 +115,7 @@ def _values_made(program: Program, names: list[str] | None = None, shape=(2, 9))
     """Every value the lowering of the named definitions makes on strings of `shape` (traced, not compiled)."""
     lowered, made = lower(program, names), []
     jax.eval_shape(
-        lambda tokens: made.append(lowered.lowering_of(tokens, False)[0]), jax.ShapeDtypeStruct(shape, np.int32)
+        lambda tokens: made.append(lowered.lowering_of(tokens, np.int32)[0]), jax.ShapeDtypeStruct(shape, np.int32)
     )
     return list(made[0].memo.values())
 
@@ -157,9 +157,22 @@ def test_one_compiled_shape_serves_batches_of_several_sizes():
 
 
 # ---------------------------------------------------------------- the limits of int counts
-@pytest.mark.parametrize("constant", [32767, INT32_MAX - 5, INT32_MAX - 4, INT32_MAX, MAX_CONSTANT])
-def test_counts_at_the_edge_of_int32_are_exact(constant):
-    # STRING has 5 positions: constant + 5 fits int32 up to INT32_MAX - 5; one past, the counts are int64.
+INT16_MAX, INT32_MAX = int(np.iinfo(np.int16).max), int(np.iinfo(np.int32).max)
+
+
+@pytest.mark.parametrize(
+    "constant, dtype",
+    [
+        (INT16_MAX - 5, np.int16),
+        (INT16_MAX - 4, np.int32),
+        (INT32_MAX - 5, np.int32),
+        (INT32_MAX - 4, np.int64),
+        (INT32_MAX, np.int64),
+        (MAX_CONSTANT, np.int64),
+    ],
+)
+def test_counts_at_the_edges_of_int16_and_int32_are_exact(constant, dtype):
+    # 5 positions: constant + 5 is the largest count; one past a type's edge, the next type computes.
     string = list("abbab")
     program = parse(HEADER + f'n := #[j <= i] Q("a") + {constant}\ntop := n > {constant}\n')
     tokens = encode(program, [string])
@@ -167,7 +180,7 @@ def test_counts_at_the_edge_of_int32_are_exact(constant):
     _assert_equal_to_evaluate(program, tokens, values)
     assert values["n"].array[0].tolist() == [constant + k for k in (1, 1, 1, 2, 2)]
     assert values["top"].array.all()
-    assert (count_bound(program, len(string)) > INT32_MAX) == (constant > INT32_MAX - 5)
+    assert count_dtype(program, len(string)) is dtype
 
 
 def test_a_sum_beyond_int64_is_an_error_not_a_wrapped_value():
