@@ -56,6 +56,17 @@ def merge_renamed(value: Value, renames: dict[str, str]) -> Value:
     return Value(aligned(Value(array, tuple(axes)), tuple(sorted(axes))), tuple(sorted(axes)))
 
 
+def reduced(value: Value, name: str, reduce) -> Value:
+    """The value with the axis of index `name` reduced by `reduce` (jnp.any, all, max or min); the same
+    value for every symbol (an axis of size 1, or none) reduces to itself."""
+    if name not in value.axes:
+        return value
+    axis, rest = 2 + value.axes.index(name), tuple(a for a in value.axes if a != name)
+    if value.array.shape[axis] == 1:
+        return Value(jnp.squeeze(value.array, axis), rest)
+    return Value(reduce(value.array, axis=axis), rest)
+
+
 def prefix_sum(array, dtype):
     """jnp.cumsum(array, axis=1, dtype=dtype) as an associative scan: 1.6x faster than jnp.cumsum on a CPU
     (XLA 0.10, (256, 303, 153) counts), and log T steps deep on a GPU."""

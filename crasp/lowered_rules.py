@@ -25,12 +25,16 @@ so programs nested deeper than Python's recursion limit lower too.
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 
 from crasp import expr as E
-from crasp.evaluate import Value, conjuncts
-from crasp.lowered_arrays import aligned, keyed_prefix_sum, merge_renamed, prefix_sum, shifted, together
+
+# The rules carry crasp.evaluate's names, so its table of rules by node type serves here too.
+from crasp.evaluate import _RULES, Value, conjuncts
+from crasp.lowered_arrays import aligned, keyed_prefix_sum, merge_renamed, prefix_sum, reduced, shifted, together
 from crasp.trampoline import Computation, trampoline
 
 INT32_MAX = int(np.iinfo(np.int32).max)
@@ -63,7 +67,6 @@ class Lowering:
         self.memo: dict[tuple, Value] = {}
         self.keys_alive: list = []  # bound keys whose id() is part of a memo key
         self.constants: dict[str, object] = {}  # the key of each literal symbol, shared by every use
-        self.built: dict[tuple[int, ...], E.Expr] = {}  # conjunctions built here, kept alive for their ids
 
     def output(self, node: E.Expr, axes: tuple[str, ...]):
         """The node's value as a (B, T, V, ...) array, one axis per name in `axes`."""
@@ -94,21 +97,12 @@ class Lowering:
             self.constants[symbol] = self.bound(jnp.full((self.B, self.T), self.symbol_ids[symbol], jnp.int32))
         return self.constants[symbol]
 
-    def conjunction(self, parts: list[E.Expr]) -> E.Expr:
-        key = tuple(id(part) for part in parts)
-        if key not in self.built:
-            result = parts[0]
-            for part in parts[1:]:
-                result = E.And(result, part)
-            self.built[key] = result
-        return self.built[key]
-
     # ------------------------------------------------------------ leaves
-    def _const(self, node: E.BoolConst, env) -> Value:
-        return Value(jnp.full((1, 1), node.value), ())
+    def _const(self, node: E.BoolConst | E.Number, env) -> Value:
+        """`true`, `false` or a count constant: one value for every position."""
+        return Value(jnp.full((1, 1), node.value, bool if node.type == E.BOOL else self.count_dtype), ())
 
-    def _number(self, node: E.Number, env) -> Value:
-        return Value(jnp.full((1, 1), node.value, self.count_dtype), ())
+    _number = _const
 
     def _periodic(self, node: E.Periodic, env) -> Value:
         # A constant of the compiled shape, computed here in int64: m and r reach 2**40, past int32.
@@ -171,64 +165,50 @@ class Lowering:
     def body_scope(self, node: E.Named, env) -> tuple[dict, dict[str, str]]:
         """A definition's parameters given a symbol or a bound index are bound in its body; the others
         stay free, renamed to the caller's index names."""
-        inner_env, renames = {}, {}
-        for param, arg in zip(node.params, node.args):
-            if isinstance(arg, str):
-                inner_env[param] = self.constant_key(arg)
-            elif arg.name in env:
-                inner_env[param] = env[arg.name]
-            else:
-                renames[param] = arg.name
-        return inner_env, renames
+        given = dict(zip(node.params, node.args))
+        free = {param: arg.name for param, arg in given.items() if isinstance(arg, E.Var) and arg.name not in env}
+        inner_env = {
+            param: self.constant_key(arg) if isinstance(arg, str) else env[arg.name]
+            for param, arg in given.items()
+            if param not in free
+        }
+        return inner_env, free
 
     # ------------------------------------------------------------ quantifiers
     def _quantified(self, node: E.Quantified, env) -> Computation[Value]:
-        name = node.index.name
-        if node.kind == "any":
-            bound = yield self._bound_by_conjunct(node.body, name, env)
-            if bound is not None:
-                return bound
-        reduced = yield self._extreme_compared(node, env)
-        if reduced is not None:
-            return reduced
+        rewrites = [self._extreme_compared] if node.kind == "all" else [self._bound_by_conjunct, self._extreme_compared]
+        for rewrite in rewrites:
+            rewritten = yield rewrite(node, env)
+            if rewritten is not None:
+                return rewritten
         body = yield self.value(node.body, env)
-        if name not in body.axes:
-            return body
-        axis = 2 + body.axes.index(name)
-        if body.array.shape[axis] == 1:  # the same value for every symbol: any/all of it is itself
-            return Value(jnp.squeeze(body.array, axis), tuple(a for a in body.axes if a != name))
-        reduce = jnp.any if node.kind == "any" else jnp.all
-        return Value(reduce(body.array, axis=axis), tuple(a for a in body.axes if a != name))
+        return reduced(body, node.index.name, jnp.any if node.kind == "any" else jnp.all)
 
-    def _bound_by_conjunct(self, body: E.Expr, name: str, env) -> Computation[Value | None]:
-        parts = conjuncts(body)
+    def _bound_by_conjunct(self, node: E.Quantified, env) -> Computation[Value | None]:
+        """`any t: K(t) and rest`, K one-hot in t: rest with t bound to K's key, false where K has none."""
+        name, parts = node.index.name, conjuncts(node.body)
         for k, part in enumerate(parts):
             key = yield self.onehot_key(part, name, env)
-            if key is None:
-                continue
-            found = key >= 0
-            rest = parts[:k] + parts[k + 1 :]
-            if not rest:
-                return Value(found, ())
-            inner = yield self.value(self.conjunction(rest), {**env, name: self.bound(key)})
-            return Value(inner.array & found.reshape(found.shape + (1,) * len(inner.axes)), inner.axes)
+            if key is not None:
+                rest = _conjunction(parts[:k] + parts[k + 1 :] or [E.TRUE])
+                inner = yield self.value(rest, {**env, name: self.bound(key)})
+                found = (key >= 0).reshape(key.shape + (1,) * len(inner.axes))
+                return Value(inner.array & found, inner.axes)
         return None
 
     def _extreme_compared(self, node: E.Quantified, env) -> Computation[Value | None]:
         """`all u: A >= B[u]` is `A >= max_u B[u]`; likewise the other one-sided comparisons and `any`."""
-        body, name = node.body, node.index.name
+        name, body = node.index.name, node.body
         if not isinstance(body, E.Compare) or body.op not in _MIRRORED:
             return None
-        op, left, right = body.op, body.left, body.right
-        if name in left.free and name not in right.free:
-            op, left, right = _MIRRORED[op], right, left
-        if name in left.free or name not in right.free:
-            return None
-        values = yield self.value(right, env)
-        axis = 2 + values.axes.index(name)
+        if (name in body.left.free) == (name in body.right.free):
+            return None  # the index on both sides, or on neither: no extreme decides
+        on_left = name in body.left.free
+        op, left, right = (_MIRRORED[body.op], body.right, body.left) if on_left else (body.op, body.left, body.right)
         wants_large = op in (">", ">=")
-        reduce = jnp.max if wants_large == (node.kind == "all") else jnp.min
-        extreme = Value(reduce(values.array, axis=axis), tuple(a for a in values.axes if a != name))
+        extreme = reduced(
+            (yield self.value(right, env)), name, jnp.max if wants_large == (node.kind == "all") else jnp.min
+        )
         axes, (a, b) = together((yield self.value(left, env)), extreme)
         return Value(E.COMPARISONS[op](a, b), axes)
 
@@ -273,12 +253,12 @@ class Lowering:
             return None
         code, query = jnp.zeros((self.B, self.T), jnp.int32), jnp.zeros((self.B, self.T), jnp.int32)
         for name, parts in keyed.items():
-            key = yield self.onehot_key(self.conjunction(parts), name, {})
+            key = yield self.onehot_key(_conjunction(parts), name, {})
             if key is None:
                 return None
             code = jnp.where((code >= 0) & (key >= 0), code * self.V + key, -1)
             query = query * self.V + env[name]  # a bound key < 0 is read nowhere (see bound())
-        weights = (yield self.value(self.conjunction(rest), {})) if rest else Value(jnp.ones((1, 1), bool), ())
+        weights = (yield self.value(_conjunction(rest), {})) if rest else Value(jnp.ones((1, 1), bool), ())
         array = jnp.broadcast_to(weights.array, (self.B, self.T) + weights.array.shape[2:])
         return Value(keyed_prefix_sum(code, array, query, groups, self.count_dtype), weights.axes)
 
@@ -334,23 +314,9 @@ class Lowering:
         return jnp.where(holds, key, -1)
 
 
-_RULES = {
-    E.BoolConst: "_const",
-    E.Token: "_token",
-    E.SymbolRelation: "_symbol_relation",
-    E.Not: "_not",
-    E.And: "_binary",
-    E.Or: "_binary",
-    E.Compare: "_binary",
-    E.Periodic: "_periodic",
-    E.Quantified: "_quantified",
-    E.CountOf: "_count",
-    E.Number: "_number",
-    E.Arith: "_binary",
-    E.Conditional: "_conditional",
-    E.NamedBool: "_named",
-    E.NamedCount: "_named",
-}
+def _conjunction(parts: list[E.Expr]) -> E.Expr:
+    """`parts[0] and parts[1] and ...`: an interned node, alive as long as the program, so its id keys the memo."""
+    return functools.reduce(E.And, parts)
 
 
 def value_bytes(lowering: Lowering) -> int:
