@@ -102,7 +102,7 @@ def _program_of(bodies: dict[str, E.Expr]) -> Program:
     return Program(ALPHABET, (*used, *defined, Definition("top", (), E.TRUE)), accept="top")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.sampled_from(ONE_HOT_IN_T), bool_expr(("t",), 2, ()), st.lists(strings(), min_size=1, max_size=4))
 def test_every_one_hot_conjunct_binds_its_index_exactly(key, rest, batch):
     program = _program_of({"bound": E.any_(t, key & rest), "counted": E.any_(t, key & (E.count(E.Q(t) & rest) >= 2))})
