@@ -13,11 +13,11 @@ per string.
 
 Counts are in the narrowest of int16 and int32 that `crasp.evaluate.count_dtype` proves holds every
 count of the program on strings of the batch's length (int16 where it can: XLA's prefix sums on a
-CPU run at about the speed of the bytes they write). Where neither does (constants near 2**40, definitions that double
-their operands), the function is traced and run in int64 inside a scoped `jax.enable_x64`, and each
-`+` and `-` reports where it wrapped around: such a sum is refused with CraspRangeError, as
-crasp.evaluate refuses it, never returned wrapped. Counts leave as int64 and Booleans as bool, in
-NumPy arrays, with the axes crasp.evaluate gives them.
+CPU run 3x faster in it than in int32, `benchmarks/lowered.py --parts`). Where neither does
+(constants near 2**40, definitions that double their operands), the function is traced and run in
+int64 inside a scoped `jax.enable_x64`, and each `+` and `-` reports where it wrapped around: such a
+sum is refused with CraspRangeError, as crasp.evaluate refuses it, never returned wrapped. Counts
+leave as int64 and Booleans as bool, in NumPy arrays, with the axes crasp.evaluate gives them.
 
 jax is imported here only when a program is lowered: crasp's commands never pay its import. What
 is lowered how, what each node costs and the benchmark against crasp.evaluate: docs/lowered.md.
@@ -42,8 +42,8 @@ def lower(program: Program, names: list[str] | None = None, memory_budget: int =
 
 
 def _in_width(dtype):
-    """A scope in which JAX computes in 64 bits where counts need int64 (jax.enable_x64 since 0.6,
-    jax.experimental's before); no scope otherwise."""
+    """A scope in which JAX computes in 64 bits where counts need int64 (jax.enable_x64, or
+    jax.experimental's on older jax); no scope otherwise."""
     import jax
 
     if dtype is not np.int64:

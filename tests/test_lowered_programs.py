@@ -207,6 +207,16 @@ def test_a_subtraction_at_the_low_edge_of_int64_is_exact_and_one_past_it_is_refu
         lower(program)(encode(program, [["b", "a"]]))
 
 
+def test_programs_deeper_than_pythons_recursion_limit_lower():
+    body, chain = '#[j <= i] Q("a") >= 2', ['d0 := #[j <= i] Q("b")']
+    for k in range(1, 1200):
+        body = f'(not ({body} and Q("b")) or Q("a"))'
+        chain.append(f'd{k} := d{k - 1} + #[j <= i] Q("a")')
+    program = parse(HEADER + "\n".join(chain) + f"\nnested := {body}\ntop := nested and d1199 >= 3\n")
+    tokens = encode(program, [list("abbab"), list("ba")])
+    _assert_equal_to_evaluate(program, tokens, lower(program, ["top"])(tokens), ["top"])
+
+
 # ---------------------------------------------------------------- every shipped program
 WITNESS_CASES = [(code, make) for code, makers in WITNESSES.items() for make in makers]
 
