@@ -117,16 +117,25 @@ class LoweredProgram:
             d.name: np.empty((B, T) + (V,) * len(d.params), np.int64 if d.body.type == E.COUNT else bool)
             for d in self.definitions
         }
+        # Each chunk is copied out while the next one computes: JAX returns from a call before it is done.
+        running = None
         with _in_width(dtype):
             for start in range(0, B, chunk):
-                rows = min(chunk, B - start)
                 part = np.full((chunk, T), -1, np.int32)
-                part[:rows] = tokens_BxT[start : start + rows]
-                arrays, wraps = self.compiled(part, dtype)
-                self._refuse_wrapped(wraps, (chunk, T), rows, start)
-                for d, array in zip(self.definitions, arrays):
-                    results[d.name][start : start + rows] = np.asarray(array)[:rows]
+                part[: B - start] = tokens_BxT[start : start + chunk]
+                launched = (start, min(chunk, B - start), self.compiled(part, dtype))
+                if running is not None:
+                    self._copy_out(*running, results)
+                running = launched
+            self._copy_out(*running, results)
         return {d.name: Value(results[d.name], tuple(sorted(d.params))) for d in self.definitions}
+
+    def _copy_out(self, start: int, rows: int, outputs, results: dict[str, np.ndarray]) -> None:
+        """A chunk's values into the batch's arrays, once no checked sum of it has wrapped around."""
+        arrays, wraps = outputs
+        self._refuse_wrapped(wraps, arrays[0].shape[:2], rows, start)
+        for d, array in zip(self.definitions, arrays):
+            results[d.name][start : start + rows] = np.asarray(array)[:rows]
 
     def _refuse_wrapped(self, wraps, shape: tuple[int, int], rows: int, start: int) -> None:
         for node, wrapped in zip(self.wrapping[shape], wraps):
