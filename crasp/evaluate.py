@@ -204,7 +204,7 @@ class BatchEvaluator:
         key = (id(node), used)
         found = self.memo.get(key)
         if found is None:
-            found = getattr(self, _RULES[type(node)])(node, {name: env[name] for name in node.free if name in env})
+            found = getattr(self, RULES[type(node)])(node, {name: env[name] for name in node.free if name in env})
             if not isinstance(found, Value):  # the rule needs other values: a generator
                 found = yield found
             self.memo[key] = found
@@ -690,8 +690,9 @@ _BINARY_OPS = {
     **{op: fn for op, fn in E.COMPARISONS.items()},
 }
 
-# Rules by method name, so that an evaluator of chosen positions (crasp.selected_positions) overrides some.
-_RULES = {
+# Rules by method name, so that an evaluator of chosen positions (crasp.selected_positions) overrides some
+# and crasp.lowered_rules gives each node kind the same rule name.
+RULES = {
     E.BoolConst: "_const",
     E.Token: "_token",
     E.SymbolRelation: "_symbol_relation",

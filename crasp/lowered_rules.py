@@ -33,7 +33,7 @@ import numpy as np
 from crasp import expr as E
 
 # The rules carry crasp.evaluate's names, so its table of rules by node type serves here too.
-from crasp.evaluate import _RULES, Value, conjuncts
+from crasp.evaluate import RULES, Value, conjuncts
 from crasp.lowered_arrays import aligned, keyed_prefix_sum, merge_renamed, prefix_sum, reduced, shifted, together
 from crasp.trampoline import Computation, trampoline
 
@@ -78,7 +78,7 @@ class Lowering:
         key = (id(node), tuple((name, id(k)) for name, k in used.items()))
         found = self.memo.get(key)
         if found is None:
-            found = getattr(self, _RULES[type(node)])(node, used)
+            found = getattr(self, RULES[type(node)])(node, used)
             if not isinstance(found, Value):  # the rule needs other values: a generator
                 found = yield found
             self.memo[key] = found
