@@ -5,12 +5,12 @@ Both are the functions jax differentiates (the tests compare values and gradient
 LayerNorm and jax.nn.softmax), computed in another order. Why this order: on a CPU, XLA hands
 reductions to YNNPACK, whose sums over rows as short as the quick model's (64 features, 43 keys)
 are slow: in the quick training step one such reduction of a 1376 x 64 block took about 0.4 ms,
-as long as a 1376 x 64 x 256 matrix product, and the step made about twenty of them; autodiff
+as long as a 1376 x 64 x 256 matrix product, and the step made about ten of them; autodiff
 added more through the division in the softmax and the mean in the norm. A sum over the last
 axis written as a product with a column of ones runs through YNNPACK's matrix kernels instead,
 and the backward passes below need two row sums per LayerNorm and one per softmax. Together they
-take the quick step from 1.00 to about 1.27x its speed on one pinned thread (docs/calibration.md,
-"The CPU step against Hugging Face, again"). On an accelerator XLA fuses row sums into the
+make the quick step about 1.3x as fast on one pinned thread (docs/calibration.md, round 28, "The
+CPU step against Hugging Face, again"). On an accelerator XLA fuses row sums into the
 elementwise work around them, so there `row_sum` is a plain sum.
 """
 
