@@ -194,8 +194,8 @@ class StepProcess:
         if core is not None:
             command += ["--core", str(core)]
             env = single_thread_env()
-        if side in ("ours", SCANNED) or side.startswith(WITHOUT):  # as the lab's workers run; "defaults" and HF
-            # keep glibc's defaults
+        # Ours in every form as the lab's workers run; "defaults" and HF keep glibc's defaults.
+        if side in ("ours", SCANNED) or side.startswith(WITHOUT):
             env = with_huge_page_blocks(env)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
