@@ -13,7 +13,7 @@ group by its output (attention weights, per-token activations and their gradient
 parameter-shaped: weight gradients and AdamW) and in a kind by what XLA compiled it to (matrix
 products: a dot or a fusion around one; everything else), and the milliseconds per step are
 summed per group. (The vmapped step's ops carry no reliable forward/backward names, hence
-grouping by shape.) The ten costliest ops follow, with their shapes.
+grouping by shape.) The costliest ops follow, with their shapes.
 
     python benchmarks/profile_step.py                 # quick preset, about two minutes
     python benchmarks/profile_step.py --preset paper --steps 3
@@ -42,6 +42,7 @@ ALLOCATOR_SETTINGS = (
 )
 GROUPS = ("attention weights (B x H x T x T)", "per token (B x T x ...)", "per parameter (weights, AdamW)")
 KINDS = ("matrix products", "elementwise and other")
+TOP_OPS = 15
 
 
 def shape_group(shape: str, batch: int, length: int) -> str:
@@ -75,6 +76,7 @@ def profile(preset_name: str, steps: int) -> None:
     import jax
     from jax.profiler import ProfileData
 
+    from crasplab.train.steps import from_scratch_batch_parts, part_bounds
     from train_step import Ours, equal_shape_batch  # beside this script, which a child runs as a script too
 
     batch, vocab_size = equal_shape_batch(preset_name)
@@ -82,9 +84,10 @@ def profile(preset_name: str, steps: int) -> None:
         preset_name, vocab_size, batch["tokens_BxT"].shape[1], keep_memory=os.environ.get("PROFILE_ALLOCATOR") == "kept"
     )
     stacked = {name: array[None] for name, array in batch.items()}
-    ops = instructions(
-        ours.step_fn.lower(ours.params, ours.opt_state, stacked).compile().as_text(), *batch["tokens_BxT"].shape
-    )
+    rows, length = batch["tokens_BxT"].shape
+    bounds = part_bounds(rows, from_scratch_batch_parts())
+    part_rows = max(stop - start for start, stop in zip(bounds, bounds[1:]))  # the step runs its ops on parts
+    ops = instructions(ours.step_fn.lower(ours.params, ours.opt_state, stacked).compile().as_text(), part_rows, length)
     for _ in range(3):
         ours.step(batch)
     unprofiled_ms = []
@@ -119,7 +122,7 @@ def profile(preset_name: str, steps: int) -> None:
     )
     print(f"the same step without the profiler: {statistics.median(unprofiled_ms):.1f} ms (median of {steps})")
     print("costliest ops:")
-    for name, ms in sorted(per_step.items(), key=lambda item: -item[1])[:10]:
+    for name, ms in sorted(per_step.items(), key=lambda item: -item[1])[:TOP_OPS]:
         shape, _, kind = ops[name]
         print(f"  {ms:6.2f} ms  {kind:22} {shape:30} {name}")
 

@@ -10,6 +10,8 @@
    allocator settings, the baseline that shows what those settings are worth. The trainers take
    turns (ours, baseline, HF, ours, ...) so that a change in machine load hits all of them;
    each turn is one untimed step, then three timed ones; the median over all turns is reported.
+   Each change made to our step for speed runs as a side of its own too, ours with that change
+   undone (step_changes.py; --without), so that the table shows what each is worth.
 2. Real tokens per second on a quick training stream of unique copy: the non-padding tokens of
    the batches each side trains on, per second of training. Ours as the lab trains (batches from
    one length bucket each, `train.data.LengthBuckets`), HF as its users batch (random lengths,
@@ -43,6 +45,7 @@ from crasplab.train.steps import make_scanned_train_step
 from crasplab.train.workers import available_cores, single_thread_env
 from pinned_worker import add_core_option, pin_to_core
 from preset_flags import preset_rounds_parser
+from step_changes import CHANGES, WITHOUT, undo
 
 STREAM_TASK = "UF"
 STREAM_BATCHES = 24  # batches per timed pass over the real-token stream
@@ -191,7 +194,8 @@ class StepProcess:
         if core is not None:
             command += ["--core", str(core)]
             env = single_thread_env()
-        if side in ("ours", SCANNED):  # as the lab's workers run; "defaults" and HF keep glibc's defaults
+        # Ours in every form as the lab's workers run; "defaults" and HF keep glibc's defaults.
+        if side in ("ours", SCANNED) or side.startswith(WITHOUT):
             env = with_huge_page_blocks(env)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
@@ -220,6 +224,7 @@ def serve(side: str, preset_name: str, single_thread: bool, dtype: str = "float3
     stream), one JSON line each. Each trainer is built on its first request, so a child that only
     streams never builds the equal-shape one."""
     calls_of = steps_per_call if side == SCANNED else 1
+    undo(side)
 
     def trainer(vocab_size: int, max_positions: int):
         if side == "hf":
@@ -313,7 +318,7 @@ def pinned_workers_throughput(side: str, preset_name: str, seconds: float) -> fl
     return sum(rates)
 
 
-def equal_shapes_table(presets: list[str], rounds: int, steps_per_call: int = 1) -> None:
+def equal_shapes_table(presets: list[str], rounds: int, steps_per_call: int = 1, without: tuple[str, ...] = ()) -> None:
     print(
         f"## One training step at equal shapes (each trainer in its own process; median over {rounds} "
         f"interleaved rounds of {STEPS_PER_TURN} timed steps each)"
@@ -324,6 +329,7 @@ def equal_shapes_table(presets: list[str], rounds: int, steps_per_call: int = 1)
     )
     sides = list(SIDES) if hugging_face_available() else ["ours", "defaults"]
     sides += [SCANNED] if steps_per_call > 1 else []
+    sides += [WITHOUT + name for name in without]
     modes = [("all cores", None), ("1, pinned", available_cores()[-1])]
     for name in presets:
         B, T = equal_shape_batch(name)[0]["tokens_BxT"].shape
@@ -339,6 +345,14 @@ def equal_shapes_table(presets: list[str], rounds: int, steps_per_call: int = 1)
                 f"{hf_cells[0]:>8} {hf_cells[1]:>8} {defaults_s / ours_s:>13.2f}x {B * T / ours_s:>11.0f}",
                 flush=True,
             )
+            for change in without:
+                undone_s = medians[WITHOUT + change]
+                versus_hf = "" if hf_s is None else f", HF/it {hf_s / undone_s:.2f}x"
+                print(
+                    f"{'':8} {'':>10} {mode:>16} without {change} ({CHANGES[change].__doc__.split(':')[0]}): "
+                    f"{undone_s * 1e3:.1f} ms (ours {undone_s / ours_s:.2f}x faster{versus_hf})",
+                    flush=True,
+                )
             if SCANNED in medians:
                 scanned_s = medians[SCANNED]
                 versus_hf = "" if hf_s is None else f", HF/ours {hf_s / scanned_s:.2f}x"
@@ -388,7 +402,20 @@ def main() -> None:
     parser.add_argument(
         "--seconds", type=float, default=20.0, help="duration of each real-token measurement (0: no real-token table)"
     )
-    parser.add_argument("--serve", choices=(*SIDES, SCANNED), default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve",
+        choices=(*SIDES, SCANNED, *(WITHOUT + name for name in CHANGES)),
+        default=None,
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--without",
+        nargs="*",
+        choices=sorted(CHANGES),
+        default=sorted(CHANGES),
+        help="also time ours with each of these changes undone at equal shapes (step_changes.py; default: every "
+        "one; none: --without alone)",
+    )
     parser.add_argument(
         "--steps-per-call",
         type=int,
@@ -406,7 +433,7 @@ def main() -> None:
         f"jax {jax.__version__} on {jax.default_backend()}; HF baseline "
         f"{'present' if hugging_face_available() else 'absent (pip install -e .[reference])'}\n"
     )
-    equal_shapes_table(args.presets, args.rounds, args.steps_per_call)
+    equal_shapes_table(args.presets, args.rounds, args.steps_per_call, tuple(args.without))
     if args.seconds > 0:
         real_tokens_table(args.presets[0], args.seconds)
 

@@ -19,6 +19,7 @@ from flax import nnx, struct
 
 from crasplab.models.config import ModelConfig
 from crasplab.models.interventions import Interventions, LayerInterventions
+from crasplab.models.rows import layer_norm, softmax
 
 # The logit bias of a key a query may not see: exp underflows to exactly 0 against any allowed key,
 # and a row with no allowed key at all (a left-padding query) gets finite uniform weights, not NaN.
@@ -69,14 +70,13 @@ class LayerNorm(nnx.LayerNorm):
     (x - mean) * rsqrt(mean((x - mean)^2) + eps) * scale + bias, statistics in float32 at least.
     flax's general statistics subtract the mean twice and multiply the scale into the reciprocal
     standard deviation first; written out, the quick training step compiles to fewer elementwise
-    ops and takes about 10% less time on one core (measured in docs/calibration.md)."""
+    ops and takes about 10% less time on one core (measured in docs/calibration.md). Its backward
+    pass is written out too, with row sums that a CPU takes faster (models.rows)."""
 
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         x32_BxTxD = x_BxTxD.astype(jnp.promote_types(x_BxTxD.dtype, jnp.float32))
-        centered_BxTxD = x32_BxTxD - x32_BxTxD.mean(-1, keepdims=True)
-        variance_BxTx1 = (centered_BxTxD * centered_BxTxD).mean(-1, keepdims=True)
-        normalized_BxTxD = centered_BxTxD * jax.lax.rsqrt(variance_BxTx1 + self.epsilon)
-        return (normalized_BxTxD * self.scale[...] + self.bias[...]).astype(self.dtype or x32_BxTxD.dtype)
+        normalized_BxTxD = layer_norm(x32_BxTxD, self.scale[...], self.bias[...], self.epsilon)
+        return normalized_BxTxD.astype(self.dtype or x32_BxTxD.dtype)
 
 
 class OffsetRMSNorm(nnx.Module):
@@ -186,7 +186,7 @@ class Attention(nnx.Module):
         if interventions.attn_bias_BxHxTxS is not None:
             # A finite floor: a row whose every key is knocked out (-inf) gets uniform weights, not NaN.
             logits_BxHxTxS = jnp.maximum(logits_BxHxTxS + interventions.attn_bias_BxHxTxS, MASKED_LOGIT)
-        weights_BxHxTxS = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(values_BxSxNxK.dtype)
+        weights_BxHxTxS = softmax(logits_BxHxTxS).astype(values_BxSxNxK.dtype)
         if G == 1:
             heads_BxTxHxK = jnp.einsum("bhts,bshk->bthk", weights_BxHxTxS, values_BxSxNxK)
         else:
