@@ -11,8 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
+# Row widths: one key, a few, the quick model's 43 positions and a power of two. Each new width
+# compiles jax's operations anew, so a free width made this test 13-32 s.
+WIDTHS = (1, 2, 7, 43, 64)
+
+
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.integers(1, 50), st.floats(0.01, 30.0))
+@given(st.integers(0, 2**31 - 1), st.sampled_from(WIDTHS), st.floats(0.01, 30.0))
 def test_softmax_equals_jax_softmax_in_values_and_gradients(seed, width, spread):
     """Random logits of any spread, some keys masked (a masked row whole), and a random incoming
     gradient: the weights and the gradient of the logits are jax.nn.softmax's."""
