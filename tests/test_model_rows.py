@@ -5,7 +5,7 @@ rounding, in values and in gradients, on rows with masked keys and on rows with 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from crasplab.models.rows import row_mean, row_sum, softmax
+from crasplab.models.rows import layer_norm, row_mean, row_sum, softmax
 from crasplab.models.transformer import MASKED_LOGIT
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,3 +53,26 @@ def test_row_sums_stay_float32_under_tensorfloat32_products():
     with jax.default_matmul_precision("tensorfloat32"):
         lowered = jax.jit(row_sum).lower(jnp.ones((4, 64), jnp.float32)).as_text()
     assert "precision = [HIGHEST, HIGHEST]" in lowered
+
+
+def test_on_an_accelerator_row_sums_are_plain_sums_and_give_the_cpus_values_and_gradients(monkeypatch):
+    """The branch a GPU takes (a reduction, not a product with ones), rehearsed here: the same
+    LayerNorm and softmax, in values and gradients, as the CPU's form."""
+    rng = np.random.default_rng(2)
+    x_NxD = jnp.asarray(rng.normal(size=(5, 43)) * 10, jnp.float32)
+    scale_D, bias_D = (jnp.asarray(rng.normal(size=43), jnp.float32) for _ in range(2))
+    incoming_NxD = jnp.asarray(rng.normal(size=x_NxD.shape), jnp.float32)
+
+    def values_and_gradients():
+        norm, norm_vjp = jax.vjp(lambda x, s, b: layer_norm(x, s, b, 1e-5), x_NxD, scale_D, bias_D)
+        weights, softmax_vjp = jax.vjp(softmax, x_NxD)
+        return [norm, *norm_vjp(incoming_NxD), weights, *softmax_vjp(incoming_NxD)]
+
+    on_cpu = values_and_gradients()
+    assert "dot_general" in str(jax.make_jaxpr(row_sum)(x_NxD))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    jax.clear_caches()  # traces made with the CPU's branch would be reused
+    assert "reduce_sum" in str(jax.make_jaxpr(row_sum)(x_NxD))
+    for accelerator, cpu in zip(values_and_gradients(), on_cpu, strict=True):
+        np.testing.assert_allclose(accelerator, cpu, rtol=1e-5, atol=1e-5)
+    jax.clear_caches()  # nor must later tests reuse the accelerator's
