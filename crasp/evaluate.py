@@ -99,22 +99,24 @@ class OneHot(Value):
         return self.key.shape[0]
 
 
-def _align(value: Value, axes: tuple[str, ...]) -> np.ndarray:
-    """The value's array with trailing axes in the order `axes` (missing ones of size 1)."""
+def align(value: Value, axes: tuple[str, ...]):
+    """The value's array with trailing axes in the order `axes` (missing ones of size 1). Written
+    with the array's own methods, so that it serves NumPy arrays here and JAX's in crasp.lowered."""
     array = value.array
     order = [value.axes.index(a) for a in axes if a in value.axes]
     if order != sorted(order):
-        array = np.transpose(array, (0, 1, *(2 + k for k in order)))
+        array = array.transpose((0, 1, *(2 + k for k in order)))
     shape = list(array.shape[:2])
     present = iter(array.shape[2:])
     for a in axes:
         shape.append(next(present) if a in value.axes else 1)
-    return array.reshape(shape)
+    return array.reshape(tuple(shape))
 
 
-def _joint(*values: Value) -> tuple[tuple[str, ...], list[np.ndarray]]:
+def joint(*values: Value) -> tuple[tuple[str, ...], list]:
+    """The union of the values' index axes, sorted, and each value's array aligned to it."""
     axes = tuple(sorted(set().union(*(v.axes for v in values))))
-    return axes, [_align(v, axes) for v in values]
+    return axes, [align(v, axes) for v in values]
 
 
 def _shift_right(array: np.ndarray, offset: int, fill) -> np.ndarray:
@@ -213,7 +215,7 @@ class BatchEvaluator:
     def full(self, node: E.Expr, axes: tuple[str, ...]) -> Value:
         """The node's value broadcast to (B, T, V, ...) with one axis per name in `axes`
         (a family parameter its body ignores still gets its axis)."""
-        array = _align(trampoline(self.value(node, {})), axes)
+        array = align(trampoline(self.value(node, {})), axes)
         return Value(np.broadcast_to(array, (self.B, self.T) + (self.V,) * len(axes)), axes)
 
     def bind(self, key_BxT: np.ndarray) -> np.ndarray:
@@ -267,7 +269,7 @@ class BatchEvaluator:
                 known = known & (env[side.name] >= 0)  # key -1: no symbol, so no relation holds
             else:
                 sides.append(Value(np.arange(self.V).reshape(1, 1, self.V), (side.name,)))
-        axes, (left, right) = _joint(*sides)
+        axes, (left, right) = joint(*sides)
         holds = left == right if node.op == "=" else left < right
         return Value(holds & known.reshape(known.shape + (1,) * len(axes)), axes)
 
@@ -296,7 +298,7 @@ class BatchEvaluator:
             combined = self._onehot_logic(op, left, right)
             if combined is not None:
                 return combined
-        axes, (left, right) = _joint(left, right)
+        axes, (left, right) = joint(left, right)
         result = _BINARY_OPS[op](left, right)
         if op in ("+", "-") and self.count_dtype == np.int64:
             self._check_range(node, left, right, result)
@@ -320,7 +322,7 @@ class BatchEvaluator:
         parts = []
         for part in (node.condition, node.if_true, node.if_false):
             parts.append((yield self.value(part, env)))
-        axes, (c, a, b) = _joint(*parts)
+        axes, (c, a, b) = joint(*parts)
         return Value(np.where(c, a, b), axes)
 
     def _body_scope(self, node: E.Named, env) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -377,7 +379,7 @@ class BatchEvaluator:
             combined = self._onehot_logic("and", inner, Value(found, ()))
             if combined is not None:
                 return combined
-            axes, (r,) = _joint(inner)
+            axes, (r,) = joint(inner)
             return Value(r & found.reshape(found.shape + (1,) * len(axes)), axes)
         return None
 
@@ -488,7 +490,7 @@ class BatchEvaluator:
             else:
                 extreme = array.max(axis=axis) if use_max else array.min(axis=axis)
             reduced = Value(extreme, tuple(a for a in values.axes if a != name))
-        axes, (a, b) = _joint((yield self.value(left, env)), reduced)
+        axes, (a, b) = joint((yield self.value(left, env)), reduced)
         return Value(E.COMPARISONS[op](a, b), axes)
 
     def _count(self, node: E.CountOf, env) -> Computation[Value]:
@@ -535,7 +537,7 @@ class BatchEvaluator:
 
     def keyed_counts(self, code_BxT: np.ndarray, weights: Value, query_BxT: np.ndarray) -> Value | None:
         """At each position i: the sum of weights(j) over the j <= i with code(j) = query(i) (code < 0: none)."""
-        axes, (w,) = _joint(weights)
+        axes, (w,) = joint(weights)
         w = np.broadcast_to(w, (self.B, self.T) + w.shape[2:])
         return Value(keyed_prefix_sum(code_BxT, w, query_BxT, self.count_dtype), axes)
 

@@ -15,20 +15,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from crasp.evaluate import Value
-
-
-def aligned(value: Value, axes: tuple[str, ...]):
-    """The value's array with one trailing axis per name in `axes`, in that order (size 1 where absent)."""
-    present = [a for a in axes if a in value.axes]
-    array = jnp.transpose(value.array, (0, 1, *(2 + value.axes.index(a) for a in present)))
-    sizes = iter(array.shape[2:])
-    return array.reshape(array.shape[:2] + tuple(next(sizes) if a in value.axes else 1 for a in axes))
-
-
-def together(*values: Value) -> tuple[tuple[str, ...], list]:
-    axes = tuple(sorted(set().union(*(v.axes for v in values))))
-    return axes, [aligned(v, axes) for v in values]
+from crasp.evaluate import Value, align
 
 
 def shifted(array, offset: int, fill, later: bool):
@@ -53,7 +40,7 @@ def merge_renamed(value: Value, renames: dict[str, str]) -> Value:
         second = axes.index(axes[first], first + 1)
         array = jnp.moveaxis(jnp.diagonal(array, axis1=2 + first, axis2=2 + second), -1, 2 + first)
         del axes[second]
-    return Value(aligned(Value(array, tuple(axes)), tuple(sorted(axes))), tuple(sorted(axes)))
+    return Value(align(Value(array, tuple(axes)), tuple(sorted(axes))), tuple(sorted(axes)))
 
 
 def reduced(value: Value, name: str, reduce) -> Value:

@@ -33,8 +33,8 @@ import numpy as np
 from crasp import expr as E
 
 # The rules carry crasp.evaluate's names, so its table of rules by node type serves here too.
-from crasp.evaluate import RULES, Value, conjuncts
-from crasp.lowered_arrays import aligned, keyed_prefix_sum, merge_renamed, prefix_sum, reduced, shifted, together
+from crasp.evaluate import RULES, Value, align, conjuncts, joint
+from crasp.lowered_arrays import keyed_prefix_sum, merge_renamed, prefix_sum, reduced, shifted
 from crasp.trampoline import Computation, trampoline
 
 INT32_MAX = int(np.iinfo(np.int32).max)
@@ -70,7 +70,7 @@ class Lowering:
 
     def output(self, node: E.Expr, axes: tuple[str, ...]):
         """The node's value as a (B, T, V, ...) array, one axis per name in `axes`."""
-        array = aligned(trampoline(self.value(node, {})), axes)
+        array = align(trampoline(self.value(node, {})), axes)
         return jnp.broadcast_to(array, (self.B, self.T) + (self.V,) * len(axes))
 
     def value(self, node: E.Expr, env: dict) -> Computation[Value]:
@@ -126,7 +126,7 @@ class Lowering:
                 sides.append(Value(env[side.name], ()))
             else:
                 sides.append(Value(jnp.arange(self.V).reshape(1, 1, self.V), (side.name,)))
-        axes, (left, right) = together(*sides)
+        axes, (left, right) = joint(*sides)
         return Value(left == right if node.op == "=" else left < right, axes)
 
     # ------------------------------------------------------------ operators
@@ -136,7 +136,7 @@ class Lowering:
 
     def _binary(self, node, env) -> Computation[Value]:
         left, right = (yield self.value(node.left, env)), (yield self.value(node.right, env))
-        axes, (a, b) = together(left, right)
+        axes, (a, b) = joint(left, right)
         op = getattr(node, "op", None) or node.word
         result = _COMBINE[op](a, b)
         if self.check_wraps and op in ("+", "-"):
@@ -155,7 +155,7 @@ class Lowering:
         parts = []
         for part in (node.condition, node.if_true, node.if_false):
             parts.append((yield self.value(part, env)))
-        axes, (c, a, b) = together(*parts)
+        axes, (c, a, b) = joint(*parts)
         return Value(jnp.where(c, a, b), axes)
 
     def _named(self, node: E.Named, env) -> Computation[Value]:
@@ -209,7 +209,7 @@ class Lowering:
         extreme = reduced(
             (yield self.value(right, env)), name, jnp.max if wants_large == (node.kind == "all") else jnp.min
         )
-        axes, (a, b) = together((yield self.value(left, env)), extreme)
+        axes, (a, b) = joint((yield self.value(left, env)), extreme)
         return Value(E.COMPARISONS[op](a, b), axes)
 
     # ------------------------------------------------------------ counts
