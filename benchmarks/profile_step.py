@@ -1,19 +1,21 @@
 """Where one training step spends its time: XLA's per-op profile of our step, grouped.
 
 Runs the step of a preset's model on its longest unique-copy batch (as benchmarks/train_step.py
-does) in this process, single-threaded, under jax.profiler, with three allocator settings (each in
-its own child process, since the settings cannot be undone): the lab's (`train.allocator`: large
-blocks on huge pages, freed memory kept), huge pages alone, and glibc's defaults. Each table ends
-with the same step timed without the profiler. Read the table whose op times add up to about
-that step: under the profiler the lab's two settings together slow every op several-fold (the
-quick step with flax's LayerNorm, before round 8 of docs/calibration.md: ops summed to
-192.5 ms against 33.6 ms unprofiled), huge pages alone do not (32.9 against 34.9 ms), nor do
-glibc's defaults (48.7 against 51.2 ms). Every executed op is put in a
-group by its output (attention weights, per-token activations and their gradients, or
-parameter-shaped: weight gradients and AdamW) and in a kind by what XLA compiled it to (matrix
-products: a dot or a fusion around one; everything else), and the milliseconds per step are
-summed per group. (The vmapped step's ops carry no reliable forward/backward names, hence
-grouping by shape.) The costliest ops follow, with their shapes.
+does) under jax.profiler, in a child process pinned to one core as a training worker runs. XLA's
+single-thread flag alone does not keep the step on one core: unpinned, its products still ran on
+both of the 2-core machine's (21 ms of wall time and 38 ms of CPU time a step). Three allocator
+settings, each in its own child process since the settings cannot be undone: the lab's
+(`train.allocator`: large blocks on huge pages, freed memory kept), huge pages alone, and glibc's
+defaults. Each table ends with the same step timed without the profiler. Read the table whose op
+times add up to about that step: under the profiler the lab's two settings together slow every op
+several-fold (the quick step with flax's LayerNorm, before round 8 of docs/calibration.md: ops
+summed to 192.5 ms against 33.6 ms unprofiled), huge pages alone do not (32.9 against 34.9 ms),
+nor do glibc's defaults (48.7 against 51.2 ms). Every executed op is put in a group by its output
+(attention weights, per-token activations and their gradients, or parameter-shaped: weight
+gradients and AdamW) and in a kind by what XLA compiled it to (matrix products: a dot or a fusion
+around one; everything else), and the milliseconds per step are summed per group. (The vmapped
+step's ops carry no reliable forward/backward names, hence grouping by shape.) The costliest ops
+follow, with their shapes.
 
     python benchmarks/profile_step.py                 # quick preset, about two minutes
     python benchmarks/profile_step.py --preset paper --steps 3
@@ -32,7 +34,8 @@ import sys
 import tempfile
 import time
 
-from crasplab.train.workers import single_thread_env, worker_env
+from crasplab.train.workers import available_cores, single_thread_env, worker_env
+from pinned_worker import pin_to_core
 
 # (label, environment of the child, whether it keeps freed memory); see the module docstring.
 ALLOCATOR_SETTINGS = (
@@ -134,10 +137,11 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        pin_to_core(available_cores()[-1])
         profile(args.preset, args.steps)
         return
     for label, env, allocator in ALLOCATOR_SETTINGS:
-        print(f"\n## {args.preset} step, single-threaded, {label}: XLA op time per step (ms)", flush=True)
+        print(f"\n## {args.preset} step, one pinned core, {label}: XLA op time per step (ms)", flush=True)
         subprocess.run(
             [sys.executable, __file__, "--child", "--preset", args.preset, "--steps", str(args.steps)],
             env=dict(env(), PROFILE_ALLOCATOR=allocator),
