@@ -30,8 +30,9 @@ import contextlib
 import numpy as np
 
 from crasp import expr as E
-from crasp.evaluate import DEFAULT_MEMORY_BUDGET, Value, count_dtype
+from crasp.evaluate import DEFAULT_MEMORY_BUDGET, count_dtype
 from crasp.program import Program
+from crasp.values import Value
 
 LARGEST_CHUNK = 4096  # strings per compiled call
 

@@ -1,7 +1,7 @@
 """Array operations on the values of crasp.lowered_rules, in JAX: (B, T, V, ..., V) arrays whose
 trailing axes are named by index variables, shifted along positions, and summed by key.
 
-`keyed_prefix_sum` is the sorted formulation of a count keyed by a symbol bound at i (crasp.evaluate
+`keyed_prefix_sum` is the sorted formulation of a count keyed by a symbol bound at i (crasp.prefix_sums
 sorts with NumPy the same way): each string's positions are sorted by (key, position), summed in one
 running sum, and a position reads its key's part of it by two binary searches, so a count such as
 UF's `#[j <= i] (Q(s) and prev[t])`, t bound to the symbol at i, costs (B, T, V) where counting it
@@ -15,7 +15,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from crasp.evaluate import Value, align
+from crasp.values import Value
 
 
 def shifted(array, offset: int, fill, later: bool):
@@ -29,18 +29,6 @@ def shifted(array, offset: int, fill, later: bool):
     if later:
         return jnp.concatenate([filler, array[:, : T - step]], axis=1)
     return jnp.concatenate([array[:, step:], filler], axis=1)
-
-
-def merge_renamed(value: Value, renames: dict[str, str]) -> Value:
-    """A definition's value with its parameter axes named by the caller's indices; two parameters
-    given the same index read the diagonal."""
-    array, axes = value.array, [renames.get(a, a) for a in value.axes]
-    while len(set(axes)) < len(axes):
-        first = next(k for k, a in enumerate(axes) if axes.count(a) > 1)
-        second = axes.index(axes[first], first + 1)
-        array = jnp.moveaxis(jnp.diagonal(array, axis1=2 + first, axis2=2 + second), -1, 2 + first)
-        del axes[second]
-    return Value(align(Value(array, tuple(axes)), tuple(sorted(axes))), tuple(sorted(axes)))
 
 
 def reduced(value: Value, name: str, reduce) -> Value:

@@ -32,13 +32,14 @@ import numpy as np
 
 from crasp import expr as E
 
-# The rules carry crasp.evaluate's names, so its table of rules by node type serves here too.
-from crasp.evaluate import RULES, Value, align, conjuncts, joint
-from crasp.lowered_arrays import keyed_prefix_sum, merge_renamed, prefix_sum, reduced, shifted
+# The rules carry crasp.batch_evaluator's names, so its table of rules by node type serves here too.
+from crasp.batch_evaluator import RULES
+from crasp.lowered_arrays import keyed_prefix_sum, prefix_sum, reduced, shifted
+from crasp.node_patterns import MEANS_ONE, conjuncts
 from crasp.trampoline import Computation, trampoline
+from crasp.values import Value, align, joint, renamed
 
 INT32_MAX = int(np.iinfo(np.int32).max)
-_MEANS_ONE = {(">=", 1), (">", 0), ("!=", 0), ("=", 1)}  # a 0/1 local count compared so: "it is 1"
 _MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}  # a op b == b _MIRRORED[op] a
 
 
@@ -160,7 +161,7 @@ class Lowering:
 
     def _named(self, node: E.Named, env) -> Computation[Value]:
         inner_env, renames = self.body_scope(node, env)
-        return merge_renamed((yield self.value(node.body, inner_env)), renames)
+        return renamed((yield self.value(node.body, inner_env)), renames)
 
     def body_scope(self, node: E.Named, env) -> tuple[dict, dict[str, str]]:
         """A definition's parameters given a symbol or a bound index are bound in its body; the others
@@ -292,7 +293,7 @@ class Lowering:
             isinstance(count, E.CountOf)
             and count.offset is not None
             and isinstance(constant, E.Number)
-            and (node.op, constant.value) in _MEANS_ONE
+            and (node.op, constant.value) in MEANS_ONE
         ):
             return None
         moved = {n: self.bound(shifted(k, count.offset, -1, later=False)) for n, k in env.items()}

@@ -66,3 +66,26 @@ def last_occurrence(codes: np.ndarray, queries_BxT: np.ndarray, n_keys: int) -> 
     hit = (found >= 0) & (query >= 0)
     hit[hit] = codes[found[hit]] // T == query_codes[hit] // T
     return np.where(hit, found, 0), hit
+
+
+def keyed_prefix_sum(keys_BxT: np.ndarray, values: np.ndarray, queries_BxT: np.ndarray, dtype=np.int64) -> np.ndarray:
+    """out[b, i] = sum of values[b, j] over j <= i with keys[b, j] == queries[b, i] (keys < 0 never match).
+
+    values has shape (B, T, ...); the result has the same shape, in `dtype`, which must hold every such
+    sum. The positions are sorted by (string, key, position) and summed in one running sum over all
+    of them; a position reads its (string, key) group's part of it, a difference of two running sums.
+    The running sum may wrap around in a narrow dtype; the difference is exact in modular arithmetic
+    and lies in the dtype's range, so it is the exact sum."""
+    B, T = keys_BxT.shape
+    rest = values.shape[2:]
+    n_keys = int(max(keys_BxT.max(initial=-1), queries_BxT.max(initial=-1))) + 1
+    codes, batch, position, rank = sorted_occurrences(keys_BxT, n_keys)
+    running = np.take(values.reshape(B * T, -1), batch * T + position, axis=0)
+    # A zero row last: index -1 reads zero, for a position without an occurrence of its query and
+    # for the running sum before a group that starts the order.
+    running = np.concatenate([prefix_sum(running[None], dtype)[0], np.zeros((1, running.shape[1]), dtype)])
+    found, hit = last_occurrence(codes, queries_BxT, n_keys)
+    last = np.where(hit, found, -1)
+    before_group = np.where(hit, found - rank[found] if len(codes) else -1, -1)
+    within = np.take(running, last, axis=0) - np.take(running, before_group, axis=0)
+    return within.reshape((B, T) + rest)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from crasp import expr as E
-from crasp.evaluate import BatchEvaluator, Value
+from crasp.batch_evaluator import BatchEvaluator
 from crasp.prefix_sums import prefix_sum
 from crasp.trampoline import Computation
+from crasp.values import Value
 
 RANKS_ADDED_IN_TURN = 32  # rows per (string, group) up to which counts_at adds rows in turns
 SINGLE_OCCURRENCE_TABLE = 4  # a table of (string, group) cells up to this many times the positions: no sort

@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp import expr as E
-from crasp.evaluate import evaluate, keyed_prefix_sum
+from crasp.evaluate import evaluate
 from crasp.fragment import fragment_of
 from crasp.nexttoken import encode
+from crasp.prefix_sums import keyed_prefix_sum
 from crasp.program import print_program
 from crasp.reference import reference_value
 from crasp.syntax import parse

@@ -14,7 +14,7 @@ from crasp import expr as E
 from crasp import prediction
 from crasp.__main__ import main
 from crasp.check import check_witness
-from crasp.evaluate import BatchEvaluator
+from crasp.batch_evaluator import BatchEvaluator
 from crasp.search import store as storage
 from crasp.search import results
 from crasp.search.build import Builder, tree_size

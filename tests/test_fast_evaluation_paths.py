@@ -20,15 +20,17 @@ from hypothesis import strategies as st
 from crasp import expr as E
 from crasp.check import to_program_ids
 from crasp.compared_counts import COMPARISON_OPS, SEGMENTS_AT_ONCE, compared_count
-from crasp.evaluate import BatchEvaluator, OneHot, Value, count_dtype, evaluate, keyed_prefix_sum
+from crasp.batch_evaluator import BatchEvaluator
+from crasp.evaluate import count_dtype, evaluate
 from crasp.nexttoken import check_teacher_forced, encode
 from crasp.onehot_keys import dense, key_where_family_holds, or_keys, symbol_per_group
-from crasp.prefix_sums import prefix_sum
+from crasp.prefix_sums import keyed_prefix_sum, prefix_sum
 from crasp.program import Definition, Program, print_program
 from crasp.reference import reference_value
 from crasp.selected_positions import RANKS_ADDED_IN_TURN, SelectedEvaluator, counts_at
 from crasp.tasks import get_task
 from crasp.trampoline import trampoline
+from crasp.values import OneHot, Value
 from crasp.witnesses import copy_forward, majority
 
 from tests.crasp_strategies import ALPHABET, bool_expr, onehot_factor, programs, strings
